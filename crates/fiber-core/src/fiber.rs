@@ -1,0 +1,475 @@
+//! Fiber frames: the pooled per-fiber record, its coroutine, and the worker
+//! side of running one (`Running::resume`).
+//!
+//! # Fields
+//!
+//! `state` is the only field shared between threads without ownership. The
+//! other fields sit in `UnsafeCell`s and belong to whoever owns the fiber by
+//! the state machine: the spawner while INIT, the holder of the `Runnable` /
+//! `Running` token, the fiber itself while it runs, the waker that won the
+//! claim until it hands the token to `schedule`, and the pool while DONE.
+//!
+//! # Safety: moving fibers between threads
+//!
+//! `corosensei::Coroutine` is `!Send` because its stack may hold `!Send`
+//! values. A fiber's stack holds only (a) the spawned closure, which is
+//! `Send + 'static`, (b) fiber-core's own frames, which hold only `Send`
+//! data, and (c) whatever the user's code keeps in locals across a park. For
+//! (c) the rule, stated in `spec/lifecycle.md`, is the same as for
+//! `std::thread` + channels: a fiber may resume on another worker after any
+//! park or yield, so holding a `!Send` value (an `Rc`, a `MutexGuard`, a
+//! reference into a `thread_local!`) across one is a bug in user code that
+//! the type system cannot see through a stackful switch. The facade's
+//! fiber-local storage is the supported replacement for thread-locals.
+
+use crate::sched::{Runnable, Schedule};
+use crate::stack::{FiberStack, StackBounds};
+use crate::state::{Actor, Commit, FiberState, StateWord};
+use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
+use crate::task::TaskControl;
+use corosensei::{Coroutine, CoroutineResult, Yielder};
+use std::cell::Cell;
+use std::fmt;
+use std::panic::Location;
+
+/// What a fiber asks of its worker when it switches away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Suspend {
+    /// Cooperative yield: make me RUNNABLE again.
+    Yield,
+    /// I am PARKING: commit the park on your stack.
+    Park,
+}
+
+/// How a fiber's body ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exit {
+    Done,
+    Cancelled,
+}
+
+pub(crate) type FiberCoroutine = Coroutine<(), Suspend, Exit, FiberStack>;
+
+/// What happened when a worker resumed a fiber.
+#[derive(Debug)]
+#[must_use]
+pub enum RunOutcome {
+    /// The fiber yielded; it is RUNNABLE and the worker must enqueue it.
+    Yielded(Runnable),
+    /// The fiber is PARKED; a waker owns its next enqueue.
+    Parked,
+    /// The fiber finished (DONE or CANCELLED); its frame is back in the pool.
+    Finished,
+}
+
+/// A fiber's identity, unique for the life of the process (frames are
+/// recycled; ids are not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FiberId(pub u64);
+
+impl fmt::Display for FiberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "fiber {}", self.0)
+    }
+}
+
+pub(crate) fn next_fiber_id() -> FiberId {
+    // Not a protocol: a unique counter, never modeled.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    FiberId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
+const NO_WORKER: usize = usize::MAX;
+
+/// One pooled fiber frame.
+pub(crate) struct Fiber {
+    pub(crate) state: StateWord,
+    /// Diagnostics only (Relaxed): id of the current incarnation.
+    id: std::sync::atomic::AtomicU64,
+    /// Affinity hint only (Relaxed).
+    last_worker: AtomicUsize,
+    sched: UnsafeCell<Option<Arc<dyn Schedule>>>,
+    coroutine: UnsafeCell<Option<FiberCoroutine>>,
+    /// The stack kept between incarnations.
+    stack: UnsafeCell<Option<FiberStack>>,
+    yielder: UnsafeCell<*const Yielder<(), Suspend>>,
+    bounds: UnsafeCell<StackBounds>,
+    task: UnsafeCell<Option<Arc<dyn TaskControl>>>,
+    spawned_at: UnsafeCell<&'static Location<'static>>,
+    /// Set when a cancellable wait returned `Cancelled` to this incarnation.
+    cancel_seen: UnsafeCell<bool>,
+}
+
+// SAFETY: every field is either atomic or an `UnsafeCell` accessed only by
+// the fiber's current owner as defined by the state machine (module docs);
+// the coroutine's stack holds only `Send` data by the rule in the module
+// docs and `spec/lifecycle.md`, which is what corosensei's "# `Send`"
+// section requires for sending a coroutine.
+unsafe impl Send for Fiber {}
+// SAFETY: shared access from other threads touches only `state`, `id` and
+// `last_worker`, which are atomics; the cells are owner-only (see above).
+unsafe impl Sync for Fiber {}
+
+impl Fiber {
+    /// A fresh INIT frame with no stack yet.
+    pub(crate) fn new() -> Fiber {
+        Fiber {
+            state: StateWord::new(),
+            id: std::sync::atomic::AtomicU64::new(0),
+            last_worker: AtomicUsize::new(NO_WORKER),
+            sched: UnsafeCell::new(None),
+            coroutine: UnsafeCell::new(None),
+            stack: UnsafeCell::new(None),
+            yielder: UnsafeCell::new(std::ptr::null()),
+            bounds: UnsafeCell::new(StackBounds::default()),
+            task: UnsafeCell::new(None),
+            spawned_at: UnsafeCell::new(Location::caller()),
+            cancel_seen: UnsafeCell::new(false),
+        }
+    }
+
+    pub(crate) fn id(&self) -> FiberId {
+        FiberId(self.id.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    pub(crate) fn last_worker(&self) -> Option<usize> {
+        match self.last_worker.load(Ordering::Relaxed) {
+            NO_WORKER => None,
+            w => Some(w),
+        }
+    }
+
+    /// Prepare an INIT frame for a new incarnation running `body`.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the frame (it is INIT and came from the pool) and
+    /// `this` points to the frame inside an `Arc` that the pool keeps alive
+    /// for as long as the coroutine exists.
+    pub(crate) unsafe fn prepare(
+        this: &Arc<Fiber>,
+        id: FiberId,
+        sched: Arc<dyn Schedule>,
+        task: Arc<dyn TaskControl>,
+        spawned_at: &'static Location<'static>,
+        stack: FiberStack,
+        body: impl FnOnce() -> Exit + Send + 'static,
+    ) {
+        let fiber_ptr: *const Fiber = Arc::as_ptr(this);
+        let bounds = stack.bounds();
+        let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), Suspend>, ()| {
+            // SAFETY: the frame owns this coroutine and outlives it
+            // (`prepare`'s contract), and this fiber is the owner while it
+            // runs, so writing its own yielder slot is exclusive.
+            unsafe { (*fiber_ptr).yielder.with_mut(|y| *y = yielder as *const _) };
+            body()
+        });
+        this.id.store(id.0, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller owns the INIT frame (contract above).
+        unsafe {
+            this.sched.with_mut(|s| *s = Some(sched));
+            this.task.with_mut(|t| *t = Some(task));
+            this.coroutine.with_mut(|c| *c = Some(coroutine));
+            this.bounds.with_mut(|b| *b = bounds);
+            this.spawned_at.with_mut(|l| *l = spawned_at);
+            this.cancel_seen.with_mut(|c| *c = false);
+        }
+    }
+
+    /// Take the stack kept from the previous incarnation, if any.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the frame (INIT).
+    pub(crate) unsafe fn take_stack(&self) -> Option<FiberStack> {
+        // SAFETY: owner-only field; the caller owns the frame.
+        self.stack.with_mut(|s| unsafe { (*s).take() })
+    }
+
+    /// The scheduler this fiber runs on.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the fiber (it is the running fiber, or won its wake
+    /// claim), so the slot is not being written.
+    pub(crate) unsafe fn scheduler(&self) -> Arc<dyn Schedule> {
+        // SAFETY: see the function's contract.
+        self.sched
+            .with(|s| unsafe { (*s).clone() })
+            .expect("a live fiber has a scheduler")
+    }
+
+    /// Has cancellation been requested for the task this fiber runs?
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn is_cancel_requested(&self) -> bool {
+        // SAFETY: see the function's contract.
+        self.task
+            .with(|t| unsafe { (*t).as_ref().is_some_and(|t| t.is_cancel_requested()) })
+    }
+
+    /// Record that a cancellable wait returned `Cancelled`.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn note_cancel_seen(&self) {
+        // SAFETY: see the function's contract.
+        self.cancel_seen.with_mut(|c| unsafe { *c = true });
+    }
+
+    /// Did this incarnation observe its cancellation?
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn cancel_seen(&self) -> bool {
+        // SAFETY: see the function's contract.
+        self.cancel_seen.with(|c| unsafe { *c })
+    }
+
+    /// Where the current incarnation was spawned.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the fiber.
+    pub(crate) unsafe fn spawned_at(&self) -> &'static Location<'static> {
+        // SAFETY: see the function's contract.
+        self.spawned_at.with(|l| unsafe { *l })
+    }
+
+    /// Switch back to the worker with `request`. Checks for stack overflow
+    /// first (the unguarded regime's check "no later than the next switch").
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself, on its own stack.
+    pub(crate) unsafe fn suspend(&self, request: Suspend) {
+        let marker = 0u8;
+        let sp = std::ptr::addr_of!(marker) as usize;
+        // SAFETY: the running fiber owns its `bounds` and `yielder` slots;
+        // the yielder lives in the coroutine's entry frame, below us on this
+        // stack, for as long as the coroutine runs.
+        unsafe {
+            if self.bounds.with(|b| (*b).overflowed(sp)) {
+                stack_overflow_abort(self);
+            }
+            let yielder = self.yielder.with(|y| *y);
+            (*yielder).suspend(request);
+        }
+    }
+
+    /// The worker side: resume the coroutine until it yields, parks or ends.
+    pub(crate) fn run(fiber: Arc<Fiber>, worker: usize) -> RunOutcome {
+        fiber.last_worker.store(worker, Ordering::Relaxed);
+        let previous = current::replace(Arc::as_ptr(&fiber));
+        loop {
+            // SAFETY: we hold execution ownership (the `Running` token), so
+            // the coroutine slot is ours; the fiber never touches it.
+            let result = fiber
+                .coroutine
+                .with_mut(|c| unsafe { (*c).as_mut().expect("a RUNNING fiber has a coroutine").resume(()) });
+            match result {
+                CoroutineResult::Yield(Suspend::Yield) => {
+                    current::replace(previous);
+                    fiber.state.transition_to_runnable_from_running();
+                    return RunOutcome::Yielded(Runnable::new(fiber, Actor::Worker));
+                }
+                CoroutineResult::Yield(Suspend::Park) => {
+                    // Yield before commit: the fiber's stack is quiescent now.
+                    match fiber.state.transition_to_parked(Actor::Worker) {
+                        Commit::Parked => {
+                            current::replace(previous);
+                            // From here a waker may own the fiber: do not
+                            // touch it again.
+                            return RunOutcome::Parked;
+                        }
+                        Commit::Aborted => continue,
+                    }
+                }
+                CoroutineResult::Return(exit) => {
+                    current::replace(previous);
+                    Fiber::finish(fiber, exit);
+                    return RunOutcome::Finished;
+                }
+            }
+        }
+    }
+
+    /// After the body returned: keep the stack, publish the final state and
+    /// give the frame back to its pool.
+    fn finish(fiber: Arc<Fiber>, exit: Exit) {
+        // SAFETY: the body returned, so the worker holding `Running` is the
+        // only owner of every slot.
+        let sched = unsafe {
+            fiber.coroutine.with_mut(|c| {
+                let coroutine = (*c).take().expect("a finished fiber has a coroutine");
+                let stack = coroutine.into_stack();
+                fiber.stack.with_mut(|s| *s = Some(stack));
+            });
+            fiber.clear_for_recycle()
+        };
+        let sched = sched.expect("a live fiber has a scheduler");
+        let to = match exit {
+            Exit::Done => FiberState::Done,
+            Exit::Cancelled => FiberState::Cancelled,
+        };
+        fiber.state.transition_to_final(FiberState::Running, to);
+        sched.frames().release(fiber);
+    }
+
+    /// Clear the per-incarnation slots; returns the scheduler reference.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the fiber and its body no longer runs.
+    pub(crate) unsafe fn clear_for_recycle(&self) -> Option<Arc<dyn Schedule>> {
+        // SAFETY: see the function's contract.
+        unsafe {
+            self.task.with_mut(|t| *t = None);
+            self.bounds.with_mut(|b| *b = StackBounds::default());
+            self.sched.with_mut(|s| (*s).take())
+        }
+    }
+
+    /// Drop a suspended coroutine (unwinding its stack) at shutdown. Returns
+    /// `false` if there was nothing to drop.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the fiber (it claimed it) and no worker runs it.
+    pub(crate) unsafe fn unwind_for_shutdown(&self) -> bool {
+        // SAFETY: see the function's contract.
+        let coroutine = self.coroutine.with_mut(|c| unsafe { (*c).take() });
+        match coroutine {
+            Some(coroutine) => {
+                forced_unwind::begin();
+                drop(coroutine);
+                forced_unwind::end();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn stack_overflow_abort(fiber: &Fiber) -> ! {
+    eprintln!(
+        "\nfiber {} has overflowed its stack (unguarded stack beyond the vm.max_map_count \
+         guard-page budget, detected at a switch)\nfatal runtime error: stack overflow; raise \
+         the stack size (Builder::stack_size / FIBER_STACK_SIZE) or vm.max_map_count",
+        fiber.id().0
+    );
+    std::process::abort()
+}
+
+/// The running fiber of this thread.
+///
+/// PITFALLS 1: the compiler may cache a thread-local's address across a call
+/// it believes cannot migrate threads. Every access therefore goes through an
+/// `#[inline(never)]` function, and no reference into the thread-local is
+/// ever held across a switch.
+pub(crate) mod current {
+    use super::Fiber;
+    use std::cell::Cell;
+
+    thread_local! {
+        static CURRENT: Cell<*const Fiber> = const { Cell::new(std::ptr::null()) };
+    }
+
+    /// The fiber running on this thread, or null.
+    #[inline(never)]
+    pub(crate) fn get() -> *const Fiber {
+        CURRENT.with(|c| c.get())
+    }
+
+    /// Set the running fiber, returning the previous value.
+    #[inline(never)]
+    pub(crate) fn replace(fiber: *const Fiber) -> *const Fiber {
+        CURRENT.with(|c| c.replace(fiber))
+    }
+}
+
+/// Shutdown unwinding of suspended fibers: the fiber entry must let
+/// corosensei's forced-unwind payload pass instead of catching it as a panic.
+pub(crate) mod forced_unwind {
+    use super::Cell;
+
+    thread_local! {
+        static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    #[inline(never)]
+    pub(crate) fn begin() {
+        ACTIVE.with(|a| a.set(true));
+    }
+
+    #[inline(never)]
+    pub(crate) fn end() {
+        ACTIVE.with(|a| a.set(false));
+    }
+
+    /// Is a forced unwind in progress on this thread?
+    #[inline(never)]
+    pub(crate) fn active() -> bool {
+        ACTIVE.with(|a| a.get())
+    }
+}
+
+impl fmt::Debug for Fiber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fiber")
+            .field("id", &self.id())
+            .field("state", &self.state.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The id of the running fiber, or `None` on a plain thread.
+pub fn current_id() -> Option<FiberId> {
+    let fiber = current::get();
+    // SAFETY: a non-null current pointer is the frame of the fiber running on
+    // this thread, kept alive by its worker's `Running` token.
+    (!fiber.is_null()).then(|| unsafe { (*fiber).id() })
+}
+
+/// The worker that last resumed the running fiber (the index its scheduler
+/// passed to `Running::resume`), or `None` on a plain thread.
+pub fn current_worker() -> Option<usize> {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return None;
+    }
+    // SAFETY: as in `current_id`.
+    unsafe { (*fiber).last_worker() }
+}
+
+/// Is the caller running inside a fiber?
+pub fn in_fiber() -> bool {
+    !current::get().is_null()
+}
+
+/// Where the running fiber was spawned (`#[track_caller]` of the spawn).
+pub fn current_spawn_location() -> Option<&'static Location<'static>> {
+    let fiber = current::get();
+    // SAFETY: as in `current_id`; the running fiber owns its own slots.
+    (!fiber.is_null()).then(|| unsafe { (*fiber).spawned_at() })
+}
+
+/// Yield the running fiber to its scheduler (it becomes RUNNABLE and is
+/// enqueued again). On a plain thread this is `std::thread::yield_now`.
+pub fn yield_now() {
+    let fiber = current::get();
+    if fiber.is_null() {
+        std::thread::yield_now();
+        return;
+    }
+    // SAFETY: the running fiber suspends itself on its own stack; `fiber` is
+    // its frame (see `current_id`). The pointer is re-read after resume only
+    // through `current::get`, never cached from the thread-local.
+    unsafe { (*fiber).suspend(Suspend::Yield) }
+}

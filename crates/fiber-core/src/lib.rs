@@ -1,0 +1,103 @@
+//! The core of the fiber runtime: the fiber state machine, wait tickets, the
+//! park/wake protocol, and fiber frames on real stacks.
+//!
+//! Layers above talk to this crate only through the four-call contract:
+//! [`Schedule::schedule`] and [`Worker::worker_next`] for schedulers,
+//! [`fiber_wait`] and [`fiber_wake`] for anything fibers wait on. The rules
+//! are in `spec/lifecycle.md`.
+//!
+//! # Examples
+//!
+//! Park a fiber on a waitable and wake it from another OS thread, on the
+//! deterministic test scheduler:
+//!
+//! ```
+//! use fiber_core::testing::TestScheduler;
+//! use fiber_core::{fiber_wait, fiber_wake, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+//! use std::sync::Mutex;
+//!
+//! /// A one-shot event.
+//! #[derive(Default)]
+//! struct Event(Mutex<(bool, Option<Waiter>)>);
+//!
+//! impl Waitable for Event {
+//!     type Io = ();
+//!     fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+//!         self.0.lock().unwrap().0.then_some(WaitResult::Ok)
+//!     }
+//!     fn publish(&self, waiter: &Waiter, _: &mut ()) -> Publish {
+//!         let mut state = self.0.lock().unwrap();
+//!         if state.0 {
+//!             return Publish::Ready(WaitResult::Ok);
+//!         }
+//!         state.1 = Some(waiter.clone());
+//!         Publish::Published
+//!     }
+//!     fn unpublish(&self, _: &Waiter, _: &mut ()) -> Option<WaitResult> {
+//!         let mut state = self.0.lock().unwrap();
+//!         state.1 = None;
+//!         state.0.then_some(WaitResult::Ok)
+//!     }
+//! }
+//!
+//! impl Event {
+//!     fn set(&self) {
+//!         let waiter = {
+//!             let mut state = self.0.lock().unwrap();
+//!             state.0 = true;
+//!             state.1.take()
+//!         };
+//!         if let Some(waiter) = waiter {
+//!             fiber_wake(&waiter);
+//!         }
+//!     }
+//! }
+//!
+//! let event = std::sync::Arc::new(Event::default());
+//! let sched = TestScheduler::new();
+//! let waiting = event.clone();
+//! let handle = sched.spawn(move || fiber_wait(&*waiting, &mut (), WaitOptions::new()));
+//! let setter = std::thread::spawn(move || event.set());
+//! sched.run();
+//! setter.join().unwrap();
+//! assert_eq!(handle.join().unwrap(), WaitResult::Ok);
+//! ```
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
+mod sync;
+
+pub mod state;
+
+#[cfg(not(loom))]
+mod fiber;
+#[cfg(not(loom))]
+mod pool;
+#[cfg(not(loom))]
+mod sched;
+#[cfg(not(loom))]
+pub mod stack;
+#[cfg(not(loom))]
+mod task;
+#[cfg(not(loom))]
+pub mod testing;
+#[cfg(not(loom))]
+mod wait;
+
+#[cfg(not(loom))]
+pub use fiber::{current_id, current_spawn_location, current_worker, in_fiber, yield_now, FiberId, RunOutcome};
+#[cfg(not(loom))]
+pub use pool::{FramePool, PoolStats};
+#[cfg(not(loom))]
+pub use sched::{Runnable, Running, Schedule, Worker};
+#[cfg(not(loom))]
+pub use stack::StackConfig;
+#[cfg(not(loom))]
+pub use task::{current_scheduler, spawn, spawn_on, try_spawn_on, JoinError, JoinHandle};
+#[cfg(not(loom))]
+pub use wait::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,118 @@
+//! The scheduler contract: `schedule` / `worker_next` on the scheduler side,
+//! [`fiber_wait`](crate::fiber_wait) / [`fiber_wake`](crate::fiber_wake) on
+//! the waitable side (spec 3.1).
+//!
+//! A scheduler owns run queues and worker threads; fiber-core owns fiber
+//! state. The only things that cross are [`Runnable`] tokens: one exists per
+//! RUNNABLE fiber, it is not `Clone`, and it is created only by the edge that
+//! made the fiber RUNNABLE (spawn, yield, or a won wake claim). So "enqueue
+//! exactly once" (F4) holds by construction, and "only RUNNABLE fibers in run
+//! queues" (F2) is checked when the token is made.
+
+use crate::fiber::{Fiber, FiberId, RunOutcome};
+use crate::pool::FramePool;
+use crate::state::{check_enqueue, Actor};
+use crate::sync::{Arc, Ordering};
+use crate::wait::Waiter;
+use std::fmt;
+use std::time::Instant;
+
+/// The scheduler side of the contract.
+///
+/// Implementations must be cheap to call from any thread, including from
+/// inside a running fiber and from timer or waker threads.
+pub trait Schedule: Send + Sync + 'static {
+    /// Enqueue a RUNNABLE fiber. Called exactly once per RUNNABLE edge; the
+    /// implementation must make the fiber visible to some worker and then
+    /// wake a worker if all are asleep (spec 3.1: publish before signal).
+    fn schedule(&self, fiber: Runnable);
+
+    /// Arrange for [`fiber_wake`](crate::fiber_wake)`(&waiter)` to be called
+    /// at or after `deadline` (the timer hook used by deadlines on
+    /// [`fiber_wait`](crate::fiber_wait)). Waking a stale waiter is harmless,
+    /// so implementations need not remove timers whose wait ended early.
+    fn wake_at(&self, deadline: Instant, waiter: Waiter);
+
+    /// The scheduler's clock. Deadlines are compared against it, which lets a
+    /// test scheduler run on virtual time.
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    /// The frame pool fibers of this scheduler are spawned from.
+    fn frames(&self) -> &FramePool;
+}
+
+/// The worker side of the contract.
+pub trait Worker {
+    /// The next fiber to run, already transitioned RUNNABLE -> RUNNING, or
+    /// `None` when the worker has nothing to do and may go idle.
+    fn worker_next(&mut self) -> Option<Running>;
+}
+
+/// Ownership of one RUNNABLE fiber: the token a run queue holds.
+pub struct Runnable {
+    fiber: Arc<Fiber>,
+}
+
+impl Runnable {
+    /// Wrap a fiber that the caller has just made RUNNABLE.
+    #[inline]
+    #[track_caller]
+    pub(crate) fn new(fiber: Arc<Fiber>, actor: Actor) -> Runnable {
+        check_enqueue(fiber.state.load(Ordering::Relaxed).state(), actor);
+        Runnable { fiber }
+    }
+
+    /// `RUNNABLE -> RUNNING`: take execution ownership. The worker then calls
+    /// [`Running::resume`].
+    #[inline]
+    pub fn into_running(self) -> Running {
+        self.fiber.state.transition_to_running();
+        Running { fiber: self.fiber }
+    }
+
+    /// The fiber's id.
+    pub fn id(&self) -> FiberId {
+        self.fiber.id()
+    }
+
+    /// The worker that last ran this fiber (soft-affinity hint), if any.
+    pub fn last_worker(&self) -> Option<usize> {
+        self.fiber.last_worker()
+    }
+}
+
+impl fmt::Debug for Runnable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runnable").field("fiber", &self.fiber.id()).finish()
+    }
+}
+
+/// Execution ownership of one RUNNING fiber (invariant F1).
+pub struct Running {
+    fiber: Arc<Fiber>,
+}
+
+impl Running {
+    /// Run the fiber on this thread until it yields, parks or finishes.
+    /// `worker` is recorded as the fiber's last worker (affinity hint).
+    ///
+    /// The park commit happens here, on the worker's stack, after the fiber
+    /// has switched away (yield before commit).
+    #[inline]
+    pub fn resume(self, worker: usize) -> RunOutcome {
+        Fiber::run(self.fiber, worker)
+    }
+
+    /// The fiber's id.
+    pub fn id(&self) -> FiberId {
+        self.fiber.id()
+    }
+}
+
+impl fmt::Debug for Running {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Running").field("fiber", &self.fiber.id()).finish()
+    }
+}

@@ -1,0 +1,363 @@
+//! Spawning a fiber and joining it: the per-spawn shared block that carries
+//! the result (or the panic payload) to whoever joins, and cancellation
+//! requests to the fiber.
+
+use crate::fiber::{current, Exit, Fiber, FiberId};
+use crate::sched::{Runnable, Schedule};
+use crate::state::Actor;
+use crate::sync::{fence, lock, Arc, AtomicBool, Mutex, Ordering, UnsafeCell};
+use crate::wait::{fiber_wait, fiber_wake, wake_current_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use crate::Interrupt;
+use std::any::Any;
+use std::fmt;
+use std::io;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe, Location};
+
+/// What the fiber frame needs to know about the task it runs.
+pub(crate) trait TaskControl: Send + Sync {
+    fn is_cancel_requested(&self) -> bool;
+}
+
+/// Why a join did not produce the fiber's value.
+pub struct JoinError {
+    repr: Repr,
+    id: FiberId,
+}
+
+enum Repr {
+    Panic(Box<dyn Any + Send + 'static>),
+    Cancelled,
+}
+
+impl JoinError {
+    /// Did the fiber panic?
+    pub fn is_panic(&self) -> bool {
+        matches!(self.repr, Repr::Panic(_))
+    }
+
+    /// Was the fiber cancelled (before it started, or it acknowledged a
+    /// cancellation at a wait)?
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self.repr, Repr::Cancelled)
+    }
+
+    /// The panic payload. Panics if the fiber did not panic.
+    #[track_caller]
+    pub fn into_panic(self) -> Box<dyn Any + Send + 'static> {
+        self.try_into_panic()
+            .expect("JoinError::into_panic called on a JoinError that is not a panic")
+    }
+
+    /// The panic payload, or the error back if the fiber did not panic.
+    pub fn try_into_panic(self) -> Result<Box<dyn Any + Send + 'static>, JoinError> {
+        match self.repr {
+            Repr::Panic(payload) => Ok(payload),
+            Repr::Cancelled => Err(self),
+        }
+    }
+
+    /// The id of the fiber that failed.
+    pub fn id(&self) -> FiberId {
+        self.id
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> Option<&str> {
+    payload
+        .downcast_ref::<&'static str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+}
+
+impl fmt::Debug for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.repr {
+            Repr::Panic(p) => match panic_message(p.as_ref()) {
+                Some(msg) => write!(f, "JoinError::Panic({}, {:?}, ..)", self.id, msg),
+                None => write!(f, "JoinError::Panic({}, ..)", self.id),
+            },
+            Repr::Cancelled => write!(f, "JoinError::Cancelled({})", self.id),
+        }
+    }
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.repr {
+            Repr::Panic(p) => match panic_message(p.as_ref()) {
+                Some(msg) => write!(f, "{} panicked with message {:?}", self.id, msg),
+                None => write!(f, "{} panicked", self.id),
+            },
+            Repr::Cancelled => write!(f, "{} was cancelled", self.id),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}
+
+/// Join bookkeeping under the task lock.
+struct Joiners {
+    finished: bool,
+    waiters: Vec<Waiter>,
+}
+
+/// The block shared by a spawned fiber and its [`JoinHandle`].
+struct Task<T> {
+    id: FiberId,
+    cancel: AtomicBool,
+    /// Fast-path copy of `Joiners::finished` (Release on completion).
+    finished: AtomicBool,
+    joiners: Mutex<Joiners>,
+    /// Written once by the fiber before `finished`; read once by the joiner
+    /// after it.
+    result: UnsafeCell<Option<Result<T, JoinError>>>,
+    /// The frame running this task (to wake it on cancel). The frame may be
+    /// recycled after the task finishes; `cancel` checks `finished` first,
+    /// and a wake of a later incarnation would only be spurious.
+    fiber: Arc<Fiber>,
+}
+
+// SAFETY: `result` is written by the fiber strictly before `finished` is set
+// (Release) and read by the single `JoinHandle` strictly after it observed
+// `finished` (Acquire); every other field is Sync. `T: Send` because the
+// value moves from the fiber's thread to the joiner's.
+unsafe impl<T: Send> Sync for Task<T> {}
+// SAFETY: as above; the block owns a `T` only when `T: Send`.
+unsafe impl<T: Send> Send for Task<T> {}
+
+impl<T: Send> TaskControl for Task<T> {
+    fn is_cancel_requested(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+impl<T: Send> Task<T> {
+    /// Store the outcome and wake every joiner (called by the fiber, once).
+    fn complete(&self, outcome: Result<T, JoinError>) {
+        // SAFETY: only the fiber writes, once, before `finished`.
+        self.result.with_mut(|r| unsafe { *r = Some(outcome) });
+        let waiters = {
+            let mut joiners = lock(&self.joiners);
+            joiners.finished = true;
+            // Release: pairs with the Acquire in `try_complete`/`is_finished`
+            // so a joiner that sees `finished` sees `result`.
+            self.finished.store(true, Ordering::Release);
+            std::mem::take(&mut joiners.waiters)
+        };
+        for waiter in &waiters {
+            fiber_wake(waiter);
+        }
+    }
+
+    fn request_cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        // SeqCst fence: Dekker pair with the fence in `fiber_wait_slow`
+        // (store cancel; fence; read state) vs (enter PARKING; fence; read
+        // cancel). Either the fiber sees the flag before parking, or we see
+        // it PARKING/PARKED and wake it (PITFALLS 3).
+        fence(Ordering::SeqCst);
+        if !self.finished.load(Ordering::Acquire) {
+            wake_current_wait(&self.fiber);
+        }
+    }
+}
+
+impl<T: Send> Waitable for Task<T> {
+    type Io = ();
+
+    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+        // Acquire: pairs with the Release in `complete`.
+        self.finished.load(Ordering::Acquire).then_some(WaitResult::Ok)
+    }
+
+    fn publish(&self, waiter: &Waiter, _: &mut ()) -> Publish {
+        let mut joiners = lock(&self.joiners);
+        if joiners.finished {
+            return Publish::Ready(WaitResult::Ok);
+        }
+        joiners.waiters.push(waiter.clone());
+        Publish::Published
+    }
+
+    fn unpublish(&self, waiter: &Waiter, _: &mut ()) -> Option<WaitResult> {
+        let mut joiners = lock(&self.joiners);
+        joiners.waiters.retain(|w| !w.same_wait(waiter));
+        joiners.finished.then_some(WaitResult::Ok)
+    }
+}
+
+/// An owned permission to join a fiber (its result, or its panic).
+///
+/// Dropping the handle detaches the fiber, as with `std::thread`.
+pub struct JoinHandle<T> {
+    task: Arc<Task<T>>,
+}
+
+impl<T: Send> JoinHandle<T> {
+    /// Wait for the fiber to finish and take its result. In a fiber this
+    /// parks the fiber; on a plain thread it blocks the thread.
+    pub fn join(self) -> Result<T, JoinError> {
+        let result = fiber_wait(
+            &*self.task,
+            &mut (),
+            WaitOptions::new().interrupt(Interrupt::NotCancellable),
+        );
+        debug_assert_eq!(result, WaitResult::Ok);
+        self.take_result()
+    }
+
+    fn take_result(self) -> Result<T, JoinError> {
+        // SAFETY: `finished` was observed (Acquire) by `fiber_wait`, so the
+        // fiber's write happened before; this handle is the only reader.
+        self.task
+            .result
+            .with_mut(|r| unsafe { (*r).take() })
+            .expect("a finished task holds its result until joined")
+    }
+
+    /// Has the fiber finished?
+    pub fn is_finished(&self) -> bool {
+        self.task.finished.load(Ordering::Acquire)
+    }
+
+    /// Ask the fiber to stop: if it has not started it never runs; if it is
+    /// parked at a cancellable wait it is woken and the wait returns
+    /// `Cancelled`. A fiber that never reaches such a point is not
+    /// interrupted.
+    pub fn cancel(&self) {
+        self.task.request_cancel()
+    }
+
+    /// The fiber's id.
+    pub fn id(&self) -> FiberId {
+        self.task.id
+    }
+}
+
+impl<T> fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinHandle")
+            .field("fiber", &self.task.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Spawn `f` as a fiber of `sched`. Fails only if a stack cannot be mapped.
+#[track_caller]
+pub fn try_spawn_on<F, T>(sched: &Arc<dyn Schedule>, f: F) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let location = Location::caller();
+    let (frame, stack) = sched.frames().acquire()?;
+    let id = crate::fiber::next_fiber_id();
+    let task = Arc::new(Task {
+        id,
+        cancel: AtomicBool::new(false),
+        finished: AtomicBool::new(false),
+        joiners: Mutex::new(Joiners {
+            finished: false,
+            waiters: Vec::new(),
+        }),
+        result: UnsafeCell::new(None),
+        fiber: frame.clone(),
+    });
+    let body_task = task.clone();
+    let body = move || -> Exit {
+        if body_task.is_cancel_requested() {
+            drop(f);
+            body_task.complete(Err(JoinError {
+                repr: Repr::Cancelled,
+                id,
+            }));
+            return Exit::Cancelled;
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(f));
+        let fiber = current::get();
+        // SAFETY: this body runs on the fiber's own stack, so `current` is
+        // this fiber's frame and the running fiber owns its slots.
+        let cancel_seen = unsafe { (*fiber).cancel_seen() };
+        match outcome {
+            Ok(_) if cancel_seen => {
+                body_task.complete(Err(JoinError {
+                    repr: Repr::Cancelled,
+                    id,
+                }));
+                Exit::Cancelled
+            }
+            Ok(value) => {
+                body_task.complete(Ok(value));
+                Exit::Done
+            }
+            Err(payload) if crate::fiber::forced_unwind::active() => {
+                // Shutdown is unwinding this parked fiber: joiners learn it
+                // was cancelled, and the unwind continues to the entry.
+                body_task.complete(Err(JoinError {
+                    repr: Repr::Cancelled,
+                    id,
+                }));
+                resume_unwind(payload)
+            }
+            Err(payload) => {
+                body_task.complete(Err(JoinError {
+                    repr: Repr::Panic(payload),
+                    id,
+                }));
+                Exit::Done
+            }
+        }
+    };
+    // SAFETY: the frame came from the pool in INIT and is ours; the pool's
+    // `all` list keeps it alive for as long as the coroutine exists.
+    unsafe {
+        Fiber::prepare(&frame, id, sched.clone(), task.clone(), location, stack, body);
+    }
+    frame.state.transition_to_runnable_from_init();
+    sched.schedule(Runnable::new(frame, Actor::Spawner));
+    Ok(JoinHandle { task })
+}
+
+/// Spawn `f` as a fiber of `sched`, panicking if no stack can be mapped.
+#[track_caller]
+pub fn spawn_on<F, T>(sched: &Arc<dyn Schedule>, f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match try_spawn_on(sched, f) {
+        Ok(handle) => handle,
+        Err(e) => panic!("fiber spawn failed: could not map a fiber stack: {e}"),
+    }
+}
+
+/// Spawn `f` on the scheduler of the running fiber.
+///
+/// # Panics
+///
+/// Panics when called outside a fiber, naming the function; start a runtime
+/// first (or use [`spawn_on`] with a scheduler).
+#[track_caller]
+pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let fiber = current::get();
+    if fiber.is_null() {
+        panic!(
+            "fiber_core::spawn called outside a fiber: there is no scheduler to spawn on; start a \
+             runtime (fiber::run) or call fiber_core::spawn_on with a scheduler"
+        );
+    }
+    // SAFETY: the running fiber reads its own scheduler slot.
+    let sched = unsafe { (*fiber).scheduler() };
+    spawn_on(&sched, f)
+}
+
+/// The scheduler of the running fiber, or `None` on a plain thread.
+pub fn current_scheduler() -> Option<Arc<dyn Schedule>> {
+    let fiber = current::get();
+    // SAFETY: the running fiber reads its own scheduler slot.
+    (!fiber.is_null()).then(|| unsafe { (*fiber).scheduler() })
+}

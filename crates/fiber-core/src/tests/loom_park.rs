@@ -1,0 +1,328 @@
+//! Loom models of the park/wake protocol (spec 4, 8), run by
+//! `cargo xtask loom`. Threads stand in for the fiber, its worker and the
+//! wakers; the stack switch is elided (the fiber and its worker run in order
+//! on one loom thread, which is what yield-before-commit guarantees).
+//! Every model drives the real `StateWord` code.
+
+use crate::state::{Actor, Claim, Commit, FiberState, StateWord};
+use crate::sync::{fence, lock, Arc, AtomicBool, AtomicUsize, Mutex, Ordering};
+use loom::thread;
+
+/// A waitable with one waiter slot per fiber, modelled under loom's mutex.
+struct Model {
+    state: StateWord,
+    /// Published waiter records (tickets).
+    records: Mutex<Vec<u64>>,
+    /// Set (under `records`) when the waitable completes the operation.
+    done: Mutex<bool>,
+    /// Enqueues made by claim winners (F4: at most one per park).
+    enqueues: AtomicUsize,
+    /// Resumes by the worker's aborted commit (lost-wake recovery).
+    recovered: AtomicUsize,
+}
+
+impl Model {
+    fn running() -> Arc<Model> {
+        let state = StateWord::new();
+        state.transition_to_runnable_from_init();
+        state.transition_to_running();
+        Arc::new(Model {
+            state,
+            records: Mutex::new(Vec::new()),
+            done: Mutex::new(false),
+            enqueues: AtomicUsize::new(0),
+            recovered: AtomicUsize::new(0),
+        })
+    }
+
+    /// fiber_wait steps 2-4 with the worker's commit. Returns the ticket and
+    /// whether the fiber is parked (else it is RUNNING again).
+    fn park(&self) -> (u64, bool) {
+        let ticket = self.state.transition_to_parking();
+        {
+            let mut records = lock(&self.records);
+            if *lock(&self.done) {
+                drop(records);
+                self.state.transition_to_running_from_parking(Actor::Fiber);
+                return (ticket, false);
+            }
+            records.push(ticket);
+        }
+        match self.state.transition_to_parked(Actor::Worker) {
+            Commit::Parked => (ticket, true),
+            Commit::Aborted => {
+                self.recovered.fetch_add(1, Ordering::Relaxed);
+                (ticket, false)
+            }
+        }
+    }
+
+    /// A waker: complete the operation, take every record, wake each.
+    fn complete_and_wake_all(&self) -> usize {
+        let records: Vec<u64> = {
+            let mut records = lock(&self.records);
+            *lock(&self.done) = true;
+            std::mem::take(&mut *records)
+        };
+        records.iter().filter(|&&t| self.wake(t)).count()
+    }
+
+    fn wake(&self, ticket: u64) -> bool {
+        match self.state.wake(ticket) {
+            Claim::Claimed => {
+                self.enqueues.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Claim::Pending | Claim::Stale => false,
+        }
+    }
+
+    /// The fiber got back on a CPU exactly once for this park.
+    fn resumed_once(&self, parked: bool) {
+        let enqueues = self.enqueues.load(Ordering::Relaxed);
+        let recovered = self.recovered.load(Ordering::Relaxed);
+        if parked {
+            assert_eq!(
+                enqueues, 1,
+                "a parked fiber must be enqueued exactly once (lost or double wake)"
+            );
+            assert_eq!(recovered, 0);
+        } else {
+            assert_eq!(enqueues, 0, "a fiber that never parked must not be enqueued");
+        }
+    }
+}
+
+/// Wake racing the park: the waker may run before publish, while PARKING,
+/// or after PARKED. Exactly one of {publish saw done, commit recovered,
+/// claim enqueued} resumes the fiber. Removing the WAKE_PENDING check from
+/// the commit (plain store of PARKED) loses the wake here.
+#[test]
+fn loom_wake_while_parking_or_parked() {
+    loom::model(|| {
+        let model = Model::running();
+        let waker = {
+            let model = model.clone();
+            thread::spawn(move || model.complete_and_wake_all())
+        };
+        let (_, parked) = model.park();
+        waker.join().unwrap();
+        model.resumed_once(parked);
+        if parked {
+            assert_eq!(model.state.load(Ordering::Relaxed).state(), FiberState::Runnable);
+        }
+    });
+}
+
+/// Two wakers holding the same record race: exactly one claims (F4).
+/// Turning the claim CAS into a load-check-store lets both enqueue.
+#[test]
+fn loom_two_wakers_one_enqueue() {
+    loom::model(|| {
+        let model = Model::running();
+        let ticket = model.state.transition_to_parking();
+        assert_eq!(model.state.transition_to_parked(Actor::Worker), Commit::Parked);
+        let wakers: Vec<_> = (0..2)
+            .map(|_| {
+                let model = model.clone();
+                thread::spawn(move || model.wake(ticket))
+            })
+            .collect();
+        let claims = wakers.into_iter().map(|w| w.join().unwrap()).filter(|&c| c).count();
+        assert_eq!(claims, 1);
+        model.resumed_once(true);
+    });
+}
+
+/// A stale record (old ticket) fired while the frame is recycled for a new
+/// incarnation that parks again: the stale wake never claims the new park.
+/// Dropping the ticket comparison from `wake` lets it claim.
+#[test]
+fn loom_stale_ticket_after_recycle() {
+    loom::model(|| {
+        let model = Model::running();
+        let old = model.state.transition_to_parking();
+        assert_eq!(model.state.transition_to_parked(Actor::Worker), Commit::Parked);
+        // The legitimate wake, then the fiber finishes; the frame is
+        // recycled, respawned and parks with a new ticket.
+        assert!(model.wake(old));
+        let stale = {
+            let model = model.clone();
+            thread::spawn(move || model.state.wake(old))
+        };
+        let s = &model.state;
+        s.transition_to_running();
+        s.transition_to_final(FiberState::Running, FiberState::Done);
+        s.transition_to_init();
+        s.transition_to_runnable_from_init();
+        s.transition_to_running();
+        let new = s.transition_to_parking();
+        let commit = s.transition_to_parked(Actor::Worker);
+        assert_eq!(stale.join().unwrap(), Claim::Stale);
+        assert_eq!(commit, Commit::Parked, "a stale wake must not even set WAKE_PENDING");
+        let seen = s.load(Ordering::Relaxed);
+        assert_eq!((seen.state(), seen.ticket()), (FiberState::Parked, new));
+    });
+}
+
+/// A deadline wake (timer) races the data wake while the fiber unpublishes:
+/// one claim in all, and the fiber learns whether the value was handed over
+/// (no loss, no duplicate): it reports success exactly when the data waker
+/// took its record. An `unpublish` that ignores `done` loses the value.
+#[test]
+fn loom_unpublish_races_wake() {
+    loom::model(|| {
+        let model = Model::running();
+        let (ticket, parked) = model.park();
+        assert!(parked);
+        let data = {
+            let model = model.clone();
+            thread::spawn(move || {
+                let records: Vec<u64> = {
+                    let mut records = lock(&model.records);
+                    *lock(&model.done) = true;
+                    std::mem::take(&mut *records)
+                };
+                let took = records.contains(&ticket);
+                let claimed = records.iter().filter(|&&t| model.wake(t)).count();
+                (took, claimed)
+            })
+        };
+        // The timer's wake; whoever claimed, the fiber then runs and
+        // unpublishes (after the data waker if it was the claimer).
+        let timer_claimed = model.wake(ticket);
+        let unpublish = |model: &Model| {
+            let mut records = lock(&model.records);
+            let was_published = records.contains(&ticket);
+            records.retain(|&t| t != ticket);
+            // The wait completed iff the waker removed our record and
+            // completed the operation.
+            !was_published && *lock(&model.done)
+        };
+        let early = timer_claimed.then(|| {
+            model.state.transition_to_running();
+            unpublish(&model)
+        });
+        let (took, data_claims) = data.join().unwrap();
+        assert_eq!(usize::from(timer_claimed) + data_claims, 1, "exactly one claim");
+        let handed_over = match early {
+            Some(handed_over) => handed_over,
+            None => {
+                model.state.transition_to_running();
+                unpublish(&model)
+            }
+        };
+        assert_eq!(
+            handed_over, took,
+            "the fiber's view of the handover matches the waker's"
+        );
+        model.resumed_once(true);
+    });
+}
+
+/// Close-style wake-all of two fibers, with the close repeated: every
+/// waiter resumes exactly once, the second close is a no-op.
+#[test]
+fn loom_close_wakes_all_once() {
+    loom::model(|| {
+        let shared = Arc::new((Mutex::new(Vec::<(usize, u64)>::new()), Mutex::new(false)));
+        let fibers: Vec<Arc<Model>> = (0..2).map(|_| Model::running()).collect();
+        let parks: Vec<_> = fibers
+            .iter()
+            .enumerate()
+            .map(|(i, fiber)| {
+                let (fiber, shared) = (fiber.clone(), shared.clone());
+                thread::spawn(move || {
+                    let ticket = fiber.state.transition_to_parking();
+                    {
+                        let mut records = lock(&shared.0);
+                        if *lock(&shared.1) {
+                            drop(records);
+                            fiber.state.transition_to_running_from_parking(Actor::Fiber);
+                            return false;
+                        }
+                        records.push((i, ticket));
+                    }
+                    match fiber.state.transition_to_parked(Actor::Worker) {
+                        Commit::Parked => true,
+                        Commit::Aborted => {
+                            fiber.recovered.fetch_add(1, Ordering::Relaxed);
+                            false
+                        }
+                    }
+                })
+            })
+            .collect();
+        let close = {
+            let (shared, fibers) = (shared.clone(), fibers.clone());
+            move || {
+                // Close LP: the flag and the taking of every record happen
+                // under one lock, so no publish can slip between them.
+                let records = {
+                    let mut records = lock(&shared.0);
+                    *lock(&shared.1) = true;
+                    std::mem::take(&mut *records)
+                };
+                for (i, ticket) in records {
+                    fibers[i].wake(ticket);
+                }
+            }
+        };
+        let closer = thread::spawn(close.clone());
+        let parked: Vec<bool> = parks.into_iter().map(|p| p.join().unwrap()).collect();
+        closer.join().unwrap();
+        for (fiber, &parked) in fibers.iter().zip(&parked) {
+            fiber.resumed_once(parked);
+        }
+        // A repeated close is a no-op: no second enqueue.
+        close();
+        for (fiber, &parked) in fibers.iter().zip(&parked) {
+            fiber.resumed_once(parked);
+        }
+    });
+}
+
+/// Cancellation has no waiter record: the canceller stores a flag and wakes
+/// whatever the fiber waits on now. With the SeqCst fences on both sides
+/// (store flag; fence; read state) vs (enter PARKING; fence; read flag) the
+/// cancel is never lost. Removing either fence lets both sides miss.
+#[test]
+fn loom_cancel_is_never_lost() {
+    loom::model(|| {
+        let model = Model::running();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let canceller = {
+            let (model, cancel) = (model.clone(), cancel.clone());
+            thread::spawn(move || {
+                cancel.store(true, Ordering::Relaxed);
+                fence(Ordering::SeqCst);
+                let seen = model.state.load(Ordering::Acquire);
+                model.wake(seen.ticket());
+            })
+        };
+        let ticket = model.state.transition_to_parking();
+        fence(Ordering::SeqCst);
+        let saw_cancel = cancel.load(Ordering::Relaxed);
+        let parked = if saw_cancel {
+            model.state.transition_to_running_from_parking(Actor::Fiber);
+            false
+        } else {
+            lock(&model.records).push(ticket);
+            match model.state.transition_to_parked(Actor::Worker) {
+                Commit::Parked => true,
+                Commit::Aborted => {
+                    model.recovered.fetch_add(1, Ordering::Relaxed);
+                    false
+                }
+            }
+        };
+        canceller.join().unwrap();
+        if parked {
+            assert_eq!(
+                model.enqueues.load(Ordering::Relaxed),
+                1,
+                "cancel of a parked fiber was lost"
+            );
+        }
+    });
+}

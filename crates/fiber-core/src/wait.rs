@@ -1,0 +1,366 @@
+//! The waitable side of the contract: [`Waitable`], [`fiber_wait`] and
+//! [`fiber_wake`] (spec sections 3 and 4).
+//!
+//! # Protocol
+//!
+//! `fiber_wait` (run by the waiting fiber):
+//! 1. `try_complete` fast path.
+//! 2. `RUNNING -> PARKING`, bumping the wait ticket `t`.
+//! 3. `publish` a [`Waiter`] `(fiber, t)`; on failure return to RUNNING.
+//! 4. Suspend to the worker, which commits `PARKING -> PARKED` on its own
+//!    stack, or resumes the fiber at once if a waker set WAKE_PENDING.
+//! 5. After resume, `unpublish` (idempotent) tells whether the waitable
+//!    completed the operation; otherwise a deadline or cancellation ends the
+//!    wait, and anything else was a spurious wake: go round again.
+//!
+//! `fiber_wake` (run by a waker holding a `Waiter`) validates the ticket and
+//! claims PARKED in one CAS (`StateWord::wake`); only the winner enqueues.
+//!
+//! The same protocol serves plain OS threads: their waiter record names a
+//! thread parker instead of a fiber, and the winner of the claim unparks
+//! the thread instead of scheduling a fiber.
+
+use crate::fiber::{current, Fiber, Suspend};
+use crate::sched::Runnable;
+use crate::state::{Actor, Claim, StateWord};
+use crate::sync::{fence, Arc, Ordering};
+use std::fmt;
+use std::time::Instant;
+
+/// How a wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaitResult {
+    /// The operation completed.
+    Ok,
+    /// The waitable is closed; nothing was transferred.
+    Closed,
+    /// The deadline passed first.
+    TimedOut,
+    /// The waiting fiber's task was cancelled first.
+    Cancelled,
+}
+
+/// What [`Waitable::publish`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Publish {
+    /// The waiter is discoverable: a wake after this call will be observed.
+    Published,
+    /// The waiter was not published; the wait ends with this result (for
+    /// example `Closed`, or `Ok` when the operation completed under the
+    /// waitable's lock).
+    Ready(WaitResult),
+}
+
+/// Whether cancellation may interrupt a wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Interrupt {
+    /// A cancellation request ends the wait with [`WaitResult::Cancelled`]
+    /// unless the operation already completed.
+    #[default]
+    Cancellable,
+    /// The wait goes on until the waitable completes it (or the deadline).
+    NotCancellable,
+}
+
+/// Options of one [`fiber_wait`] call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitOptions {
+    /// End the wait with [`WaitResult::TimedOut`] at this instant.
+    pub deadline: Option<Instant>,
+    /// Whether cancellation interrupts the wait.
+    pub interrupt: Interrupt,
+}
+
+impl WaitOptions {
+    /// A cancellable wait with no deadline.
+    pub const fn new() -> Self {
+        WaitOptions {
+            deadline: None,
+            interrupt: Interrupt::Cancellable,
+        }
+    }
+
+    /// Set the deadline.
+    pub const fn deadline(mut self, deadline: Option<Instant>) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Set whether cancellation interrupts the wait.
+    pub const fn interrupt(mut self, interrupt: Interrupt) -> Self {
+        self.interrupt = interrupt;
+        self
+    }
+}
+
+/// Anything a fiber or thread can wait on (spec section 3, WaitableOps).
+///
+/// `Io` is the per-wait data the waitable and the waiter share (a channel's
+/// wait node, a slot for the value). It lives on the waiter's stack for the
+/// whole of [`fiber_wait`].
+pub trait Waitable {
+    /// Per-wait data.
+    type Io: ?Sized;
+
+    /// Fast path: complete without parking, or `None` to park.
+    fn try_complete(&self, io: &mut Self::Io) -> Option<WaitResult>;
+
+    /// Make `waiter` discoverable by wakers. After `Published`, the waiter
+    /// must stay discoverable until a waker claims it or `unpublish` runs.
+    fn publish(&self, waiter: &Waiter, io: &mut Self::Io) -> Publish;
+
+    /// Remove `waiter` if it is still published. Idempotent, and safe when a
+    /// waker already removed it. Returns `Some(result)` when a waker
+    /// completed the operation for this waiter (the result wins over a
+    /// deadline or cancellation), `None` when it had not.
+    fn unpublish(&self, waiter: &Waiter, io: &mut Self::Io) -> Option<WaitResult>;
+}
+
+#[derive(Clone)]
+enum Target {
+    Fiber(Arc<Fiber>),
+    Thread(Arc<ThreadParker>),
+}
+
+/// A waiter record: who waits, and for which publication (the wait ticket,
+/// spec section 8). Cheap to clone; holding one keeps the frame's memory
+/// alive, never the fiber itself.
+#[derive(Clone)]
+pub struct Waiter {
+    target: Target,
+    ticket: u64,
+}
+
+impl Waiter {
+    /// The wait ticket of this record.
+    pub fn ticket(&self) -> u64 {
+        self.ticket
+    }
+
+    /// Do two records name the same wait (same waiter, same ticket)?
+    pub fn same_wait(&self, other: &Waiter) -> bool {
+        self.ticket == other.ticket
+            && match (&self.target, &other.target) {
+                (Target::Fiber(a), Target::Fiber(b)) => Arc::ptr_eq(a, b),
+                (Target::Thread(a), Target::Thread(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+
+    fn state(&self) -> &StateWord {
+        match &self.target {
+            Target::Fiber(f) => &f.state,
+            Target::Thread(t) => &t.state,
+        }
+    }
+
+    pub(crate) fn for_fiber(fiber: Arc<Fiber>, ticket: u64) -> Waiter {
+        Waiter {
+            target: Target::Fiber(fiber),
+            ticket,
+        }
+    }
+}
+
+impl fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = match &self.target {
+            Target::Fiber(fiber) => format!("{}", fiber.id()),
+            Target::Thread(_) => "thread".to_string(),
+        };
+        f.debug_struct("Waiter")
+            .field("waiter", &who)
+            .field("ticket", &self.ticket)
+            .finish()
+    }
+}
+
+/// Wake the waiter of `record` (spec 4.3). Returns `true` if this call won
+/// the wake claim and enqueued the fiber (or unparked the thread); `false`
+/// if the record was stale, the fiber was already awake, or it was still
+/// PARKING (then WAKE_PENDING makes its worker resume it).
+///
+/// The waitable must have recorded the wake's outcome (data handed over,
+/// closed, ...) before calling this.
+pub fn fiber_wake(record: &Waiter) -> bool {
+    match record.state().wake(record.ticket) {
+        Claim::Claimed => {
+            match &record.target {
+                Target::Fiber(fiber) => {
+                    // SAFETY: we won the wake claim, so we own the fiber
+                    // until `schedule` takes the token.
+                    let sched = unsafe { fiber.scheduler() };
+                    sched.schedule(Runnable::new(fiber.clone(), Actor::Waker));
+                }
+                Target::Thread(parker) => parker.thread.unpark(),
+            }
+            true
+        }
+        Claim::Pending | Claim::Stale => false,
+    }
+}
+
+/// Wake `fiber` for whatever it waits on now, if it waits (used by
+/// cancellation, which has no waiter record). The waitable sees a spurious
+/// wake; `fiber_wait` then checks for cancellation.
+pub(crate) fn wake_current_wait(fiber: &Arc<Fiber>) {
+    let snapshot = fiber.state.load(Ordering::Acquire);
+    let _ = fiber_wake(&Waiter::for_fiber(fiber.clone(), snapshot.ticket()));
+}
+
+/// Wait on `waitable` (spec 4.2). In a fiber this parks the fiber; on a
+/// plain thread it blocks the thread. Returns how the wait ended.
+pub fn fiber_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: WaitOptions) -> WaitResult {
+    if let Some(result) = waitable.try_complete(io) {
+        return result;
+    }
+    let fiber = current::get();
+    if fiber.is_null() {
+        return thread_wait(waitable, io, options);
+    }
+    // SAFETY: a non-null current pointer is the running fiber's frame, alive
+    // while it runs (its worker holds `Running`). After each resume we keep
+    // using this pointer, never a thread-local read from before the switch.
+    let fiber = unsafe { &*fiber };
+    fiber_wait_slow(fiber, waitable, io, options)
+}
+
+#[inline(never)]
+fn fiber_wait_slow<W: Waitable + ?Sized>(
+    fiber: &Fiber,
+    waitable: &W,
+    io: &mut W::Io,
+    options: WaitOptions,
+) -> WaitResult {
+    // SAFETY: the running fiber reads its own scheduler slot.
+    let sched = unsafe { fiber.scheduler() };
+    let this = frame_arc(fiber);
+    let cancellable = options.interrupt == Interrupt::Cancellable;
+    loop {
+        let ticket = fiber.state.transition_to_parking();
+        if cancellable {
+            // SeqCst fence: Dekker pair with the fence in
+            // `TaskShared::cancel` (store cancel flag; fence; read state)
+            // against ours (enter PARKING; fence; read cancel flag). One of
+            // the two sides sees the other's write (PITFALLS 3).
+            fence(Ordering::SeqCst);
+            // SAFETY: the running fiber reads its own task slot.
+            if unsafe { fiber.is_cancel_requested() } {
+                fiber.state.transition_to_running_from_parking(Actor::Fiber);
+                // SAFETY: as above.
+                unsafe { fiber.note_cancel_seen() };
+                return WaitResult::Cancelled;
+            }
+        }
+        let waiter = Waiter::for_fiber(this.clone(), ticket);
+        if let Publish::Ready(result) = waitable.publish(&waiter, io) {
+            fiber.state.transition_to_running_from_parking(Actor::Fiber);
+            return result;
+        }
+        if let Some(deadline) = options.deadline {
+            sched.wake_at(deadline, waiter.clone());
+        }
+        // SAFETY: the running fiber suspends itself on its own stack.
+        unsafe { fiber.suspend(Suspend::Park) };
+        // Resumed: RUNNING again (woken, or the commit was aborted).
+        if let Some(result) = waitable.unpublish(&waiter, io) {
+            return result;
+        }
+        // SAFETY: the running fiber reads its own task slot.
+        if cancellable && unsafe { fiber.is_cancel_requested() } {
+            // SAFETY: as above.
+            unsafe { fiber.note_cancel_seen() };
+            return WaitResult::Cancelled;
+        }
+        if options.deadline.is_some_and(|d| sched.now() >= d) {
+            return WaitResult::TimedOut;
+        }
+        if let Some(result) = waitable.try_complete(io) {
+            return result;
+        }
+    }
+}
+
+/// The `Arc` of a frame from a reference to it.
+fn frame_arc(fiber: &Fiber) -> Arc<Fiber> {
+    let ptr: *const Fiber = fiber;
+    // SAFETY: every frame lives in an `Arc` held by its pool (`FramePool::
+    // all`), so the strong count is at least one; we add one before making a
+    // second `Arc` from the same pointer.
+    unsafe {
+        Arc::increment_strong_count(ptr);
+        Arc::from_raw(ptr)
+    }
+}
+
+/// The park side for plain threads.
+pub(crate) struct ThreadParker {
+    state: StateWord,
+    thread: std::thread::Thread,
+}
+
+thread_local! {
+    static PARKER: Arc<ThreadParker> = Arc::new(ThreadParker {
+        state: StateWord::new_running(),
+        thread: std::thread::current(),
+    });
+}
+
+fn thread_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: WaitOptions) -> WaitResult {
+    let parker = PARKER.with(|p| p.clone());
+    loop {
+        let ticket = parker.state.transition_to_parking();
+        let waiter = Waiter {
+            target: Target::Thread(parker.clone()),
+            ticket,
+        };
+        if let Publish::Ready(result) = waitable.publish(&waiter, io) {
+            parker.state.transition_to_running_from_parking(Actor::Fiber);
+            return result;
+        }
+        // A thread has no second stack that another worker could resume, so
+        // it commits its own park.
+        if parker.state.transition_to_parked(Actor::Fiber) == crate::state::Commit::Parked {
+            park_until_claimed(&parker, ticket, options.deadline);
+        }
+        if let Some(result) = waitable.unpublish(&waiter, io) {
+            return result;
+        }
+        if options.deadline.is_some_and(|d| Instant::now() >= d) {
+            return WaitResult::TimedOut;
+        }
+        if let Some(result) = waitable.try_complete(io) {
+            return result;
+        }
+    }
+}
+
+/// Block the thread until a waker claims `(PARKED, ticket)` or the deadline
+/// passes (then self-claim). Returns with the parker RUNNING.
+fn park_until_claimed(parker: &ThreadParker, ticket: u64, deadline: Option<Instant>) {
+    use crate::state::FiberState;
+    let mut deadline = deadline;
+    loop {
+        // Acquire: pairs with the Release of the claim CAS in `wake`.
+        let seen = parker.state.load(Ordering::Acquire);
+        if seen.state() == FiberState::Runnable {
+            parker.state.transition_to_running_after_claim();
+            return;
+        }
+        match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    if parker.state.self_claim(ticket) {
+                        return;
+                    }
+                    // A waker claimed first; its unpark is on the way.
+                    deadline = None;
+                    continue;
+                }
+                std::thread::park_timeout(d - now);
+            }
+            None => std::thread::park(),
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Project automation: `cargo xtask ci | loom | bench`.
+//!
+//! One binary with subcommands; cargo is invoked through the `CARGO`
+//! environment variable so the same toolchain runs every step.
+
+use std::env;
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  ci                      the whole gate: fmt, clippy, tests (spec-assert on), doc tests, loom
+  loom [crate] [filter]   loom models (RUSTFLAGS=--cfg loom), LOOM_MAX_PREEMPTIONS defaults to 2
+  bench [filter]          criterion benches of the benches crate
+";
+
+/// Default preemption bound for `cargo xtask loom` (loom docs recommend 2-3).
+const LOOM_PREEMPTIONS: &str = "2";
+
+/// Crates that hold loom models.
+const LOOM_CRATES: &[&str] = &["fiber-core"];
+
+fn cargo() -> Command {
+    Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()))
+}
+
+fn run(step: &str, mut cmd: Command) -> Result<(), String> {
+    eprintln!("\n==> {step}: {cmd:?}");
+    let start = Instant::now();
+    let status = cmd.status().map_err(|e| format!("{step}: could not start: {e}"))?;
+    eprintln!(
+        "==> {step}: {} in {:.1}s",
+        if status.success() { "ok" } else { "FAILED" },
+        start.elapsed().as_secs_f64()
+    );
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{step} failed ({status})"))
+    }
+}
+
+fn ci() -> Result<(), String> {
+    let mut fmt = cargo();
+    fmt.args(["fmt", "--all", "--check"]);
+    run("fmt", fmt)?;
+
+    let mut clippy = cargo();
+    clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
+    run("clippy", clippy)?;
+
+    let mut test = cargo();
+    test.args(["test", "--workspace", "--features", "fiber-core/spec-assert"]);
+    run("test (unit, integration and doc tests, spec-assert on)", test)?;
+
+    loom(None, None)?;
+    Ok(())
+}
+
+fn loom(krate: Option<&str>, filter: Option<&str>) -> Result<(), String> {
+    let crates: Vec<&str> = match krate {
+        Some(k) => vec![k],
+        None => LOOM_CRATES.to_vec(),
+    };
+    for krate in crates {
+        let mut cmd = cargo();
+        cmd.args(["test", "--release", "-p", krate, "--lib"]);
+        if let Some(filter) = filter {
+            cmd.arg(filter);
+        } else {
+            cmd.arg("loom_");
+        }
+        cmd.env("RUSTFLAGS", "--cfg loom")
+            .env("CARGO_TARGET_DIR", "target/loom")
+            .env(
+                "LOOM_MAX_PREEMPTIONS",
+                env::var("LOOM_MAX_PREEMPTIONS").unwrap_or_else(|_| LOOM_PREEMPTIONS.to_string()),
+            );
+        run(&format!("loom models of {krate}"), cmd)?;
+    }
+    Ok(())
+}
+
+fn bench(filter: Option<&str>) -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args(["bench", "-p", "benches"]);
+    if let Some(filter) = filter {
+        cmd.args(["--", filter]);
+    }
+    run("bench", cmd)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).map(String::as_str);
+    let result = match arg(0) {
+        Some("ci") => ci(),
+        Some("loom") => loom(arg(1), arg(2)),
+        Some("bench") => bench(arg(1)),
+        Some("help" | "--help" | "-h") => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        _ => Err(format!("unknown or missing command\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
