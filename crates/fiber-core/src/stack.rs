@@ -101,7 +101,7 @@ static NOTICE_PRINTED: AtomicBool = AtomicBool::new(false);
 fn print_unguarded_notice() {
     if !NOTICE_PRINTED.swap(true, Ordering::Relaxed) {
         eprintln!(
-            "fiber: notice: the guard-page budget of vm.max_map_count is used up; further fiber \
+            "fiber: notice: the guard-page budget (vm.max_map_count, or the configured cap) is used up; further fiber \
              stacks have no guard page and are overflow-checked at every switch instead. \
              Raise the limit (sysctl -w vm.max_map_count=<larger>) to keep guard pages."
         );

@@ -232,8 +232,6 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
     io: &mut W::Io,
     options: WaitOptions,
 ) -> WaitResult {
-    // SAFETY: the running fiber reads its own scheduler slot.
-    let sched = unsafe { fiber.scheduler() };
     let this = frame_arc(fiber);
     let cancellable = options.interrupt == Interrupt::Cancellable;
     loop {
@@ -258,7 +256,8 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             return result;
         }
         if let Some(deadline) = options.deadline {
-            sched.wake_at(deadline, waiter.clone());
+            // SAFETY: the running fiber reads its own scheduler slot.
+            unsafe { fiber.scheduler() }.wake_at(deadline, waiter.clone());
         }
         // SAFETY: the running fiber suspends itself on its own stack.
         unsafe { fiber.suspend(Suspend::Park) };
@@ -272,8 +271,12 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             unsafe { fiber.note_cancel_seen() };
             return WaitResult::Cancelled;
         }
-        if options.deadline.is_some_and(|d| sched.now() >= d) {
-            return WaitResult::TimedOut;
+        if let Some(deadline) = options.deadline {
+            // SAFETY: the running fiber reads its own scheduler slot.
+            let now = unsafe { fiber.scheduler() }.now();
+            if now >= deadline {
+                return WaitResult::TimedOut;
+            }
         }
         if let Some(result) = waitable.try_complete(io) {
             return result;

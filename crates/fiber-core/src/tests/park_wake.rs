@@ -327,3 +327,42 @@ fn shutdown_unwinds_parked_fibers_and_runs_destructors_once() {
     assert_eq!(sched.pool_stats().in_use, 0);
     assert_eq!(event.set(), 0, "every record left behind is stale");
 }
+
+#[test]
+fn hundred_thousand_parked_fibers_fit_the_default_map_count() {
+    const FIBERS: usize = 100_000;
+    let sched = TestScheduler::new();
+    let event = Arc::new(Event::default());
+    let handles: Vec<_> = (0..FIBERS)
+        .map(|i| {
+            let event = event.clone();
+            sched.spawn(move || {
+                assert_eq!(fiber_wait(&*event, &mut (), WaitOptions::new()), WaitResult::Ok);
+                i
+            })
+        })
+        .collect();
+    assert_eq!(sched.run_until_idle(), FIBERS);
+    let stats = sched.pool_stats();
+    assert_eq!(stats.in_use, FIBERS, "all parked at once");
+    assert_eq!(stats.guarded_stacks + stats.unguarded_stacks, FIBERS);
+    let map_limit: usize = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .map(|s| s.trim().parse().unwrap())
+        .unwrap_or(65_530);
+    if map_limit < 2 * FIBERS {
+        assert!(
+            stats.unguarded_stacks > 0,
+            "past the budget stacks go unguarded instead of failing: {stats:?}"
+        );
+    }
+    assert!(
+        stats.guarded_stacks > 0 || crate::stack::guarded_stacks_left() == 0,
+        "{stats:?}"
+    );
+    assert_eq!(event.set(), FIBERS);
+    sched.run();
+    assert_eq!(
+        handles.into_iter().map(|h| h.join().unwrap()).sum::<usize>(),
+        FIBERS * (FIBERS - 1) / 2
+    );
+}
