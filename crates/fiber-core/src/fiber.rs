@@ -95,7 +95,11 @@ pub(crate) struct Fiber {
     yielder: UnsafeCell<*const Yielder<(), Suspend>>,
     bounds: UnsafeCell<StackBounds>,
     task: UnsafeCell<Option<Arc<dyn TaskControl>>>,
-    spawned_at: UnsafeCell<&'static Location<'static>>,
+    /// Diagnostics (Relaxed): where this incarnation was spawned.
+    spawned_at: std::sync::atomic::AtomicPtr<Location<'static>>,
+    /// Diagnostics (Relaxed): `type_name` of what the fiber waits on, as a
+    /// `fn() -> &'static str` (null when it does not wait).
+    waiting_on: std::sync::atomic::AtomicPtr<()>,
     /// Set when a cancellable wait returned `Cancelled` to this incarnation.
     cancel_seen: UnsafeCell<bool>,
 }
@@ -123,7 +127,8 @@ impl Fiber {
             yielder: UnsafeCell::new(std::ptr::null()),
             bounds: UnsafeCell::new(StackBounds::default()),
             task: UnsafeCell::new(None),
-            spawned_at: UnsafeCell::new(Location::caller()),
+            spawned_at: std::sync::atomic::AtomicPtr::new(Location::caller() as *const _ as *mut _),
+            waiting_on: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
             cancel_seen: UnsafeCell::new(false),
         }
     }
@@ -165,13 +170,15 @@ impl Fiber {
             body()
         });
         this.id.store(id.0, std::sync::atomic::Ordering::Relaxed);
+        this.last_worker.store(NO_WORKER, Ordering::Relaxed);
+        this.spawned_at
+            .store(spawned_at as *const _ as *mut _, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: the caller owns the INIT frame (contract above).
         unsafe {
             this.sched.with_mut(|s| *s = Some(sched));
             this.task.with_mut(|t| *t = Some(task));
             this.coroutine.with_mut(|c| *c = Some(coroutine));
             this.bounds.with_mut(|b| *b = bounds);
-            this.spawned_at.with_mut(|l| *l = spawned_at);
             this.cancel_seen.with_mut(|c| *c = false);
         }
     }
@@ -231,13 +238,28 @@ impl Fiber {
     }
 
     /// Where the current incarnation was spawned.
-    ///
-    /// # Safety
-    ///
-    /// The caller owns the fiber.
-    pub(crate) unsafe fn spawned_at(&self) -> &'static Location<'static> {
-        // SAFETY: see the function's contract.
-        self.spawned_at.with(|l| unsafe { *l })
+    pub(crate) fn spawned_at(&self) -> &'static Location<'static> {
+        let at = self.spawned_at.load(std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the slot only ever holds `&'static Location`s.
+        unsafe { &*at }
+    }
+
+    /// Record what the fiber is about to wait on (diagnostics).
+    pub(crate) fn set_waiting_on(&self, name: Option<fn() -> &'static str>) {
+        let ptr = name.map_or(std::ptr::null_mut(), |f| f as *mut ());
+        self.waiting_on.store(ptr, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// What the fiber waits on, if it waits (diagnostics).
+    pub(crate) fn waiting_on(&self) -> Option<&'static str> {
+        let ptr = self.waiting_on.load(std::sync::atomic::Ordering::Relaxed);
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: `set_waiting_on` is the only writer and stores only
+        // `fn() -> &'static str` pointers (or null).
+        let f: fn() -> &'static str = unsafe { std::mem::transmute::<*mut (), fn() -> &'static str>(ptr) };
+        Some(f())
     }
 
     /// Switch back to the worker with `request`. Checks for stack overflow
@@ -332,6 +354,24 @@ impl Fiber {
             self.bounds.with_mut(|b| *b = StackBounds::default());
             self.sched.with_mut(|s| (*s).take())
         }
+    }
+
+    /// Shutdown: unwind (or drop unrun) a fiber the caller owns as RUNNABLE
+    /// (it holds the `Runnable` token or won the wake claim), running the
+    /// destructors on its stack exactly once; its joiners get `Cancelled`.
+    /// The frame goes back to `pool`.
+    pub(crate) fn discard(fiber: Arc<Fiber>, pool: &crate::pool::FramePool) {
+        fiber.state.transition_to_running();
+        let previous = current::replace(Arc::as_ptr(&fiber));
+        // SAFETY: we own the fiber (RUNNING by our hand) and no worker runs it.
+        unsafe { fiber.unwind_for_shutdown() };
+        current::replace(previous);
+        fiber
+            .state
+            .transition_to_final(FiberState::Running, FiberState::Cancelled);
+        // SAFETY: as above; the coroutine is gone, the slots are ours.
+        unsafe { fiber.clear_for_recycle() };
+        pool.release(fiber);
     }
 
     /// Drop a suspended coroutine (unwinding its stack) at shutdown. Returns
@@ -456,7 +496,7 @@ pub fn in_fiber() -> bool {
 /// Where the running fiber was spawned (`#[track_caller]` of the spawn).
 pub fn current_spawn_location() -> Option<&'static Location<'static>> {
     let fiber = current::get();
-    // SAFETY: as in `current_id`; the running fiber owns its own slots.
+    // SAFETY: as in `current_id`.
     (!fiber.is_null()).then(|| unsafe { (*fiber).spawned_at() })
 }
 

@@ -89,7 +89,7 @@ mod wait;
 #[cfg(not(loom))]
 pub use fiber::{current_id, current_spawn_location, current_worker, in_fiber, yield_now, FiberId, RunOutcome};
 #[cfg(not(loom))]
-pub use pool::{FramePool, PoolStats};
+pub use pool::{FramePool, ParkedFiber, PoolStats};
 #[cfg(not(loom))]
 pub use sched::{Runnable, Running, Schedule, Worker};
 #[cfg(not(loom))]

@@ -37,6 +37,17 @@ pub struct PoolStats {
     pub unguarded_stacks: usize,
 }
 
+/// A parked fiber, as diagnostics see it.
+#[derive(Clone, Debug)]
+pub struct ParkedFiber {
+    /// Its id.
+    pub id: crate::FiberId,
+    /// The type it waits on (`std::any::type_name` of the waitable).
+    pub waiting_on: &'static str,
+    /// Where it was spawned.
+    pub spawned_at: &'static std::panic::Location<'static>,
+}
+
 /// Pooled fiber frames and stacks of one runtime.
 pub struct FramePool {
     id: usize,
@@ -208,6 +219,20 @@ impl FramePool {
         self.idle.len()
     }
 
+    /// The fibers parked right now (a racy snapshot, for diagnostics such
+    /// as deadlock reports).
+    pub fn parked_fibers(&self) -> Vec<ParkedFiber> {
+        let all = lock(&self.all).clone();
+        all.iter()
+            .filter(|f| f.state.load(Ordering::Relaxed).state() == crate::state::FiberState::Parked)
+            .map(|f| ParkedFiber {
+                id: f.id(),
+                waiting_on: f.waiting_on().unwrap_or("(nothing recorded)"),
+                spawned_at: f.spawned_at(),
+            })
+            .collect()
+    }
+
     /// Shutdown: unwind every PARKED fiber of this pool on the calling
     /// thread (running its destructors exactly once, completing its join
     /// with `Cancelled`) and return its frame to the pool. Returns how many
@@ -224,18 +249,7 @@ impl FramePool {
             if frame.state.wake(seen.ticket()) != crate::state::Claim::Claimed {
                 continue;
             }
-            frame.state.transition_to_running();
-            let previous = crate::fiber::current::replace(Arc::as_ptr(frame));
-            // SAFETY: we won the wake claim and took execution ownership;
-            // no worker runs any more (the function's contract).
-            unsafe { frame.unwind_for_shutdown() };
-            crate::fiber::current::replace(previous);
-            frame
-                .state
-                .transition_to_final(crate::state::FiberState::Running, crate::state::FiberState::Cancelled);
-            // SAFETY: as above; the coroutine is gone, the slots are ours.
-            unsafe { frame.clear_for_recycle() };
-            self.release(frame.clone());
+            Fiber::discard(frame.clone(), self);
             unwound += 1;
         }
         unwound

@@ -77,6 +77,14 @@ impl Runnable {
         self.fiber.id()
     }
 
+    /// Shutdown: never run this fiber again. Its stack is unwound on the
+    /// calling thread (destructors run exactly once; a fiber that never
+    /// started just drops its closure), its joiners get `Cancelled`, and the
+    /// frame returns to `pool` (the pool of the scheduler it belongs to).
+    pub fn discard(self, pool: &FramePool) {
+        Fiber::discard(self.fiber, pool)
+    }
+
     /// The worker that last ran this fiber (soft-affinity hint), if any.
     pub fn last_worker(&self) -> Option<usize> {
         self.fiber.last_worker()
@@ -108,6 +116,11 @@ impl Running {
     /// The fiber's id.
     pub fn id(&self) -> FiberId {
         self.fiber.id()
+    }
+
+    /// Where the fiber was spawned (diagnostics: stall and deadlock reports).
+    pub fn spawn_location(&self) -> &'static std::panic::Location<'static> {
+        self.fiber.spawned_at()
     }
 }
 

@@ -186,6 +186,34 @@ impl<T: Send> Waitable for Task<T> {
     }
 }
 
+/// Completes the task exactly once: explicitly when the body ends, or with
+/// `Cancelled` when the body is dropped without finishing (never started and
+/// discarded at shutdown, or unwound at shutdown).
+struct Completion<T: Send> {
+    task: Arc<Task<T>>,
+    id: FiberId,
+    armed: bool,
+}
+
+impl<T: Send> Completion<T> {
+    fn finish(&mut self, outcome: Result<T, JoinError>) {
+        self.armed = false;
+        self.task.complete(outcome);
+    }
+}
+
+impl<T: Send> Drop for Completion<T> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.armed = false;
+            self.task.complete(Err(JoinError {
+                repr: Repr::Cancelled,
+                id: self.id,
+            }));
+        }
+    }
+}
+
 /// An owned permission to join a fiber (its result, or its panic).
 ///
 /// Dropping the handle detaches the fiber, as with `std::thread`.
@@ -263,11 +291,15 @@ where
         result: UnsafeCell::new(None),
         fiber: frame.clone(),
     });
-    let body_task = task.clone();
+    let mut completion = Completion {
+        task: task.clone(),
+        id,
+        armed: true,
+    };
     let body = move || -> Exit {
-        if body_task.is_cancel_requested() {
+        if completion.task.is_cancel_requested() {
             drop(f);
-            body_task.complete(Err(JoinError {
+            completion.finish(Err(JoinError {
                 repr: Repr::Cancelled,
                 id,
             }));
@@ -280,27 +312,21 @@ where
         let cancel_seen = unsafe { (*fiber).cancel_seen() };
         match outcome {
             Ok(_) if cancel_seen => {
-                body_task.complete(Err(JoinError {
+                completion.finish(Err(JoinError {
                     repr: Repr::Cancelled,
                     id,
                 }));
                 Exit::Cancelled
             }
             Ok(value) => {
-                body_task.complete(Ok(value));
+                completion.finish(Ok(value));
                 Exit::Done
             }
-            Err(payload) if crate::fiber::forced_unwind::active() => {
-                // Shutdown is unwinding this parked fiber: joiners learn it
-                // was cancelled, and the unwind continues to the entry.
-                body_task.complete(Err(JoinError {
-                    repr: Repr::Cancelled,
-                    id,
-                }));
-                resume_unwind(payload)
-            }
+            // Shutdown is unwinding this fiber: let the unwind go on to the
+            // entry; `completion`'s drop tells joiners it was cancelled.
+            Err(payload) if crate::fiber::forced_unwind::active() => resume_unwind(payload),
             Err(payload) => {
-                body_task.complete(Err(JoinError {
+                completion.finish(Err(JoinError {
                     repr: Repr::Panic(payload),
                     id,
                 }));

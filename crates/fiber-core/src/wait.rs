@@ -259,8 +259,10 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             // SAFETY: the running fiber reads its own scheduler slot.
             unsafe { fiber.scheduler() }.wake_at(deadline, waiter.clone());
         }
+        fiber.set_waiting_on(Some(std::any::type_name::<W>));
         // SAFETY: the running fiber suspends itself on its own stack.
         unsafe { fiber.suspend(Suspend::Park) };
+        fiber.set_waiting_on(None);
         // Resumed: RUNNING again (woken, or the commit was aborted).
         if let Some(result) = waitable.unpublish(&waiter, io) {
             return result;

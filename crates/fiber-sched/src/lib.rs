@@ -1,6 +1,53 @@
-//! The fiber scheduler (not built yet): work-stealing workers with a global
-//! injection queue, an elastic pool from 1x to 2x cores, timers and runtime
-//! diagnostics, implementing fiber-core's `Schedule` / `Worker` contract.
+//! The fiber scheduler: work-stealing workers, a global injection queue, an
+//! elastic pool from 1x to 2x cores, timers and runtime diagnostics. It
+//! implements fiber-core's `Schedule` / `Worker` contract over OS threads;
+//! the rules are in `spec/sched.md`.
 //!
-//! Until it lands, fiber-core's `testing::TestScheduler` is the only
-//! scheduler.
+//! # Examples
+//!
+//! ```
+//! use fiber_sched::{sleep, Runtime};
+//! use std::time::Duration;
+//!
+//! let rt = Runtime::builder().workers(2).build().unwrap();
+//! let sum = rt.block_on(|| {
+//!     let children: Vec<_> = (0..100u64)
+//!         .map(|i| fiber_core::spawn(move || { sleep(Duration::from_millis(1)).unwrap(); i }))
+//!         .collect();
+//!     children.into_iter().map(|c| c.join().unwrap()).sum::<u64>()
+//! });
+//! assert_eq!(sum, 4950);
+//! ```
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
+mod sync;
+
+mod idle;
+
+#[cfg(not(loom))]
+pub mod config;
+#[cfg(not(loom))]
+mod monitor;
+#[cfg(not(loom))]
+mod queue;
+#[cfg(not(loom))]
+mod runtime;
+#[cfg(not(loom))]
+mod stats;
+#[cfg(not(loom))]
+mod timer;
+#[cfg(not(loom))]
+mod worker;
+
+#[cfg(not(loom))]
+pub use config::{Config, ConfigError};
+#[cfg(not(loom))]
+pub use runtime::{blocking, sleep, sleep_until, Builder, Runtime};
+#[cfg(not(loom))]
+pub use stats::Stats;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,272 @@
+//! Runtime configuration: every `FIBER_*` environment variable is read and
+//! validated here, and nowhere else. Explicit builder values win over the
+//! environment; a bad value is an error naming the variable, never a silent
+//! default.
+//!
+//! | variable | meaning | default |
+//! | --- | --- | --- |
+//! | `FIBER_WORKERS` | workers at start (1..=`MAX_WORKERS`) | number of cores |
+//! | `FIBER_MAX_WORKERS` | elastic pool ceiling (>= workers) | 2 x cores (at least workers) |
+//! | `FIBER_STACK_SIZE` | usable bytes per fiber stack (suffix `k`/`m` allowed) | 256k |
+//! | `FIBER_IDLE_TIMEOUT_MS` | idle time after which an extra worker retires | 5000 |
+//! | `FIBER_STATS` | `1`: print counters at shutdown | `0` |
+//! | `FIBER_DEBUG_STALL` | `0`: no stall report for fibers running > 5 s | `1` |
+//! | `FIBER_DEADLOCK_ABORT` | `1`: abort after a deadlock report | `0` |
+
+use fiber_core::stack::{MAX_STACK_SIZE, MIN_STACK_SIZE};
+use fiber_core::StackConfig;
+use std::fmt;
+use std::time::Duration;
+
+/// Hard ceiling on workers, to catch unit mistakes (`FIBER_WORKERS=100000`).
+pub const MAX_WORKERS: usize = 1024;
+
+/// Default idle time before an extra worker retires.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a fiber may run without a yield point before the stall report.
+pub const STALL_THRESHOLD: Duration = Duration::from_secs(5);
+
+/// Slots of the global injection ring (it overflows into an unbounded list).
+pub const GLOBAL_QUEUE_SLOTS: usize = 4096;
+
+/// A configuration value that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The environment variable or builder option at fault.
+    pub setting: String,
+    /// The value given, as text.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {}={:?}: {}", self.setting, self.value, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<ConfigError> for std::io::Error {
+    fn from(e: ConfigError) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, e)
+    }
+}
+
+/// Everything a runtime needs to know, validated.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Workers at start.
+    pub workers: usize,
+    /// Elastic pool ceiling.
+    pub max_workers: usize,
+    /// Fiber stacks.
+    pub stacks: StackConfig,
+    /// Worker thread name prefix (`<name>-<index>`).
+    pub thread_name: String,
+    /// Idle time after which an extra worker (beyond `workers`) retires.
+    pub idle_timeout: Duration,
+    /// Print counters at shutdown.
+    pub print_stats: bool,
+    /// Report fibers running without a yield point for [`STALL_THRESHOLD`].
+    pub stall_report: bool,
+    /// Abort after a deadlock report.
+    pub deadlock_abort: bool,
+}
+
+/// Number of cores available to this process.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let cores = cores().min(MAX_WORKERS);
+        Config {
+            workers: cores,
+            max_workers: (2 * cores).min(MAX_WORKERS),
+            stacks: StackConfig::default(),
+            thread_name: "fiber-worker".to_string(),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            print_stats: false,
+            stall_report: true,
+            deadlock_abort: false,
+        }
+    }
+}
+
+fn err(setting: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        setting: setting.to_string(),
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_count(setting: &str, value: &str) -> Result<usize, ConfigError> {
+    let n: usize = value
+        .trim()
+        .parse()
+        .map_err(|_| err(setting, value, "not a whole number"))?;
+    if n == 0 {
+        return Err(err(setting, value, "must be at least 1"));
+    }
+    if n > MAX_WORKERS {
+        return Err(err(setting, value, format!("must be at most {MAX_WORKERS}")));
+    }
+    Ok(n)
+}
+
+fn parse_bool(setting: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(err(setting, value, "expected 0 or 1")),
+    }
+}
+
+fn parse_size(setting: &str, value: &str) -> Result<usize, ConfigError> {
+    let text = value.trim().to_ascii_lowercase();
+    let (digits, unit) = match text.strip_suffix(['k', 'm']) {
+        Some(digits) if text.ends_with('k') => (digits, 1024),
+        Some(digits) => (digits, 1024 * 1024),
+        None => (text.as_str(), 1),
+    };
+    let n: usize = digits
+        .trim()
+        .parse()
+        .map_err(|_| err(setting, value, "not a size (bytes, or with k/m)"))?;
+    n.checked_mul(unit).ok_or_else(|| err(setting, value, "too large"))
+}
+
+fn parse_millis(setting: &str, value: &str) -> Result<Duration, ConfigError> {
+    let n: u64 = value
+        .trim()
+        .parse()
+        .map_err(|_| err(setting, value, "not a whole number of milliseconds"))?;
+    Ok(Duration::from_millis(n))
+}
+
+/// Builder-level overrides; `None` means "from the environment or default".
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `workers`
+    pub workers: Option<usize>,
+    /// `max_workers`
+    pub max_workers: Option<usize>,
+    /// `stack_size`
+    pub stack_size: Option<usize>,
+    /// `thread_name`
+    pub thread_name: Option<String>,
+    /// `idle_timeout`
+    pub idle_timeout: Option<Duration>,
+    /// cap on guarded stacks (tests)
+    pub max_guarded_stacks: Option<usize>,
+}
+
+impl Config {
+    /// Defaults, then the process environment, then `overrides`, validated.
+    pub fn resolve(overrides: &Overrides) -> Result<Config, ConfigError> {
+        Self::resolve_with(overrides, |name| std::env::var(name).ok())
+    }
+
+    /// As [`resolve`](Self::resolve) with an explicit variable lookup.
+    pub fn resolve_with(overrides: &Overrides, var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        let mut max_from_user = false;
+        let mut max_setting = "max_workers";
+        if let Some(v) = var("FIBER_WORKERS") {
+            config.workers = parse_count("FIBER_WORKERS", &v)?;
+        }
+        if let Some(v) = var("FIBER_MAX_WORKERS") {
+            config.max_workers = parse_count("FIBER_MAX_WORKERS", &v)?;
+            max_from_user = true;
+            max_setting = "FIBER_MAX_WORKERS";
+        }
+        if let Some(v) = var("FIBER_STACK_SIZE") {
+            config.stacks.size = parse_size("FIBER_STACK_SIZE", &v)?;
+        }
+        if let Some(v) = var("FIBER_IDLE_TIMEOUT_MS") {
+            config.idle_timeout = parse_millis("FIBER_IDLE_TIMEOUT_MS", &v)?;
+        }
+        if let Some(v) = var("FIBER_STATS") {
+            config.print_stats = parse_bool("FIBER_STATS", &v)?;
+        }
+        if let Some(v) = var("FIBER_DEBUG_STALL") {
+            config.stall_report = parse_bool("FIBER_DEBUG_STALL", &v)?;
+        }
+        if let Some(v) = var("FIBER_DEADLOCK_ABORT") {
+            config.deadlock_abort = parse_bool("FIBER_DEADLOCK_ABORT", &v)?;
+        }
+        if let Some(n) = overrides.workers {
+            config.workers = n;
+        }
+        if let Some(n) = overrides.max_workers {
+            config.max_workers = n;
+            max_from_user = true;
+            max_setting = "max_workers";
+        }
+        if let Some(n) = overrides.stack_size {
+            config.stacks.size = n;
+        }
+        if let Some(name) = &overrides.thread_name {
+            config.thread_name = name.clone();
+        }
+        if let Some(d) = overrides.idle_timeout {
+            config.idle_timeout = d;
+        }
+        config.stacks.max_guarded = overrides.max_guarded_stacks;
+        if !max_from_user {
+            config.max_workers = config.max_workers.max(config.workers);
+        } else if config.max_workers < config.workers {
+            return Err(err(
+                max_setting,
+                &config.max_workers.to_string(),
+                format!("must be at least the number of workers ({})", config.workers),
+            ));
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Check the settings against each other and their ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.workers == 0 || self.workers > MAX_WORKERS {
+            return Err(err(
+                "workers",
+                &self.workers.to_string(),
+                format!("must be between 1 and {MAX_WORKERS}"),
+            ));
+        }
+        if self.max_workers > MAX_WORKERS {
+            return Err(err(
+                "max_workers",
+                &self.max_workers.to_string(),
+                format!("must be at most {MAX_WORKERS}"),
+            ));
+        }
+        if self.max_workers < self.workers {
+            return Err(err(
+                "max_workers",
+                &self.max_workers.to_string(),
+                format!("must be at least workers ({})", self.workers),
+            ));
+        }
+        if self.stacks.size < MIN_STACK_SIZE || self.stacks.size > MAX_STACK_SIZE {
+            return Err(err(
+                "stack_size",
+                &self.stacks.size.to_string(),
+                format!("must be between {MIN_STACK_SIZE} and {MAX_STACK_SIZE} bytes"),
+            ));
+        }
+        if self.thread_name.contains('\0') {
+            return Err(err("thread_name", &self.thread_name, "must not contain a NUL byte"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,111 @@
+//! Every `FIBER_*` variable with garbage, and builder values out of range.
+
+use super::*;
+
+fn resolve(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Config::resolve_with(&Overrides::default(), |name| {
+        vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    })
+}
+
+fn error_of(vars: &[(&str, &str)]) -> ConfigError {
+    resolve(vars).expect_err("expected a configuration error")
+}
+
+#[test]
+fn defaults_follow_the_cores() {
+    let config = resolve(&[]).unwrap();
+    assert_eq!(config.workers, cores().min(MAX_WORKERS));
+    assert_eq!(config.max_workers, (2 * cores()).min(MAX_WORKERS).max(config.workers));
+    assert_eq!(config.stacks.size, fiber_core::stack::DEFAULT_STACK_SIZE);
+    assert!(config.stall_report);
+}
+
+#[test]
+fn fiber_workers_garbage_zero_and_too_large_name_the_variable() {
+    let e = error_of(&[("FIBER_WORKERS", "abc")]);
+    assert_eq!(e.to_string(), "invalid FIBER_WORKERS=\"abc\": not a whole number");
+    let e = error_of(&[("FIBER_WORKERS", "0")]);
+    assert_eq!(e.to_string(), "invalid FIBER_WORKERS=\"0\": must be at least 1");
+    let e = error_of(&[("FIBER_WORKERS", "100000")]);
+    assert_eq!(
+        e.to_string(),
+        format!("invalid FIBER_WORKERS=\"100000\": must be at most {MAX_WORKERS}")
+    );
+}
+
+#[test]
+fn fiber_max_workers_below_workers_is_an_error() {
+    let e = error_of(&[("FIBER_WORKERS", "4"), ("FIBER_MAX_WORKERS", "2")]);
+    assert_eq!(e.setting, "FIBER_MAX_WORKERS");
+    assert!(e.reason.contains("at least the number of workers (4)"), "{e}");
+    let e = error_of(&[("FIBER_MAX_WORKERS", "x")]);
+    assert_eq!(e.to_string(), "invalid FIBER_MAX_WORKERS=\"x\": not a whole number");
+}
+
+#[test]
+fn max_equal_to_workers_turns_growth_off() {
+    let config = resolve(&[("FIBER_WORKERS", "3"), ("FIBER_MAX_WORKERS", "3")]).unwrap();
+    assert_eq!((config.workers, config.max_workers), (3, 3));
+}
+
+#[test]
+fn fiber_stack_size_accepts_units_and_rejects_garbage() {
+    assert_eq!(resolve(&[("FIBER_STACK_SIZE", "64k")]).unwrap().stacks.size, 64 * 1024);
+    assert_eq!(resolve(&[("FIBER_STACK_SIZE", "1m")]).unwrap().stacks.size, 1024 * 1024);
+    assert_eq!(resolve(&[("FIBER_STACK_SIZE", "65536")]).unwrap().stacks.size, 65536);
+    let e = error_of(&[("FIBER_STACK_SIZE", "big")]);
+    assert_eq!(e.setting, "FIBER_STACK_SIZE");
+    let e = error_of(&[("FIBER_STACK_SIZE", "4k")]);
+    assert_eq!(e.setting, "stack_size");
+    assert!(e.reason.contains("between 16384"), "{e}");
+}
+
+#[test]
+fn boolean_variables_reject_garbage() {
+    for var in ["FIBER_STATS", "FIBER_DEBUG_STALL", "FIBER_DEADLOCK_ABORT"] {
+        let e = error_of(&[(var, "maybe")]);
+        assert_eq!(e.to_string(), format!("invalid {var}=\"maybe\": expected 0 or 1"));
+    }
+    let config = resolve(&[
+        ("FIBER_STATS", "1"),
+        ("FIBER_DEBUG_STALL", "0"),
+        ("FIBER_DEADLOCK_ABORT", "1"),
+    ])
+    .unwrap();
+    assert!(config.print_stats && !config.stall_report && config.deadlock_abort);
+}
+
+#[test]
+fn fiber_idle_timeout_ms_rejects_garbage() {
+    let e = error_of(&[("FIBER_IDLE_TIMEOUT_MS", "-5")]);
+    assert_eq!(e.setting, "FIBER_IDLE_TIMEOUT_MS");
+    assert_eq!(
+        resolve(&[("FIBER_IDLE_TIMEOUT_MS", "250")]).unwrap().idle_timeout,
+        Duration::from_millis(250)
+    );
+}
+
+#[test]
+fn builder_values_win_over_the_environment() {
+    let overrides = Overrides {
+        workers: Some(3),
+        ..Overrides::default()
+    };
+    let config = Config::resolve_with(&overrides, |name| (name == "FIBER_WORKERS").then(|| "7".to_string())).unwrap();
+    assert_eq!(config.workers, 3);
+    let overrides = Overrides {
+        workers: Some(0),
+        ..Overrides::default()
+    };
+    let e = Config::resolve_with(&overrides, |_| None).unwrap_err();
+    assert_eq!(e.setting, "workers");
+    let overrides = Overrides {
+        workers: Some(4),
+        max_workers: Some(2),
+        ..Overrides::default()
+    };
+    let e = Config::resolve_with(&overrides, |_| None).unwrap_err();
+    assert_eq!(e.setting, "max_workers");
+}

@@ -1,0 +1,156 @@
+//! The worker sleep/notify handshake: a worker sleeps only after seeing no
+//! work, and a notifier never lets published work sit unseen while every
+//! worker sleeps.
+//!
+//! # Protocol
+//!
+//! Worker going to sleep (`Idle::prepare_sleep` ... `Idle::sleep`):
+//! 1. arm its futex word (0), announce itself in the sleeper list and count;
+//! 2. `fence(SeqCst)`;
+//! 3. look for work once more; if there is any, retract the announcement
+//!    (or, if a notifier already popped it, accept the notification) and run;
+//! 4. otherwise wait on the futex word until a notifier sets it to 1.
+//!
+//! Notifier (after publishing work, `Idle::notify_one`):
+//! 1. `fence(SeqCst)`; 2. if a worker is searching, stop (it will find the
+//!    work, and the last searcher to find work notifies another); 3. pop one
+//!    sleeper, set its word to 1 (Release) and wake it.
+//!
+//! The two fences make a Dekker pair (publish work; fence; read sleepers) vs
+//! (announce; fence; read queues): at least one side sees the other, so work
+//! is either found in step 3 or the sleeper is woken. One notify wakes at most
+//! one sleeper (no thundering herd). Checked by `tests/loom_idle.rs`.
+
+use crate::sync::{fence, lock, AtomicU32, AtomicUsize, Mutex, Ordering};
+
+/// Futex word values.
+pub(crate) const WAITING: u32 = 0;
+pub(crate) const NOTIFIED: u32 = 1;
+
+/// Which workers sleep, and how many search.
+#[derive(Debug)]
+pub(crate) struct Idle {
+    sleepers: Mutex<Vec<usize>>,
+    /// Fast-path copy of `sleepers.len()`.
+    num_sleeping: AtomicUsize,
+    /// Workers spinning for work (not yet announced as sleepers).
+    num_searching: AtomicUsize,
+}
+
+/// What a worker that announced sleep should do after its last look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retract {
+    /// It removed its announcement: nobody will notify it.
+    Retracted,
+    /// A notifier already popped it and set (or is setting) its word: it is
+    /// awake by notification.
+    Notified,
+}
+
+impl Idle {
+    pub(crate) fn new(capacity: usize) -> Idle {
+        Idle {
+            sleepers: Mutex::new(Vec::with_capacity(capacity)),
+            num_sleeping: AtomicUsize::new(0),
+            num_searching: AtomicUsize::new(0),
+        }
+    }
+
+    /// Steps 1-2 of going to sleep: arm `word`, announce `worker`, fence.
+    /// The caller must look for work once more afterwards.
+    pub(crate) fn prepare_sleep(&self, worker: usize, word: &AtomicU32) {
+        // Relaxed: ordered before the announcement by the sleepers lock, and
+        // a notifier sets it only after popping us under that lock.
+        word.store(WAITING, Ordering::Relaxed);
+        {
+            let mut sleepers = lock(&self.sleepers);
+            sleepers.push(worker);
+            // Relaxed: the fence below orders it for notifiers.
+            self.num_sleeping.fetch_add(1, Ordering::Relaxed);
+        }
+        // SeqCst fence: the worker side of the Dekker pair with
+        // `notify_one` (announce; fence; read queues).
+        fence(Ordering::SeqCst);
+    }
+
+    /// Step 3 when work turned up: undo the announcement if still listed.
+    pub(crate) fn retract(&self, worker: usize) -> Retract {
+        let mut sleepers = lock(&self.sleepers);
+        match sleepers.iter().position(|&w| w == worker) {
+            Some(at) => {
+                sleepers.swap_remove(at);
+                self.num_sleeping.fetch_sub(1, Ordering::Relaxed);
+                Retract::Retracted
+            }
+            None => Retract::Notified,
+        }
+    }
+
+    /// Step 4: has a notifier set `word`? Acquire pairs with the Release
+    /// store in `notify_one`, so the worker sees the work published before.
+    pub(crate) fn is_notified(word: &AtomicU32) -> bool {
+        word.load(Ordering::Acquire) == NOTIFIED
+    }
+
+    /// A worker starts spinning for work.
+    pub(crate) fn start_searching(&self) {
+        self.num_searching.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A searching worker stops (found work, or goes to sleep). Returns
+    /// `true` if it was the last searcher.
+    pub(crate) fn stop_searching(&self) -> bool {
+        self.num_searching.fetch_sub(1, Ordering::SeqCst) == 1
+    }
+
+    /// Workers currently asleep (diagnostics and scaling decisions).
+    pub(crate) fn sleeping(&self) -> usize {
+        self.num_sleeping.load(Ordering::Relaxed)
+    }
+
+    /// Wake one sleeping worker unless a worker is searching (it will find
+    /// the work). `word_of(i)` is worker `i`'s futex word. Returns the woken
+    /// worker.
+    pub(crate) fn notify_one<'a>(&self, word_of: impl Fn(usize) -> &'a AtomicU32) -> Option<usize> {
+        // SeqCst fence: the notifier side of the Dekker pair with
+        // `prepare_sleep` (publish work; fence; read sleepers).
+        fence(Ordering::SeqCst);
+        // Relaxed loads: ordered by the fence above.
+        if self.num_searching.load(Ordering::Relaxed) > 0 || self.num_sleeping.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let worker = {
+            let mut sleepers = lock(&self.sleepers);
+            let worker = sleepers.pop()?;
+            self.num_sleeping.fetch_sub(1, Ordering::Relaxed);
+            worker
+        };
+        wake(word_of(worker));
+        Some(worker)
+    }
+
+    /// Wake `worker` if it is asleep (a targeted push to its inbox). Returns
+    /// `true` if it was asleep.
+    pub(crate) fn notify_worker(&self, worker: usize, word: &AtomicU32) -> bool {
+        // SeqCst fence: as in `notify_one`.
+        fence(Ordering::SeqCst);
+        if self.num_sleeping.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        if self.retract(worker) == Retract::Retracted {
+            wake(word);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Set a popped sleeper's word and wake it. A wake always writes (swap would
+/// do too): a CAS that skipped the store when already set could drop the
+/// release edge the sleeper needs (PITFALLS 12).
+fn wake(word: &AtomicU32) {
+    // Release: pairs with the Acquire in `Idle::is_notified`.
+    word.store(NOTIFIED, Ordering::Release);
+    crate::sync::futex_wake_one(word);
+}

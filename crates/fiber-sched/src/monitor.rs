@@ -1,0 +1,252 @@
+//! The monitor thread: timers, pressure sampling, the elastic pool's growth
+//! decisions, stall and deadlock reports. Advisory and bounded: each tick
+//! does at most one timer batch and one pass over the worker slots.
+//!
+//! # Growth (spec 7, seed 001)
+//!
+//! Each [`TICK`] the monitor samples `pressure` (runnable fibers enqueued
+//! minus dequeued) and each worker's heartbeat. A worker is *stuck* when it
+//! has been running one fiber with no heartbeat progress for
+//! [`STUCK_AFTER`]. Growth happens only when runnable work is waiting
+//! (pressure > 0), no worker sleeps (else one is woken instead), some worker
+//! is stuck, the pool is below its ceiling, and [`SCALE_COOLDOWN`] has passed
+//! since the last growth. It adds up to 50% more workers (at least one).
+//! Shrinking happens only when an extra worker has slept for the idle timeout
+//! (`worker.rs`), which is far longer than the cooldown: together these are
+//! the hysteresis that keeps the pool from oscillating.
+
+use crate::config::STALL_THRESHOLD;
+use crate::sync::{lock, Ordering};
+use crate::worker::{pressure, spawn_worker, Shared, ACTIVE, DEAD};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Monitor period while anything is happening.
+pub const TICK: Duration = Duration::from_micros(250);
+/// Monitor period when the runtime is idle (no fiber runnable or running).
+pub const IDLE_TICK: Duration = Duration::from_millis(10);
+/// No heartbeat progress for this long while running a fiber = stuck.
+pub const STUCK_AFTER: Duration = Duration::from_millis(2);
+/// Minimum time between two growth events.
+pub const SCALE_COOLDOWN: Duration = Duration::from_millis(10);
+/// Quiet time (everything asleep, root fiber parked, no timer) before a
+/// deadlock report.
+pub const DEADLOCK_AFTER: Duration = Duration::from_secs(1);
+
+struct WorkerView {
+    heartbeat: u64,
+    since: Instant,
+    stall_reported_for: u64,
+}
+
+pub(crate) fn monitor_main(shared: Arc<Shared>) {
+    let mut views: Vec<WorkerView> = (0..shared.slots.len())
+        .map(|_| WorkerView {
+            heartbeat: 0,
+            since: Instant::now(),
+            stall_reported_for: 0,
+        })
+        .collect();
+    let mut last_growth: Option<Instant> = None;
+    let mut neg_streak = 0u64;
+    let mut quiet_since: Option<Instant> = None;
+    let mut deadlock_reported = false;
+    loop {
+        if shared.is_shutdown() {
+            return;
+        }
+        let now = Instant::now();
+        if shared.timers.is_due(now) {
+            shared.timers.fire_due(now);
+        }
+        let pressure = pressure(&shared);
+        sample_pressure(&shared, pressure, &mut neg_streak);
+        let stuck = scan_workers(&shared, &mut views, now);
+        let busy = decide_growth(&shared, pressure, &stuck, now, &mut last_growth);
+        check_deadlock(&shared, busy, now, &mut quiet_since, &mut deadlock_reported);
+        let mut sleep = if busy { TICK } else { IDLE_TICK };
+        if let Some(next) = shared.timers.next_deadline() {
+            sleep = sleep.min(next.saturating_duration_since(Instant::now()));
+        }
+        if !sleep.is_zero() {
+            std::thread::park_timeout(sleep);
+        }
+    }
+}
+
+fn sample_pressure(shared: &Shared, pressure: i64, neg_streak: &mut u64) {
+    let counters = &shared.counters;
+    if pressure > 0 {
+        counters.positive_samples.fetch_add(1, Ordering::Relaxed);
+    }
+    if pressure < 0 {
+        counters.negative_samples.fetch_add(1, Ordering::Relaxed);
+        *neg_streak += 1;
+        counters.neg_streak_max.fetch_max(*neg_streak, Ordering::Relaxed);
+    } else {
+        *neg_streak = 0;
+    }
+}
+
+/// Update heartbeat views; return the stuck workers. Also the stall report.
+fn scan_workers(shared: &Shared, views: &mut [WorkerView], now: Instant) -> Vec<usize> {
+    let mut stuck = Vec::new();
+    for (index, (slot, view)) in shared.slots.iter().zip(views.iter_mut()).enumerate() {
+        if slot.state.load(Ordering::Relaxed) != ACTIVE {
+            view.since = now;
+            continue;
+        }
+        let beat = slot.heartbeat.load(Ordering::Relaxed);
+        let running = slot.running.load(Ordering::Relaxed);
+        if beat != view.heartbeat || running == 0 {
+            view.heartbeat = beat;
+            view.since = now;
+            if slot.stalled.load(Ordering::Relaxed) {
+                slot.stalled.store(false, Ordering::Relaxed);
+            }
+            continue;
+        }
+        let still = now.duration_since(view.since);
+        if still >= STUCK_AFTER && !slot.blocking.load(Ordering::Relaxed) {
+            stuck.push(index);
+            if !slot.stalled.swap(true, Ordering::Relaxed) {
+                // Divert what waits in its inbox: inboxes are not stolen from.
+                while let Some(fiber) = slot.inbox.pop() {
+                    shared.global.push(fiber);
+                }
+            }
+        }
+        if still >= STALL_THRESHOLD && shared.config.stall_report && view.stall_reported_for != running {
+            view.stall_reported_for = running;
+            shared.counters.stall_reports.fetch_add(1, Ordering::Relaxed);
+            let at = slot.running_at.load(Ordering::Relaxed);
+            let location = if at.is_null() {
+                "an unknown place".to_string()
+            } else {
+                // SAFETY: `running_at` only ever holds `&'static Location`s.
+                unsafe { (*at).to_string() }
+            };
+            eprintln!(
+                "fiber: stall: fiber {running} has been running on worker {index} for {:.1} s without a \
+                 yield point (spawned at {location}); other fibers on that worker wait. Set \
+                 FIBER_DEBUG_STALL=0 to silence this report.",
+                still.as_secs_f64()
+            );
+        }
+    }
+    stuck
+}
+
+/// The growth gate. Returns whether the runtime is busy.
+fn decide_growth(
+    shared: &Arc<Shared>,
+    pressure: i64,
+    stuck: &[usize],
+    now: Instant,
+    last_growth: &mut Option<Instant>,
+) -> bool {
+    let counters = &shared.counters;
+    let alive = shared.alive.load(Ordering::Relaxed);
+    let sleeping = shared.idle.sleeping();
+    let running_somewhere = shared.slots.iter().any(|s| s.running.load(Ordering::Relaxed) != 0);
+    let busy = pressure > 0 || running_somewhere || sleeping < alive;
+    if pressure == 0 && shared.global.is_empty() {
+        counters.gate_no_work.fetch_add(1, Ordering::Relaxed);
+        return busy;
+    }
+    if pressure <= 0 {
+        counters.gate_nonpositive.fetch_add(1, Ordering::Relaxed);
+        return busy;
+    }
+    if sleeping > 0 {
+        counters.gate_idle_capacity.fetch_add(1, Ordering::Relaxed);
+        // Backstop for a notify a local push skipped: wake a sleeper if
+        // there is work it can take (runnext slots cannot be stolen).
+        if shared.has_work(None) {
+            shared.notify_one();
+        }
+        return busy;
+    }
+    if stuck.is_empty() {
+        counters.gate_not_stuck.fetch_add(1, Ordering::Relaxed);
+        return busy;
+    }
+    if alive >= shared.config.max_workers {
+        counters.gate_at_max.fetch_add(1, Ordering::Relaxed);
+        return busy;
+    }
+    if last_growth.is_some_and(|t| now.duration_since(t) < SCALE_COOLDOWN) {
+        return busy;
+    }
+    let add = (alive / 2).max(1).min(shared.config.max_workers - alive);
+    let mut added = 0;
+    for index in 0..shared.slots.len() {
+        if added == add {
+            break;
+        }
+        if shared.slots[index].state.load(Ordering::Relaxed) == DEAD && spawn_worker(shared, index) {
+            added += 1;
+        }
+    }
+    if added > 0 {
+        *last_growth = Some(now);
+        counters.record_grow(format!(
+            "+{added} worker(s): worker(s) {stuck:?} stuck with {pressure} runnable fiber(s) waiting"
+        ));
+    }
+    busy
+}
+
+/// Go-style "all fibers are asleep" report.
+fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut Option<Instant>, reported: &mut bool) {
+    let root = shared.root_fiber.load(Ordering::Relaxed);
+    let quiet = !busy
+        && root != 0
+        && shared.timers.next_deadline().is_none()
+        && shared.global.is_empty()
+        && shared.slots.iter().all(|s| !s.blocking.load(Ordering::Relaxed));
+    if !quiet {
+        *quiet_since = None;
+        *reported = false;
+        return;
+    }
+    let since = *quiet_since.get_or_insert(now);
+    if *reported || now.duration_since(since) < DEADLOCK_AFTER {
+        return;
+    }
+    let parked = shared.pool.parked_fibers();
+    if !parked.iter().any(|p| p.id.0 == root) {
+        return;
+    }
+    *reported = true;
+    shared.counters.deadlock_reports.fetch_add(1, Ordering::Relaxed);
+    let mut report = format!(
+        "fiber: deadlock: all fibers are asleep: no fiber is runnable, no timer is pending, and the root \
+         fiber {root} is parked. {} parked fiber(s):\n",
+        parked.len()
+    );
+    for p in parked.iter().take(64) {
+        report.push_str(&format!(
+            "  fiber {} waits on {} (spawned at {})\n",
+            p.id.0, p.waiting_on, p.spawned_at
+        ));
+    }
+    if parked.len() > 64 {
+        report.push_str(&format!("  ... and {} more\n", parked.len() - 64));
+    }
+    eprint!("{report}");
+    if shared.config.deadlock_abort {
+        eprintln!("fiber: FIBER_DEADLOCK_ABORT=1: aborting");
+        std::process::abort();
+    }
+}
+
+/// Start the monitor thread.
+pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let monitor_shared = shared.clone();
+    let handle = std::thread::Builder::new()
+        .name(format!("{}-monitor", shared.config.thread_name))
+        .spawn(move || monitor_main(monitor_shared))?;
+    *lock(&shared.monitor) = Some(handle.thread().clone());
+    Ok(handle)
+}

@@ -1,0 +1,7 @@
+//! The scheduler on real OS threads.
+
+#[cfg(loom)]
+mod loom_idle;
+
+#[cfg(not(loom))]
+mod runtime;

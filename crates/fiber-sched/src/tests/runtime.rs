@@ -1,0 +1,385 @@
+//! Behaviour of the real scheduler: scale, stealing, elastic pool, timers,
+//! shutdown.
+
+use crate::{blocking, sleep, Runtime};
+use fiber_core::{spawn, yield_now};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Poll `cond` until it holds or `limit` passes (waiting on the runtime's
+/// asynchronous decisions, not fixing a race).
+fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cond()
+}
+
+fn runtime(workers: usize, max: usize) -> Runtime {
+    Runtime::builder().workers(workers).max_workers(max).build().unwrap()
+}
+
+#[test]
+fn block_on_returns_the_value_and_reraises_panics() {
+    let rt = runtime(2, 2);
+    assert_eq!(rt.block_on(|| 40 + 2), 42);
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(|| panic!("root boom"))))
+        .expect_err("the root panic reaches the caller");
+    assert_eq!(*err.downcast::<&str>().unwrap(), "root boom");
+    assert_eq!(rt.block_on(|| 7), 7, "the runtime survives a root panic");
+}
+
+#[test]
+fn a_million_fibers_spawned_and_joined() {
+    const ROUNDS: u64 = 100;
+    const PER_ROUND: u64 = 10_000;
+    let rt = runtime(2, 4);
+    let total = rt.block_on(|| {
+        let mut total = 0u64;
+        for round in 0..ROUNDS {
+            let handles: Vec<_> = (0..PER_ROUND).map(|i| spawn(move || round * PER_ROUND + i)).collect();
+            total += handles.into_iter().map(|h| h.join().unwrap()).sum::<u64>();
+        }
+        total
+    });
+    let n = ROUNDS * PER_ROUND;
+    assert_eq!(total, n * (n - 1) / 2);
+    assert!(
+        eventually(Duration::from_secs(5), || rt.stats().fibers_alive == 0),
+        "{}",
+        rt.stats()
+    );
+    let stats = rt.stats();
+    assert!(stats.spawns > n, "{stats}");
+    assert!(stats.frames_allocated < n as usize / 10, "frames are recycled: {stats}");
+}
+
+#[test]
+fn idle_workers_steal_from_a_busy_one() {
+    let rt = runtime(2, 2);
+    let done = rt.block_on(|| {
+        // One fiber spawns everything onto its own worker; the other worker
+        // only gets work by stealing.
+        let handles: Vec<_> = (0..2000u64)
+            .map(|i| {
+                spawn(move || {
+                    let mut x = i;
+                    for _ in 0..20_000 {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    }
+                    std::hint::black_box(x)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().is_ok() as usize).sum::<usize>()
+    });
+    assert_eq!(done, 2000);
+    let stats = rt.stats();
+    assert!(stats.steals > 0, "the second worker must have stolen: {stats}");
+}
+
+#[test]
+fn a_cpu_bound_fiber_does_not_starve_the_others_and_the_pool_shrinks_back() {
+    let rt = Runtime::builder()
+        .workers(2)
+        .max_workers(4)
+        .idle_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    // One spinning fiber per worker; they never yield.
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            rt.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    assert!(eventually(Duration::from_secs(10), || rt.stats().workers >= 2
+        && rt.stats().sleeping_workers == 0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let others: Vec<_> = (0..100)
+        .map(|_| {
+            let finished = finished.clone();
+            rt.spawn(move || {
+                yield_now();
+                finished.fetch_add(1, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    let all_done = eventually(Duration::from_secs(20), || finished.load(Ordering::Relaxed) == 100);
+    let grown = rt.stats();
+    stop.store(true, Ordering::Relaxed);
+    assert!(all_done, "other fibers finished while the spinners spun: {grown}");
+    assert!(grown.scale_ups >= 1 && grown.workers > 2, "the pool grew: {grown}");
+    for h in others.into_iter().chain(spinners) {
+        h.join().unwrap();
+    }
+    let shrunk = eventually(Duration::from_secs(20), || rt.stats().workers == 2);
+    let stats = rt.stats();
+    assert!(
+        shrunk && stats.scale_downs >= 1,
+        "extra workers retired after the idle timeout: {stats}"
+    );
+    assert!(stats.scale_ups <= 3, "no oscillation: {stats}");
+}
+
+#[test]
+fn growth_is_off_when_max_equals_workers() {
+    let rt = Runtime::builder().workers(1).max_workers(1).build().unwrap();
+    rt.block_on(|| blocking(|| std::thread::sleep(Duration::from_millis(20))));
+    let stats = rt.stats();
+    assert_eq!((stats.workers, stats.scale_ups), (1, 0), "{stats}");
+}
+
+#[test]
+fn blocking_adds_a_worker_at_once_so_others_keep_running() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .max_workers(2)
+        .idle_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let released = Arc::new(AtomicBool::new(false));
+    let gate = released.clone();
+    let blocker = rt.spawn(move || {
+        blocking(|| {
+            while !gate.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    });
+    assert!(eventually(Duration::from_secs(10), || rt.stats().workers == 2));
+    // The only original worker is blocked; this fiber runs on the new one.
+    assert_eq!(rt.block_on(|| 5), 5);
+    released.store(true, Ordering::Release);
+    blocker.join().unwrap();
+    assert!(
+        rt.stats().scale_events.iter().any(|e| e.contains("blocking")),
+        "{}",
+        rt.stats()
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || rt.stats().workers == 1),
+        "{}",
+        rt.stats()
+    );
+}
+
+#[test]
+fn retirement_loses_no_runnable_fiber() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .max_workers(3)
+        .idle_timeout(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let finished = Arc::new(AtomicUsize::new(0));
+    for round in 0..5u64 {
+        // Grow (blocking adds workers), then keep fibers moving through
+        // every worker while the extra ones time out and retire.
+        let grow: Vec<_> = (0..2)
+            .map(|_| rt.spawn(|| blocking(|| std::thread::sleep(Duration::from_millis(5)))))
+            .collect();
+        let handles: Vec<_> = (0..500)
+            .map(|i| {
+                let finished = finished.clone();
+                rt.spawn(move || {
+                    for _ in 0..3 {
+                        yield_now();
+                    }
+                    sleep(Duration::from_millis((i % 40) as u64)).unwrap();
+                    finished.fetch_add(1, Ordering::Relaxed);
+                    round
+                })
+            })
+            .collect();
+        for h in grow {
+            h.join().unwrap();
+        }
+        for h in handles {
+            assert_eq!(h.join().unwrap(), round);
+        }
+    }
+    assert_eq!(finished.load(Ordering::Relaxed), 2500);
+    assert!(
+        eventually(Duration::from_secs(10), || rt.stats().scale_downs >= 1),
+        "{}",
+        rt.stats()
+    );
+    let stats = rt.stats();
+    assert!(stats.scale_ups >= 1, "workers grew and retired: {stats}");
+}
+
+#[test]
+fn sleepers_wake_after_their_deadline_never_before() {
+    let rt = runtime(2, 2);
+    let early = rt.block_on(|| {
+        let handles: Vec<_> = (0..1000)
+            .map(|_| {
+                spawn(|| {
+                    let start = Instant::now();
+                    sleep(Duration::from_millis(10)).unwrap();
+                    start.elapsed() < Duration::from_millis(10)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap() as usize).sum::<usize>()
+    });
+    assert_eq!(early, 0);
+}
+
+#[test]
+fn spawn_outside_a_fiber_is_refused_with_a_message() {
+    let err = std::panic::catch_unwind(|| spawn(|| ())).expect_err("spawn outside a runtime must panic");
+    let msg = err
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| err.downcast_ref::<String>().cloned())
+        .unwrap();
+    assert!(
+        msg.contains("outside a fiber") && msg.contains("start a runtime"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn dropping_a_runtime_inside_its_own_fiber_is_refused() {
+    let rt = Arc::new(std::sync::Mutex::new(Some(runtime(1, 1))));
+    let inner = rt.clone();
+    let handle = rt.lock().unwrap().as_ref().unwrap().spawn(move || {
+        let runtime = inner.lock().unwrap().take().unwrap();
+        let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(runtime)));
+        refused.map_err(|e| e.downcast_ref::<&str>().map(|s| s.to_string()).unwrap_or_default())
+    });
+    let outcome = handle.join().unwrap();
+    let msg = outcome.expect_err("drop inside its own fiber must be refused");
+    assert!(msg.contains("from inside one of its own fibers"), "{msg}");
+}
+
+#[test]
+fn shutdown_unwinds_parked_sleeping_and_runnable_fibers_and_leaves_no_thread() {
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = Runtime::builder().workers(2).thread_name("rtgone").build().unwrap();
+    let parked = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for i in 0..200 {
+        let (drops, parked) = (drops.clone(), parked.clone());
+        handles.push(rt.spawn(move || {
+            let _guard = Counted(drops);
+            parked.fetch_add(1, Ordering::Relaxed);
+            if i % 2 == 0 {
+                let _ = sleep(Duration::from_secs(3600));
+            } else {
+                // Parked on a join that never completes before shutdown.
+                let never = spawn(|| {
+                    let _ = sleep(Duration::from_secs(3600));
+                });
+                let _ = never.join();
+            }
+        }));
+    }
+    assert!(eventually(Duration::from_secs(10), || parked.load(Ordering::Relaxed) == 200));
+    let threads_of = |prefix: &str| {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
+            .filter(|name| name.starts_with(prefix))
+            .count()
+    };
+    assert!(threads_of("rtgone") >= 3, "workers and monitor are running");
+    let start = Instant::now();
+    drop(rt);
+    assert!(start.elapsed() < Duration::from_secs(5), "shutdown is bounded");
+    assert_eq!(drops.load(Ordering::Relaxed), 200, "every destructor ran exactly once");
+    assert_eq!(threads_of("rtgone"), 0, "no runtime thread outlives it");
+    for h in handles {
+        assert!(h.join().unwrap_err().is_cancelled());
+    }
+}
+
+#[test]
+fn fibers_spawned_from_outside_spread_over_the_workers() {
+    let rt = runtime(2, 2);
+    let handles: Vec<_> = (0..64)
+        .map(|_| {
+            rt.spawn(|| {
+                let mut x = 0u64;
+                for i in 0..200_000u64 {
+                    x = x.wrapping_add(i * i);
+                }
+                (fiber_core::current_worker(), std::hint::black_box(x))
+            })
+        })
+        .collect();
+    let workers: std::collections::HashSet<_> = handles.into_iter().map(|h| h.join().unwrap().0).collect();
+    assert_eq!(workers.len(), 2, "both workers ran fibers: {workers:?}");
+}
+
+/// A waitable nothing ever completes.
+struct Never;
+
+impl fiber_core::Waitable for Never {
+    type Io = ();
+    fn try_complete(&self, _: &mut ()) -> Option<fiber_core::WaitResult> {
+        None
+    }
+    fn publish(&self, _: &fiber_core::Waiter, _: &mut ()) -> fiber_core::Publish {
+        fiber_core::Publish::Published
+    }
+    fn unpublish(&self, _: &fiber_core::Waiter, _: &mut ()) -> Option<fiber_core::WaitResult> {
+        None
+    }
+}
+
+#[test]
+fn deadlock_is_reported_like_go_and_aborts_on_request() {
+    const CHILD: &str = "FIBER_SCHED_DEADLOCK_CHILD";
+    if std::env::var(CHILD).is_ok() {
+        let rt = Runtime::new().unwrap();
+        rt.block_on(|| {
+            let stuck = spawn(|| fiber_core::fiber_wait(&Never, &mut (), fiber_core::WaitOptions::new()));
+            stuck.join().unwrap()
+        });
+        eprintln!("child survived the deadlock");
+        std::process::exit(0);
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "tests::runtime::deadlock_is_reported_like_go_and_aborts_on_request",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("FIBER_DEADLOCK_ABORT", "1")
+        .env("FIBER_WORKERS", "2")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{stderr}");
+    assert!(stderr.contains("fiber: deadlock: all fibers are asleep"), "{stderr}");
+    assert!(
+        stderr.contains("waits on fiber_sched::tests::runtime::Never"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("src/tests/runtime.rs"),
+        "spawn locations are named: {stderr}"
+    );
+    assert!(!stderr.contains("child survived"), "{stderr}");
+}

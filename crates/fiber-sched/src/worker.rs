@@ -1,0 +1,639 @@
+//! Workers: the shared scheduler state, the per-worker queues, the worker
+//! loop and `Schedule::schedule`.
+//!
+//! # Queues
+//!
+//! Each worker has a LIFO slot (`runnext`, the fiber it spawned or woke
+//! last), a local FIFO deque others can steal from (crossbeam-deque), and an
+//! inbox (MPSC in use; crossbeam `SegQueue`) for pushes from other threads.
+//! One global injection queue serves everyone (`queue.rs`).
+//!
+//! # Worker loop
+//!
+//! runnext -> local -> inbox -> global -> randomized steal -> brief spin ->
+//! sleep (`idle.rs`). Every [`GLOBAL_CHECK_INTERVAL`] fibers the global queue
+//! goes first, and runnext yields to the local queue after
+//! [`RUNNEXT_STREAK`] consecutive runs, so nothing starves.
+//!
+//! # Placement
+//!
+//! * Spawn or wake from a worker of this runtime: that worker's runnext
+//!   (communication locality, like Go's `runnext`); the displaced fiber goes
+//!   to its stealable deque, and a sleeping worker is woken to steal.
+//! * Spawn from outside: round-robin over the workers' inboxes.
+//! * Wake from outside (a plain thread, the timer): the fiber's last worker's
+//!   inbox (soft affinity), unless that worker is stalled, retiring, or its
+//!   inbox holds [`INBOX_LIMIT`] fibers; then the global queue.
+
+use crate::config::Config;
+use crate::idle::{Idle, Retract};
+use crate::queue::GlobalQueue;
+use crate::stats::Counters;
+use crate::sync::{fence, lock, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering};
+use crate::timer::Timers;
+use crossbeam_deque::{Steal, Stealer, Worker as Deque};
+use crossbeam_queue::SegQueue;
+use crossbeam_utils::CachePadded;
+use fiber_core::{FramePool, RunOutcome, Runnable, Schedule, Waiter};
+use std::cell::Cell;
+use std::panic::Location;
+use std::sync::atomic::AtomicPtr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Fibers run between two looks at the global queue first (fairness).
+pub const GLOBAL_CHECK_INTERVAL: u64 = 61;
+/// Consecutive runnext runs before the local queue gets a turn.
+pub const RUNNEXT_STREAK: u32 = 16;
+/// Inbox length past which wakes divert to the global queue.
+pub const INBOX_LIMIT: usize = 256;
+/// Fibers moved from the global queue to the local deque in one grab.
+pub const GLOBAL_BATCH: usize = 16;
+/// Rounds of looking for work before a worker sleeps.
+pub const SEARCH_ROUNDS: u32 = 32;
+
+/// Worker slot states.
+pub(crate) const DEAD: u8 = 0;
+pub(crate) const STARTING: u8 = 1;
+pub(crate) const ACTIVE: u8 = 2;
+pub(crate) const DRAINING: u8 = 3;
+
+/// Per-worker shared state (one cache-padded slot per possible worker).
+pub(crate) struct Slot {
+    pub(crate) state: AtomicU8,
+    pub(crate) futex: AtomicU32,
+    /// Bumped by the worker at each fiber it starts and when it goes idle
+    /// (Relaxed; read by the monitor only).
+    pub(crate) heartbeat: AtomicU64,
+    /// Id of the fiber running now, 0 when none (Relaxed; diagnostics).
+    pub(crate) running: AtomicU64,
+    pub(crate) running_at: AtomicPtr<Location<'static>>,
+    /// Set by the monitor while the worker makes no progress.
+    pub(crate) stalled: AtomicBool,
+    pub(crate) inbox: SegQueue<Runnable>,
+    pub(crate) stealer: Stealer<Runnable>,
+    /// The deque's owner end, parked here while no thread owns the slot.
+    pub(crate) deque: Mutex<Option<Deque<Runnable>>>,
+    /// Owner-written counters (Relaxed).
+    pub(crate) enqueued: AtomicU64,
+    pub(crate) dequeued: AtomicU64,
+    pub(crate) steals: AtomicU64,
+    pub(crate) spawns: AtomicU64,
+    pub(crate) parks: AtomicU64,
+    pub(crate) wakes: AtomicU64,
+    /// Is the worker inside `blocking`?
+    pub(crate) blocking: AtomicBool,
+}
+
+/// State shared by every worker, the monitor and the runtime handle.
+pub(crate) struct Shared {
+    pub(crate) id: usize,
+    pub(crate) config: Config,
+    pub(crate) pool: Arc<FramePool>,
+    pub(crate) global: GlobalQueue,
+    pub(crate) slots: Box<[CachePadded<Slot>]>,
+    pub(crate) idle: Idle,
+    pub(crate) timers: Timers,
+    pub(crate) counters: Counters,
+    pub(crate) shutdown: AtomicBool,
+    /// Worker threads alive (ACTIVE or STARTING or DRAINING).
+    pub(crate) alive: AtomicUsize,
+    /// Round-robin cursor for spawns from outside.
+    pub(crate) round_robin: AtomicUsize,
+    /// Enqueues made from outside the workers (Relaxed).
+    pub(crate) external_enqueued: AtomicU64,
+    pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    pub(crate) monitor: Mutex<Option<std::thread::Thread>>,
+    /// Id of the `block_on` root fiber, 0 when none (deadlock reports).
+    pub(crate) root_fiber: AtomicU64,
+}
+
+fn next_runtime_id() -> usize {
+    // Not a protocol: a unique counter.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Shared {
+    pub(crate) fn new(config: Config) -> Shared {
+        let slots: Vec<CachePadded<Slot>> = (0..config.max_workers)
+            .map(|_| {
+                let deque = Deque::new_fifo();
+                CachePadded::new(Slot {
+                    state: AtomicU8::new(DEAD),
+                    futex: AtomicU32::new(0),
+                    heartbeat: AtomicU64::new(0),
+                    running: AtomicU64::new(0),
+                    running_at: AtomicPtr::new(std::ptr::null_mut()),
+                    stalled: AtomicBool::new(false),
+                    inbox: SegQueue::new(),
+                    stealer: deque.stealer(),
+                    deque: Mutex::new(Some(deque)),
+                    enqueued: AtomicU64::new(0),
+                    dequeued: AtomicU64::new(0),
+                    steals: AtomicU64::new(0),
+                    spawns: AtomicU64::new(0),
+                    parks: AtomicU64::new(0),
+                    wakes: AtomicU64::new(0),
+                    blocking: AtomicBool::new(false),
+                })
+            })
+            .collect();
+        Shared {
+            id: next_runtime_id(),
+            pool: Arc::new(FramePool::new(config.stacks)),
+            global: GlobalQueue::new(),
+            idle: Idle::new(config.max_workers),
+            timers: Timers::new(),
+            counters: Counters::default(),
+            shutdown: AtomicBool::new(false),
+            alive: AtomicUsize::new(0),
+            round_robin: AtomicUsize::new(0),
+            external_enqueued: AtomicU64::new(0),
+            threads: Mutex::new(Vec::new()),
+            monitor: Mutex::new(None),
+            root_fiber: AtomicU64::new(0),
+            slots: slots.into_boxed_slice(),
+            config,
+        }
+    }
+
+    pub(crate) fn word_of(&self, worker: usize) -> &AtomicU32 {
+        &self.slots[worker].futex
+    }
+
+    /// Wake one sleeping worker if none is searching.
+    pub(crate) fn notify_one(&self) {
+        if self.idle.notify_one(|i| self.word_of(i)).is_some() {
+            self.counters.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn is_shutdown(&self) -> bool {
+        // Acquire: pairs with the Release store in `Runtime::shutdown`.
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// Does any queue hold a fiber (what a worker checks before sleeping)?
+    pub(crate) fn has_work(&self, me: Option<usize>) -> bool {
+        if !self.global.is_empty() {
+            return true;
+        }
+        self.slots.iter().enumerate().any(|(i, slot)| {
+            (Some(i) == me && !slot.inbox.is_empty())
+                || !slot.stealer.is_empty()
+                || (slot.state.load(Ordering::Relaxed) != ACTIVE && !slot.inbox.is_empty())
+        })
+    }
+
+    /// Push to worker `target`'s inbox; if it is no longer ACTIVE, move its
+    /// inbox to the global queue ourselves (retirement never strands work).
+    fn push_inbox(&self, target: usize, fiber: Runnable) {
+        let slot = &self.slots[target];
+        slot.inbox.push(fiber);
+        self.counters.inbox_pushes.fetch_add(1, Ordering::Relaxed);
+        // SeqCst fence: Dekker pair with `retire` (DRAINING; fence; drain
+        // inbox) vs (push; fence; read state).
+        fence(Ordering::SeqCst);
+        if slot.state.load(Ordering::Relaxed) != ACTIVE {
+            while let Some(fiber) = slot.inbox.pop() {
+                self.global.push(fiber);
+            }
+            self.notify_one();
+        } else if !self.idle.notify_worker(target, &slot.futex) {
+            // Awake (or searching): it will see its inbox.
+        } else {
+            self.counters.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Placement of a fiber scheduled from outside the workers.
+    fn schedule_external(&self, fiber: Runnable) {
+        self.external_enqueued.fetch_add(1, Ordering::Relaxed);
+        if fiber.last_worker().is_none() {
+            self.counters.external_spawns.fetch_add(1, Ordering::Relaxed);
+        }
+        let target = match fiber.last_worker() {
+            Some(w) if w < self.slots.len() => Some(w).filter(|&w| {
+                let slot = &self.slots[w];
+                slot.state.load(Ordering::Relaxed) == ACTIVE
+                    && !slot.stalled.load(Ordering::Relaxed)
+                    && slot.inbox.len() < INBOX_LIMIT
+            }),
+            Some(_) => None,
+            None => self.round_robin_target(),
+        };
+        match target {
+            Some(w) => self.push_inbox(w, fiber),
+            None => {
+                self.global.push(fiber);
+                self.counters.global_pushes.fetch_add(1, Ordering::Relaxed);
+                self.notify_one();
+            }
+        }
+    }
+
+    fn round_robin_target(&self) -> Option<usize> {
+        let n = self.slots.len();
+        let start = self.round_robin.fetch_add(1, Ordering::Relaxed);
+        (0..n).map(|k| (start + k) % n).find(|&w| {
+            let slot = &self.slots[w];
+            slot.state.load(Ordering::Relaxed) == ACTIVE && !slot.stalled.load(Ordering::Relaxed)
+        })
+    }
+}
+
+impl Schedule for Shared {
+    fn schedule(&self, fiber: Runnable) {
+        let ctx = context::get();
+        if !ctx.is_null() {
+            // SAFETY: a non-null context is the live `WorkerCtx` of this
+            // thread's worker loop (set for the loop's whole run); we only
+            // use it on this thread.
+            let ctx = unsafe { &*ctx };
+            if ctx.shared_id == self.id {
+                ctx.push_local(self, fiber);
+                return;
+            }
+        }
+        self.schedule_external(fiber);
+    }
+
+    fn wake_at(&self, deadline: Instant, waiter: Waiter) {
+        if self.timers.insert(deadline, waiter) {
+            // The monitor sleeps until the earliest deadline: tell it.
+            if let Some(monitor) = lock(&self.monitor).as_ref() {
+                monitor.unpark();
+            }
+        }
+    }
+
+    fn frames(&self) -> &FramePool {
+        &self.pool
+    }
+}
+
+/// The worker thread's own state.
+pub(crate) struct WorkerCtx {
+    shared_id: usize,
+    shared: Arc<Shared>,
+    pub(crate) index: usize,
+    local: Deque<Runnable>,
+    runnext: Cell<Option<Runnable>>,
+    runnext_streak: Cell<u32>,
+    tick: Cell<u64>,
+    rng: Cell<u64>,
+}
+
+/// Owner-only counter bump (single writer, Relaxed).
+#[inline]
+fn bump(counter: &AtomicU64) {
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+impl WorkerCtx {
+    /// The runtime this worker belongs to.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    fn push_local(&self, shared: &Shared, fiber: Runnable) {
+        let slot = &shared.slots[self.index];
+        bump(if fiber.last_worker().is_none() {
+            &slot.spawns
+        } else {
+            &slot.wakes
+        });
+        if let Some(previous) = self.runnext.replace(Some(fiber)) {
+            self.local.push(previous);
+        }
+        bump(&slot.enqueued);
+        // A cheap look first: a missed sleeper here costs parallelism, not
+        // liveness (this worker is awake and runs the fiber itself; the
+        // monitor wakes sleepers when pressure stays positive).
+        if shared.idle.sleeping() > 0 {
+            shared.notify_one();
+        }
+    }
+
+    fn next_random(&self) -> u64 {
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        x
+    }
+}
+
+/// The worker context of this thread (PITFALLS 1: read through a
+/// non-inlined accessor, never cached across a fiber switch).
+pub(crate) mod context {
+    use super::WorkerCtx;
+    use std::cell::Cell;
+
+    thread_local! {
+        static CONTEXT: Cell<*const WorkerCtx> = const { Cell::new(std::ptr::null()) };
+    }
+
+    #[inline(never)]
+    pub(crate) fn get() -> *const WorkerCtx {
+        CONTEXT.with(|c| c.get())
+    }
+
+    #[inline(never)]
+    pub(crate) fn set(ctx: *const WorkerCtx) {
+        CONTEXT.with(|c| c.set(ctx))
+    }
+}
+
+/// Start a worker thread in slot `index` (DEAD -> STARTING). Returns `false`
+/// if the slot is taken or the thread could not start.
+pub(crate) fn spawn_worker(shared: &Arc<Shared>, index: usize) -> bool {
+    let slot = &shared.slots[index];
+    if slot
+        .state
+        .compare_exchange(DEAD, STARTING, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        return false;
+    }
+    let Some(deque) = lock(&slot.deque).take() else {
+        slot.state.store(DEAD, Ordering::Release);
+        return false;
+    };
+    shared.alive.fetch_add(1, Ordering::AcqRel);
+    let worker_shared = shared.clone();
+    let name = format!("{}-{}", shared.config.thread_name, index);
+    match std::thread::Builder::new()
+        .name(name)
+        .spawn(move || worker_main(worker_shared, index, deque))
+    {
+        Ok(handle) => {
+            lock(&shared.threads).push(handle);
+            true
+        }
+        Err(_) => {
+            // The deque's owner end went with the closure and the slot's
+            // stealer is tied to it, so this slot stays DEAD for good; count
+            // it and go on with fewer workers.
+            shared.alive.fetch_sub(1, Ordering::AcqRel);
+            shared.counters.spawn_failures.fetch_add(1, Ordering::Relaxed);
+            slot.state.store(DEAD, Ordering::Release);
+            false
+        }
+    }
+}
+
+fn worker_main(shared: Arc<Shared>, index: usize, deque: Deque<Runnable>) {
+    FramePool::register_thread(&shared.pool);
+    let ctx = WorkerCtx {
+        shared_id: shared.id,
+        shared: shared.clone(),
+        index,
+        local: deque,
+        runnext: Cell::new(None),
+        runnext_streak: Cell::new(0),
+        tick: Cell::new(0),
+        rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
+    };
+    context::set(&ctx);
+    let slot = &shared.slots[index];
+    slot.state.store(ACTIVE, Ordering::Release);
+    run_loop(&shared, &ctx);
+    // Leaving (shutdown or retirement): nothing runnable stays behind.
+    slot.state.store(DRAINING, Ordering::Release);
+    fence(Ordering::SeqCst);
+    let moved = drain_to_global(&shared, &ctx);
+    context::set(std::ptr::null());
+    FramePool::unregister_thread();
+    let WorkerCtx { local, .. } = ctx;
+    *lock(&slot.deque) = Some(local);
+    slot.running.store(0, Ordering::Relaxed);
+    slot.state.store(DEAD, Ordering::Release);
+    shared.alive.fetch_sub(1, Ordering::AcqRel);
+    if moved > 0 && !shared.is_shutdown() {
+        shared.notify_one();
+    }
+}
+
+fn drain_to_global(shared: &Shared, ctx: &WorkerCtx) -> usize {
+    let mut moved = 0;
+    if let Some(fiber) = ctx.runnext.take() {
+        shared.global.push(fiber);
+        moved += 1;
+    }
+    while let Some(fiber) = ctx.local.pop() {
+        shared.global.push(fiber);
+        moved += 1;
+    }
+    while let Some(fiber) = shared.slots[ctx.index].inbox.pop() {
+        shared.global.push(fiber);
+        moved += 1;
+    }
+    moved
+}
+
+fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) {
+    loop {
+        if shared.is_shutdown() {
+            return;
+        }
+        if let Some(fiber) = find_work(shared, ctx) {
+            run(shared, ctx, fiber);
+            continue;
+        }
+        // Search briefly before sleeping.
+        shared.idle.start_searching();
+        let mut found = None;
+        for round in 0..SEARCH_ROUNDS {
+            if let Some(fiber) = find_work(shared, ctx) {
+                found = Some(fiber);
+                break;
+            }
+            if shared.timers.is_due(Instant::now()) {
+                shared.timers.fire_due(Instant::now());
+                continue;
+            }
+            if round < SEARCH_ROUNDS / 2 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let last_searcher = shared.idle.stop_searching();
+        if let Some(fiber) = found {
+            if last_searcher {
+                // Others may have skipped waking anyone because we were
+                // searching: pass the search on.
+                shared.notify_one();
+            }
+            run(shared, ctx, fiber);
+            continue;
+        }
+        if !sleep(shared, ctx) {
+            return;
+        }
+    }
+}
+
+/// Go to sleep; returns `false` if this worker should retire.
+fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
+    let slot = &shared.slots[ctx.index];
+    shared.idle.prepare_sleep(ctx.index, &slot.futex);
+    if shared.has_work(Some(ctx.index)) || shared.is_shutdown() {
+        if shared.idle.retract(ctx.index) == Retract::Notified {
+            wait_notified(slot, None);
+        }
+        return true;
+    }
+    slot.heartbeat.fetch_add(1, Ordering::Relaxed);
+    shared.counters.sleeps.fetch_add(1, Ordering::Relaxed);
+    let extra = ctx.index >= shared.config.workers;
+    let timeout = extra.then_some(shared.config.idle_timeout);
+    if wait_notified(slot, timeout) {
+        return true;
+    }
+    // Idle for the whole timeout: retire, unless a notifier got us first.
+    match shared.idle.retract(ctx.index) {
+        Retract::Notified => {
+            wait_notified(slot, None);
+            true
+        }
+        Retract::Retracted => {
+            shared.counters.record_shrink(format!(
+                "worker {} idle for {:?}",
+                ctx.index, shared.config.idle_timeout
+            ));
+            false
+        }
+    }
+}
+
+/// Wait for the futex word to be set; `false` if `timeout` passed first.
+fn wait_notified(slot: &Slot, timeout: Option<Duration>) -> bool {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        if Idle::is_notified(&slot.futex) {
+            return true;
+        }
+        let remaining = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return false;
+                }
+                Some(d - now)
+            }
+            None => None,
+        };
+        crate::sync::futex_wait(&slot.futex, crate::idle::WAITING, remaining);
+    }
+}
+
+fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
+    let tick = ctx.tick.get().wrapping_add(1);
+    ctx.tick.set(tick);
+    if tick % GLOBAL_CHECK_INTERVAL == 0 {
+        if let Some(fiber) = shared.global.pop() {
+            return Some(fiber);
+        }
+    }
+    if ctx.runnext_streak.get() < RUNNEXT_STREAK {
+        if let Some(fiber) = ctx.runnext.take() {
+            ctx.runnext_streak.set(ctx.runnext_streak.get() + 1);
+            return Some(fiber);
+        }
+    } else if let Some(fiber) = ctx.runnext.take() {
+        // Let the local queue go first this time.
+        ctx.local.push(fiber);
+    }
+    ctx.runnext_streak.set(0);
+    if let Some(fiber) = ctx.local.pop() {
+        return Some(fiber);
+    }
+    if let Some(fiber) = shared.slots[ctx.index].inbox.pop() {
+        return Some(fiber);
+    }
+    if let Some(fiber) = shared.global.pop() {
+        for _ in 1..GLOBAL_BATCH {
+            match shared.global.pop() {
+                Some(more) => ctx.local.push(more),
+                None => break,
+            }
+        }
+        return Some(fiber);
+    }
+    steal(shared, ctx)
+}
+
+fn steal(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
+    let n = shared.slots.len();
+    let start = (ctx.next_random() % n as u64) as usize;
+    for k in 0..n {
+        let victim = (start + k) % n;
+        if victim == ctx.index {
+            continue;
+        }
+        let stealer = &shared.slots[victim].stealer;
+        loop {
+            match stealer.steal_batch_and_pop(&ctx.local) {
+                Steal::Success(fiber) => {
+                    bump(&shared.slots[ctx.index].steals);
+                    return Some(fiber);
+                }
+                Steal::Empty => break,
+                Steal::Retry => std::hint::spin_loop(),
+            }
+        }
+    }
+    None
+}
+
+fn run(shared: &Shared, ctx: &WorkerCtx, fiber: Runnable) {
+    let slot = &shared.slots[ctx.index];
+    bump(&slot.dequeued);
+    let running = fiber.into_running();
+    slot.running.store(running.id().0, Ordering::Relaxed);
+    slot.running_at.store(
+        running.spawn_location() as *const Location<'static> as *mut _,
+        Ordering::Relaxed,
+    );
+    bump(&slot.heartbeat);
+    let outcome = running.resume(ctx.index);
+    slot.running.store(0, Ordering::Relaxed);
+    match outcome {
+        RunOutcome::Yielded(fiber) => {
+            // Back of the local queue, so others run first.
+            ctx.local.push(fiber);
+            bump(&slot.enqueued);
+        }
+        RunOutcome::Parked => bump(&slot.parks),
+        RunOutcome::Finished => {}
+    }
+}
+
+/// Pressure: runnable fibers enqueued minus dequeued (signed; transiently
+/// negative under races, spec 7.1).
+pub(crate) fn pressure(shared: &Shared) -> i64 {
+    let mut total = shared.external_enqueued.load(Ordering::Relaxed) as i64;
+    for slot in shared.slots.iter() {
+        total += slot.enqueued.load(Ordering::Relaxed) as i64;
+        total -= slot.dequeued.load(Ordering::Relaxed) as i64;
+    }
+    total
+}
+
+/// Is the current thread a worker of `shared`? (Used to refuse misuse.)
+pub(crate) fn on_worker_of(shared_id: usize) -> bool {
+    let ctx = context::get();
+    // SAFETY: as in `Schedule::schedule`.
+    !ctx.is_null() && unsafe { (*ctx).shared_id } == shared_id
+}
+
+/// The index of the worker this thread runs, if it is one of `shared`'s.
+pub(crate) fn current_worker_index(shared_id: usize) -> Option<usize> {
+    let ctx = context::get();
+    // SAFETY: as in `Schedule::schedule`.
+    (!ctx.is_null() && unsafe { (*ctx).shared_id } == shared_id).then(|| unsafe { (*ctx).index })
+}
