@@ -83,7 +83,6 @@ pub mod stack;
 mod task;
 #[cfg(not(loom))]
 pub mod testing;
-#[cfg(not(loom))]
 mod wait;
 
 #[cfg(not(loom))]
@@ -96,7 +95,6 @@ pub use sched::{Runnable, Running, Schedule, Worker};
 pub use stack::StackConfig;
 #[cfg(not(loom))]
 pub use task::{current_scheduler, spawn, spawn_on, try_spawn_on, JoinError, JoinHandle};
-#[cfg(not(loom))]
 pub use wait::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 
 #[cfg(test)]

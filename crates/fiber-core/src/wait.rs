@@ -20,10 +20,14 @@
 //! thread parker instead of a fiber, and the winner of the claim unparks
 //! the thread instead of scheduling a fiber.
 
+#[cfg(not(loom))]
 use crate::fiber::{current, Fiber, Suspend};
+#[cfg(not(loom))]
 use crate::sched::Runnable;
 use crate::state::{Actor, Claim, StateWord};
-use crate::sync::{fence, Arc, Ordering};
+#[cfg(not(loom))]
+use crate::sync::fence;
+use crate::sync::{Arc, Ordering};
 use std::fmt;
 use std::time::Instant;
 
@@ -118,6 +122,7 @@ pub trait Waitable {
 
 #[derive(Clone)]
 enum Target {
+    #[cfg(not(loom))]
     Fiber(Arc<Fiber>),
     Thread(Arc<ThreadParker>),
 }
@@ -141,19 +146,23 @@ impl Waiter {
     pub fn same_wait(&self, other: &Waiter) -> bool {
         self.ticket == other.ticket
             && match (&self.target, &other.target) {
+                #[cfg(not(loom))]
                 (Target::Fiber(a), Target::Fiber(b)) => Arc::ptr_eq(a, b),
                 (Target::Thread(a), Target::Thread(b)) => Arc::ptr_eq(a, b),
+                #[cfg(not(loom))]
                 _ => false,
             }
     }
 
     fn state(&self) -> &StateWord {
         match &self.target {
+            #[cfg(not(loom))]
             Target::Fiber(f) => &f.state,
             Target::Thread(t) => &t.state,
         }
     }
 
+    #[cfg(not(loom))]
     pub(crate) fn for_fiber(fiber: Arc<Fiber>, ticket: u64) -> Waiter {
         Waiter {
             target: Target::Fiber(fiber),
@@ -165,6 +174,7 @@ impl Waiter {
 impl fmt::Debug for Waiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let who = match &self.target {
+            #[cfg(not(loom))]
             Target::Fiber(fiber) => format!("{}", fiber.id()),
             Target::Thread(_) => "thread".to_string(),
         };
@@ -186,6 +196,7 @@ pub fn fiber_wake(record: &Waiter) -> bool {
     match record.state().wake(record.ticket) {
         Claim::Claimed => {
             match &record.target {
+                #[cfg(not(loom))]
                 Target::Fiber(fiber) => {
                     // SAFETY: we won the wake claim, so we own the fiber
                     // until `schedule` takes the token.
@@ -200,6 +211,7 @@ pub fn fiber_wake(record: &Waiter) -> bool {
     }
 }
 
+#[cfg(not(loom))]
 /// Wake `fiber` for whatever it waits on now, if it waits (used by
 /// cancellation, which has no waiter record). The waitable sees a spurious
 /// wake; `fiber_wait` then checks for cancellation.
@@ -214,6 +226,14 @@ pub fn fiber_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: W
     if let Some(result) = waitable.try_complete(io) {
         return result;
     }
+    #[cfg(loom)]
+    return thread_wait(waitable, io, options);
+    #[cfg(not(loom))]
+    fiber_or_thread_wait(waitable, io, options)
+}
+
+#[cfg(not(loom))]
+fn fiber_or_thread_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: WaitOptions) -> WaitResult {
     let fiber = current::get();
     if fiber.is_null() {
         return thread_wait(waitable, io, options);
@@ -225,6 +245,7 @@ pub fn fiber_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: W
     fiber_wait_slow(fiber, waitable, io, options)
 }
 
+#[cfg(not(loom))]
 #[inline(never)]
 fn fiber_wait_slow<W: Waitable + ?Sized>(
     fiber: &Fiber,
@@ -287,6 +308,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
 }
 
 /// The `Arc` of a frame from a reference to it.
+#[cfg(not(loom))]
 fn frame_arc(fiber: &Fiber) -> Arc<Fiber> {
     let ptr: *const Fiber = fiber;
     // SAFETY: every frame lives in an `Arc` held by its pool (`FramePool::
@@ -298,16 +320,36 @@ fn frame_arc(fiber: &Fiber) -> Arc<Fiber> {
     }
 }
 
+#[cfg(loom)]
+use loom::thread::{current as current_thread, park, Thread};
+#[cfg(not(loom))]
+use std::thread::{current as current_thread, park, park_timeout, Thread};
+
+/// Under loom there are no timed parks: models use no deadlines.
+#[cfg(loom)]
+fn park_timeout(_: std::time::Duration) {
+    park()
+}
+
 /// The park side for plain threads.
 pub(crate) struct ThreadParker {
     state: StateWord,
-    thread: std::thread::Thread,
+    thread: Thread,
 }
 
+#[cfg(not(loom))]
 thread_local! {
     static PARKER: Arc<ThreadParker> = Arc::new(ThreadParker {
         state: StateWord::new_running(),
-        thread: std::thread::current(),
+        thread: current_thread(),
+    });
+}
+
+#[cfg(loom)]
+loom::thread_local! {
+    static PARKER: Arc<ThreadParker> = Arc::new(ThreadParker {
+        state: StateWord::new_running(),
+        thread: current_thread(),
     });
 }
 
@@ -363,9 +405,9 @@ fn park_until_claimed(parker: &ThreadParker, ticket: u64, deadline: Option<Insta
                     deadline = None;
                     continue;
                 }
-                std::thread::park_timeout(d - now);
+                park_timeout(d - now);
             }
-            None => std::thread::park(),
+            None => park(),
         }
     }
 }

@@ -89,7 +89,7 @@ impl Builder {
 
 /// A fiber runtime: worker threads, a monitor, and the fibers they run.
 pub struct Runtime {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     monitor: Option<std::thread::JoinHandle<()>>,
 }
 

@@ -447,13 +447,15 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) {
         shared.idle.start_searching();
         let mut found = None;
         for round in 0..SEARCH_ROUNDS {
+            // Due timers first: a fiber they wake from this thread lands in
+            // our runnext, which the look below takes.
+            let now = Instant::now();
+            if shared.timers.is_due(now) {
+                shared.timers.fire_due(now);
+            }
             if let Some(fiber) = find_work(shared, ctx) {
                 found = Some(fiber);
                 break;
-            }
-            if shared.timers.is_due(Instant::now()) {
-                shared.timers.fire_due(Instant::now());
-                continue;
             }
             if round < SEARCH_ROUNDS / 2 {
                 std::hint::spin_loop();
@@ -481,7 +483,15 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) {
 fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     let slot = &shared.slots[ctx.index];
     shared.idle.prepare_sleep(ctx.index, &slot.futex);
-    if shared.has_work(Some(ctx.index)) || shared.is_shutdown() {
+    // Our own runnext counts too (only this thread can fill it, but it must
+    // never be left behind while we sleep).
+    let own_runnext = {
+        let fiber = ctx.runnext.take();
+        let some = fiber.is_some();
+        ctx.runnext.set(fiber);
+        some
+    };
+    if own_runnext || shared.has_work(Some(ctx.index)) || shared.is_shutdown() {
         if shared.idle.retract(ctx.index) == Retract::Notified {
             wait_notified(slot, None);
         }

@@ -1,0 +1,485 @@
+//! The public channel handles: [`bounded`], [`unbounded`], [`after`],
+//! [`tick`], [`never`], [`Sender`] and [`Receiver`].
+
+use crate::chan::{Chan, Try};
+use crate::error::{RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError};
+use crate::sync::{lock, Mutex, Ordering};
+use fiber_core::{fiber_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A channel of capacity `cap`; `bounded(0)` is a rendezvous channel: a send
+/// completes only when a receiver takes the value.
+pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
+    let chan = Arc::new(Chan::new(Some(cap)));
+    (
+        Sender { chan: chan.clone() },
+        Receiver {
+            flavor: Flavor::Chan(chan),
+        },
+    )
+}
+
+/// A channel without a capacity limit: sends never block.
+pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
+    let chan = Arc::new(Chan::new(None));
+    (
+        Sender { chan: chan.clone() },
+        Receiver {
+            flavor: Flavor::Chan(chan),
+        },
+    )
+}
+
+/// A receiver that delivers the current instant once, after `duration`.
+pub fn after(duration: Duration) -> Receiver<Instant> {
+    let at = Instant::now().checked_add(duration);
+    Receiver {
+        flavor: Flavor::Timer(Arc::new(TimerChan::new(at, None)), identity),
+    }
+}
+
+/// A receiver that delivers the current instant every `duration` (a
+/// message not received is not queued up: at most one is pending).
+pub fn tick(duration: Duration) -> Receiver<Instant> {
+    let at = Instant::now().checked_add(duration);
+    Receiver {
+        flavor: Flavor::Timer(Arc::new(TimerChan::new(at, Some(duration))), identity),
+    }
+}
+
+/// A receiver that never delivers anything (a `select!` arm that never
+/// fires).
+pub fn never<T>() -> Receiver<T> {
+    Receiver { flavor: Flavor::Never }
+}
+
+fn identity(at: Instant) -> Instant {
+    at
+}
+
+/// A timer channel: the next delivery instant, `None` when exhausted.
+pub(crate) struct TimerChan {
+    next: Mutex<Option<Instant>>,
+    period: Option<Duration>,
+}
+
+impl TimerChan {
+    fn new(at: Option<Instant>, period: Option<Duration>) -> TimerChan {
+        TimerChan {
+            next: Mutex::new(at),
+            period,
+        }
+    }
+
+    /// When the next message is due.
+    pub(crate) fn due(&self) -> Option<Instant> {
+        *lock(&self.next)
+    }
+
+    /// Take the message if it is due.
+    pub(crate) fn try_take(&self, now: Instant) -> Option<Instant> {
+        let mut next = lock(&self.next);
+        let due = (*next)?;
+        if due > now {
+            return None;
+        }
+        *next = self.period.and_then(|p| {
+            // The next tick is one period after this delivery.
+            now.checked_add(p)
+        });
+        Some(now)
+    }
+}
+
+/// A wait that only a deadline ends (timers, `never`).
+struct Sleep;
+
+impl Waitable for Sleep {
+    type Io = ();
+    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+        None
+    }
+    fn publish(&self, _: &Waiter, _: &mut ()) -> Publish {
+        Publish::Published
+    }
+    fn unpublish(&self, _: &Waiter, _: &mut ()) -> Option<WaitResult> {
+        None
+    }
+}
+
+/// Wait until `deadline` (or forever): park a fiber, block a thread.
+/// `false` if cancelled first.
+pub(crate) fn sleep_until(deadline: Option<Instant>) -> bool {
+    if deadline.is_some_and(|d| d <= Instant::now()) {
+        return true;
+    }
+    matches!(
+        fiber_wait(&Sleep, &mut (), WaitOptions::new().deadline(deadline)),
+        WaitResult::TimedOut
+    )
+}
+
+pub(crate) enum Flavor<T> {
+    Chan(Arc<Chan<T>>),
+    Timer(Arc<TimerChan>, fn(Instant) -> T),
+    Never,
+}
+
+/// The sending half of a channel. Clone it for more producers; the channel
+/// closes when the last `Sender` is dropped.
+pub struct Sender<T> {
+    pub(crate) chan: Arc<Chan<T>>,
+}
+
+/// The receiving half of a channel. Clone it for more consumers.
+pub struct Receiver<T> {
+    pub(crate) flavor: Flavor<T>,
+}
+
+impl<T> Sender<T> {
+    /// Send, blocking while the channel is full (for a rendezvous channel:
+    /// until a receiver takes the value). In a fiber this parks the fiber;
+    /// on a plain thread it blocks the thread. Fails, returning the value,
+    /// once the channel is closed or every receiver is gone.
+    pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+        match self.chan.send(value, None) {
+            Ok(()) => Ok(()),
+            Err((value, _)) => Err(SendError(value)),
+        }
+    }
+
+    /// Send without blocking.
+    pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        match self.chan.try_send(value) {
+            Ok(()) => Ok(()),
+            Err((value, true)) => Err(TrySendError::Disconnected(value)),
+            Err((value, false)) => Err(TrySendError::Full(value)),
+        }
+    }
+
+    /// Send, waiting at most `timeout`.
+    pub fn send_timeout(&self, value: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.send_deadline(value, deadline),
+            None => self.send(value).map_err(SendTimeoutError::from),
+        }
+    }
+
+    /// Send, waiting until `deadline` at most. A fiber cancelled while it
+    /// waits gets `Timeout` (with its value back).
+    pub fn send_deadline(&self, value: T, deadline: Instant) -> Result<(), SendTimeoutError<T>> {
+        match self.chan.send(value, Some(deadline)) {
+            Ok(()) => Ok(()),
+            Err((value, true)) => Err(SendTimeoutError::Disconnected(value)),
+            Err((value, false)) => Err(SendTimeoutError::Timeout(value)),
+        }
+    }
+
+    /// Close the channel: no send is admitted afterwards; buffered values
+    /// and parked senders' values are still delivered; receivers then see
+    /// `Disconnected`. Returns `false` if it was already closed.
+    pub fn close(&self) -> bool {
+        self.chan.close()
+    }
+
+    /// Is the channel closed (explicitly, by the last sender leaving, or by
+    /// the last receiver leaving)?
+    pub fn is_closed(&self) -> bool {
+        self.chan.is_closed()
+    }
+
+    /// Values in the buffer.
+    pub fn len(&self) -> usize {
+        self.chan.len()
+    }
+
+    /// Is the buffer empty?
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Is the buffer full? (A rendezvous channel is always full.)
+    pub fn is_full(&self) -> bool {
+        self.chan.capacity().is_some_and(|cap| self.len() >= cap)
+    }
+
+    /// The capacity; `None` for an unbounded channel.
+    pub fn capacity(&self) -> Option<usize> {
+        self.chan.capacity()
+    }
+
+    /// Operations parked on the channel now: (receivers, senders). A racy
+    /// snapshot for tests and diagnostics.
+    #[doc(hidden)]
+    pub fn waiting(&self) -> (usize, usize) {
+        self.chan.waiting()
+    }
+
+    /// Do both handles belong to one channel?
+    pub fn same_channel(&self, other: &Sender<T>) -> bool {
+        Arc::ptr_eq(&self.chan, &other.chan)
+    }
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        self.chan.senders.fetch_add(1, Ordering::Relaxed);
+        Sender {
+            chan: self.chan.clone(),
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        // AcqRel: the last sender's close sees every other sender's work.
+        if self.chan.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.chan.close();
+        }
+    }
+}
+
+impl<T> Receiver<T> {
+    /// Receive, blocking while the channel is empty and open. In a fiber
+    /// this parks the fiber; on a plain thread it blocks the thread. Fails
+    /// once the channel is closed and empty.
+    pub fn recv(&self) -> Result<T, RecvError> {
+        match &self.flavor {
+            Flavor::Chan(chan) => chan.recv(None).map_err(|_| RecvError),
+            Flavor::Timer(timer, convert) => loop {
+                match timer.due() {
+                    None => {
+                        sleep_until(None);
+                    }
+                    Some(due) => {
+                        sleep_until(Some(due));
+                        if let Some(at) = timer.try_take(Instant::now()) {
+                            return Ok(convert(at));
+                        }
+                    }
+                }
+            },
+            Flavor::Never => loop {
+                sleep_until(None);
+            },
+        }
+    }
+
+    /// Receive without blocking.
+    pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        match &self.flavor {
+            Flavor::Chan(chan) => match chan.try_recv() {
+                Try::Done(value) => Ok(value),
+                Try::WouldBlock => Err(TryRecvError::Empty),
+                Try::Disconnected => Err(TryRecvError::Disconnected),
+            },
+            Flavor::Timer(timer, convert) => timer.try_take(Instant::now()).map(convert).ok_or(TryRecvError::Empty),
+            Flavor::Never => Err(TryRecvError::Empty),
+        }
+    }
+
+    /// Receive, waiting at most `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.recv_deadline(deadline),
+            None => self.recv().map_err(RecvTimeoutError::from),
+        }
+    }
+
+    /// Receive, waiting until `deadline` at most. A fiber cancelled while it
+    /// waits gets `Timeout`.
+    pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
+        match &self.flavor {
+            Flavor::Chan(chan) => chan.recv(Some(deadline)).map_err(|disconnected| {
+                if disconnected {
+                    RecvTimeoutError::Disconnected
+                } else {
+                    RecvTimeoutError::Timeout
+                }
+            }),
+            Flavor::Timer(timer, convert) => {
+                let until = timer.due().map_or(deadline, |due| due.min(deadline));
+                sleep_until(Some(until));
+                timer
+                    .try_take(Instant::now())
+                    .map(convert)
+                    .ok_or(RecvTimeoutError::Timeout)
+            }
+            Flavor::Never => {
+                sleep_until(Some(deadline));
+                Err(RecvTimeoutError::Timeout)
+            }
+        }
+    }
+
+    /// A blocking iterator: yields until the channel is closed and empty.
+    pub fn iter(&self) -> Iter<'_, T> {
+        Iter { receiver: self }
+    }
+
+    /// A non-blocking iterator over what can be received now.
+    pub fn try_iter(&self) -> TryIter<'_, T> {
+        TryIter { receiver: self }
+    }
+
+    /// Close the channel (see [`Sender::close`]).
+    pub fn close(&self) -> bool {
+        match &self.flavor {
+            Flavor::Chan(chan) => chan.close(),
+            _ => false,
+        }
+    }
+
+    /// Is the channel closed?
+    pub fn is_closed(&self) -> bool {
+        match &self.flavor {
+            Flavor::Chan(chan) => chan.is_closed(),
+            _ => false,
+        }
+    }
+
+    /// Values in the buffer.
+    pub fn len(&self) -> usize {
+        match &self.flavor {
+            Flavor::Chan(chan) => chan.len(),
+            Flavor::Timer(timer, _) => usize::from(timer.due().is_some_and(|d| d <= Instant::now())),
+            Flavor::Never => 0,
+        }
+    }
+
+    /// Is the buffer empty?
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Is the buffer full?
+    pub fn is_full(&self) -> bool {
+        match &self.flavor {
+            Flavor::Chan(chan) => chan.capacity().is_some_and(|cap| chan.len() >= cap),
+            Flavor::Timer(..) => self.len() == 1,
+            Flavor::Never => true,
+        }
+    }
+
+    /// The capacity; `None` for an unbounded channel.
+    pub fn capacity(&self) -> Option<usize> {
+        match &self.flavor {
+            Flavor::Chan(chan) => chan.capacity(),
+            Flavor::Timer(..) => Some(1),
+            Flavor::Never => Some(0),
+        }
+    }
+
+    /// Do both handles belong to one channel?
+    pub fn same_channel(&self, other: &Receiver<T>) -> bool {
+        match (&self.flavor, &other.flavor) {
+            (Flavor::Chan(a), Flavor::Chan(b)) => Arc::ptr_eq(a, b),
+            (Flavor::Timer(a, _), Flavor::Timer(b, _)) => Arc::ptr_eq(a, b),
+            (Flavor::Never, Flavor::Never) => true,
+            _ => false,
+        }
+    }
+
+    /// Address identifying the channel (select bookkeeping).
+    pub(crate) fn addr(&self) -> usize {
+        match &self.flavor {
+            Flavor::Chan(chan) => Arc::as_ptr(chan) as *const () as usize,
+            Flavor::Timer(timer, _) => Arc::as_ptr(timer) as *const () as usize,
+            Flavor::Never => 0,
+        }
+    }
+}
+
+impl<T> Clone for Receiver<T> {
+    fn clone(&self) -> Self {
+        let flavor = match &self.flavor {
+            Flavor::Chan(chan) => {
+                chan.receivers.fetch_add(1, Ordering::Relaxed);
+                Flavor::Chan(chan.clone())
+            }
+            Flavor::Timer(timer, convert) => Flavor::Timer(timer.clone(), *convert),
+            Flavor::Never => Flavor::Never,
+        };
+        Receiver { flavor }
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        if let Flavor::Chan(chan) = &self.flavor {
+            // AcqRel: the last receiver's disconnect sees the others' work.
+            if chan.receivers.fetch_sub(1, Ordering::AcqRel) == 1 {
+                chan.disconnect_receivers();
+            }
+        }
+    }
+}
+
+impl<T> fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Sender { .. }")
+    }
+}
+
+impl<T> fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Receiver { .. }")
+    }
+}
+
+/// Blocking iterator of a [`Receiver`].
+#[derive(Debug)]
+pub struct Iter<'a, T> {
+    receiver: &'a Receiver<T>,
+}
+
+impl<T> Iterator for Iter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.receiver.recv().ok()
+    }
+}
+
+/// Non-blocking iterator of a [`Receiver`].
+#[derive(Debug)]
+pub struct TryIter<'a, T> {
+    receiver: &'a Receiver<T>,
+}
+
+impl<T> Iterator for TryIter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.receiver.try_recv().ok()
+    }
+}
+
+/// Owning blocking iterator of a [`Receiver`].
+#[derive(Debug)]
+pub struct IntoIter<T> {
+    receiver: Receiver<T>,
+}
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.receiver.recv().ok()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Receiver<T> {
+    type Item = T;
+    type IntoIter = Iter<'a, T>;
+    fn into_iter(self) -> Iter<'a, T> {
+        self.iter()
+    }
+}
+
+impl<T> IntoIterator for Receiver<T> {
+    type Item = T;
+    type IntoIter = IntoIter<T>;
+    fn into_iter(self) -> IntoIter<T> {
+        IntoIter { receiver: self }
+    }
+}

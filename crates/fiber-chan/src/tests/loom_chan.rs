@@ -1,0 +1,110 @@
+//! Loom models: threads wait through fiber-core's plain-thread park path, so
+//! the channel code, the wait protocol and the state word all run for real.
+
+use crate::{bounded, Select, SendError};
+use loom::thread;
+
+/// Send admission vs close on a buffered channel: a send admitted before
+/// the close is delivered, one not admitted fails with its value; nothing
+/// is lost or duplicated. Checking `closed` outside the lock (then pushing)
+/// or dropping the buffer on close breaks it.
+#[test]
+fn loom_send_admission_vs_close() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let closed = std::sync::Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let closer = {
+            let (tx, closed) = (tx.clone(), closed.clone());
+            thread::spawn(move || {
+                tx.close();
+                closed.store(true, loom::sync::atomic::Ordering::Release);
+            })
+        };
+        // If the close is known to have happened, the send is not admitted.
+        let closed_before = closed.load(loom::sync::atomic::Ordering::Acquire);
+        let sent = tx.send(7);
+        if closed_before {
+            assert!(sent.is_err(), "a send after the close LP was admitted");
+        }
+        closer.join().unwrap();
+        let received = rx.try_recv().ok();
+        match sent {
+            Ok(()) => assert_eq!(received, Some(7), "an admitted send must be delivered after close"),
+            Err(SendError(v)) => {
+                assert_eq!(v, 7);
+                assert_eq!(received, None, "a refused send must not transfer data");
+            }
+        }
+    });
+}
+
+/// Rendezvous hand-off racing close: the receiver gets the value iff the
+/// sender succeeded, and nobody sleeps forever. A close that does not wake
+/// parked receivers deadlocks here.
+#[test]
+fn loom_rendezvous_handoff_vs_close() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let receiver = thread::spawn(move || rx.recv().ok());
+        let closer = {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                tx.close();
+            })
+        };
+        let sent = tx.send(5);
+        closer.join().unwrap();
+        drop(tx);
+        let got = receiver.join().unwrap();
+        assert_eq!(sent.is_ok(), got == Some(5), "sent {sent:?}, received {got:?}");
+    });
+}
+
+/// Two selects race for two values on two channels: each select completes
+/// exactly one operation and both values arrive exactly once. Without the
+/// select group's winner CAS one select can take both values.
+#[test]
+fn loom_two_selects_race_for_one_value_each() {
+    loom::model(|| {
+        let (tx_a, rx_a) = bounded::<u32>(0);
+        let (tx_b, rx_b) = bounded::<u32>(0);
+        let selector = |rx_a: crate::Receiver<u32>, rx_b: crate::Receiver<u32>| {
+            thread::spawn(move || {
+                let mut sel = Select::new();
+                let a = sel.recv(&rx_a);
+                let _b = sel.recv(&rx_b);
+                let oper = sel.select();
+                if oper.index() == a {
+                    oper.recv(&rx_a).unwrap()
+                } else {
+                    oper.recv(&rx_b).unwrap()
+                }
+            })
+        };
+        let s1 = selector(rx_a.clone(), rx_b.clone());
+        let s2 = selector(rx_a, rx_b);
+        // The senders stay alive until both selects return, so neither
+        // channel disconnects (a disconnected receive would be ready too).
+        let keep_b = tx_b.clone();
+        let sender_b = thread::spawn(move || tx_b.send(2).unwrap());
+        tx_a.send(1).unwrap();
+        sender_b.join().unwrap();
+        let mut got = [s1.join().unwrap(), s2.join().unwrap()];
+        drop(keep_b);
+        got.sort();
+        assert_eq!(got, [1, 2], "each value exactly once, one per select");
+    });
+}
+
+/// The last receiver leaving while a sender is parked: the sender wakes
+/// with its value back. Not waking parked senders there deadlocks.
+#[test]
+fn loom_receiver_drop_vs_parked_sender() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<String>(0);
+        let dropper = thread::spawn(move || drop(rx));
+        let result = tx.send("v".to_string());
+        dropper.join().unwrap();
+        assert_eq!(result, Err(SendError("v".to_string())));
+    });
+}

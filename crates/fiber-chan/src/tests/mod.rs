@@ -1,0 +1,3 @@
+//! Loom models of the channel protocol (`cargo xtask loom`).
+
+mod loom_chan;

@@ -1,0 +1,167 @@
+//! `select!` and `Select`, on threads and on both schedulers.
+
+mod common;
+use common::{everywhere, go, until};
+use fiber_chan::*;
+use std::time::{Duration, Instant};
+
+#[test]
+fn select_picks_fairly_when_several_are_ready() {
+    everywhere(|| {
+        let (s1, r1) = unbounded();
+        let (s2, r2) = unbounded();
+        for i in 0..1000 {
+            s1.send(i).unwrap();
+            s2.send(i).unwrap();
+        }
+        let (mut first, mut second) = (0, 0);
+        for _ in 0..1000 {
+            select! {
+                recv(r1) -> v => { v.unwrap(); first += 1; }
+                recv(r2) -> v => { v.unwrap(); second += 1; }
+            }
+        }
+        assert!(first > 300 && second > 300, "random start: {first} vs {second}");
+    });
+}
+
+#[test]
+fn select_default_and_default_timeout() {
+    everywhere(|| {
+        let (_s, r) = bounded::<u8>(1);
+        let chosen = select! {
+            recv(r) -> _ => "recv",
+            default => "default",
+        };
+        assert_eq!(chosen, "default");
+        let start = Instant::now();
+        let chosen = select! {
+            recv(r) -> _ => "recv",
+            default(Duration::from_millis(20)) => "timeout",
+        };
+        assert_eq!(chosen, "timeout");
+        assert!(fiber_core::in_fiber() || start.elapsed() >= Duration::from_millis(20));
+    });
+}
+
+#[test]
+fn select_send_arm_sends_only_when_selected() {
+    everywhere(|| {
+        let (s, r) = bounded(1);
+        select! {
+            send(s, 1) -> res => assert_eq!(res, Ok(())),
+            default => panic!("room in the buffer: the send is ready"),
+        }
+        let sent_again = select! {
+            send(s, 2) -> _ => true,
+            default => false,
+        };
+        assert!(!sent_again, "the buffer is full");
+        assert_eq!(
+            r.try_iter().collect::<Vec<_>>(),
+            [1],
+            "the unselected value was not sent"
+        );
+    });
+}
+
+#[test]
+fn select_recv_on_a_disconnected_channel_is_ready_with_an_error() {
+    everywhere(|| {
+        let (s, r) = unbounded::<u8>();
+        drop(s);
+        select! {
+            recv(r) -> v => assert_eq!(v, Err(RecvError)),
+            default(Duration::from_secs(5)) => panic!("a disconnected receive is ready"),
+        }
+    });
+}
+
+#[test]
+fn select_waits_for_a_peer_and_removes_losing_waiters() {
+    everywhere(|| {
+        let (s1, r1) = bounded::<u32>(0);
+        let (s2, r2) = bounded::<u32>(0);
+        let peer = {
+            let s2 = s2.clone();
+            go(move || {
+                until(|| s2.waiting().0 == 1);
+                s2.send(9).unwrap();
+            })
+        };
+        let got = select! {
+            recv(r1) -> v => v.map(|v| v + 1000),
+            recv(r2) -> v => v,
+        };
+        assert_eq!(got, Ok(9));
+        peer.join();
+        assert_eq!(s1.waiting(), (0, 0), "the losing receive was unlinked");
+        assert_eq!(s2.waiting(), (0, 0));
+    });
+}
+
+#[test]
+fn dynamic_select_with_a_send_operation() {
+    everywhere(|| {
+        let (s, r) = bounded(1);
+        let (_s2, r2) = bounded::<u8>(0);
+        let mut sel = Select::new();
+        let send_index = sel.send(&s);
+        let recv_index = sel.recv(&r2);
+        let oper = sel.select();
+        assert_eq!(oper.index(), send_index);
+        assert_ne!(send_index, recv_index);
+        oper.send(&s, 5).unwrap();
+        assert_eq!(r.recv(), Ok(5));
+    });
+}
+
+#[test]
+fn after_tick_and_never_in_select() {
+    everywhere(|| {
+        let timeout = after(Duration::from_millis(10));
+        let nothing = never::<u8>();
+        select! {
+            recv(nothing) -> _ => panic!("never delivers"),
+            recv(timeout) -> at => assert!(at.is_ok()),
+        }
+        assert!(timeout.try_recv().is_err(), "after delivers once");
+        let ticker = tick(Duration::from_millis(2));
+        let mut ticks = 0;
+        while ticks < 3 {
+            select! {
+                recv(ticker) -> t => { t.unwrap(); ticks += 1; }
+                recv(nothing) -> _ => unreachable!(),
+            }
+        }
+    });
+}
+
+#[test]
+fn select_with_no_operations_is_refused() {
+    let mut sel = Select::new();
+    assert_eq!(sel.try_select().map(|o| o.index()), Err(TrySelectError));
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut sel = Select::new();
+        sel.select().index()
+    }))
+    .unwrap_err();
+    let msg = err.downcast_ref::<&str>().map(|s| s.to_string()).unwrap_or_default();
+    assert!(msg.contains("no operations"), "{msg}");
+}
+
+#[test]
+fn selected_operation_checks_its_handle() {
+    let (s, r) = unbounded::<u8>();
+    let (_s2, r2) = unbounded::<u8>();
+    s.send(1).unwrap();
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut sel = Select::new();
+        sel.recv(&r);
+        let oper = sel.select();
+        let _ = oper.recv(&r2);
+    }))
+    .unwrap_err();
+    let msg = err.downcast_ref::<&str>().map(|s| s.to_string()).unwrap_or_default();
+    assert!(msg.contains("not the one of the selected operation"), "{msg}");
+}
