@@ -102,6 +102,8 @@ pub(crate) struct Fiber {
     waiting_on: std::sync::atomic::AtomicPtr<()>,
     /// Set when a cancellable wait returned `Cancelled` to this incarnation.
     cancel_seen: UnsafeCell<bool>,
+    /// The cancellation scope the fiber runs in now (fiber-jobs' job), if any.
+    cancel_scope: UnsafeCell<Option<Arc<dyn crate::CancelScope>>>,
 }
 
 // SAFETY: every field is either atomic or an `UnsafeCell` accessed only by
@@ -130,6 +132,7 @@ impl Fiber {
             spawned_at: std::sync::atomic::AtomicPtr::new(Location::caller() as *const _ as *mut _),
             waiting_on: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
             cancel_seen: UnsafeCell::new(false),
+            cancel_scope: UnsafeCell::new(None),
         }
     }
 
@@ -213,8 +216,47 @@ impl Fiber {
     /// Called by the running fiber itself.
     pub(crate) unsafe fn is_cancel_requested(&self) -> bool {
         // SAFETY: see the function's contract.
+        let task = unsafe { self.is_task_cancel_requested() };
+        // SAFETY: as above.
+        task || self
+            .cancel_scope
+            .with(|c| unsafe { (*c).as_ref().is_some_and(|c| c.is_cancelled()) })
+    }
+
+    /// Has cancellation been requested for the fiber's own task (its
+    /// `JoinHandle::cancel`), as opposed to a cancellation scope it runs in?
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn is_task_cancel_requested(&self) -> bool {
+        // SAFETY: see the function's contract.
         self.task
             .with(|t| unsafe { (*t).as_ref().is_some_and(|t| t.is_cancel_requested()) })
+    }
+
+    /// Replace the fiber's cancellation scope, returning the previous one.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn swap_cancel_scope(
+        &self,
+        scope: Option<Arc<dyn crate::CancelScope>>,
+    ) -> Option<Arc<dyn crate::CancelScope>> {
+        // SAFETY: see the function's contract.
+        self.cancel_scope
+            .with_mut(|c| unsafe { std::mem::replace(&mut *c, scope) })
+    }
+
+    /// The fiber's cancellation scope.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn cancel_scope(&self) -> Option<Arc<dyn crate::CancelScope>> {
+        // SAFETY: see the function's contract.
+        self.cancel_scope.with(|c| unsafe { (*c).clone() })
     }
 
     /// Record that a cancellable wait returned `Cancelled`.
@@ -351,6 +393,7 @@ impl Fiber {
         // SAFETY: see the function's contract.
         unsafe {
             self.task.with_mut(|t| *t = None);
+            self.cancel_scope.with_mut(|c| *c = None);
             self.bounds.with_mut(|b| *b = StackBounds::default());
             self.sched.with_mut(|s| (*s).take())
         }
@@ -512,4 +555,80 @@ pub fn yield_now() {
     // its frame (see `current_id`). The pointer is re-read after resume only
     // through `current::get`, never cached from the thread-local.
     unsafe { (*fiber).suspend(Suspend::Yield) }
+}
+
+/// A cancellation scope a fiber can run in (fiber-jobs' jobs implement it):
+/// while set, a cancellable wait of the fiber ends with `Cancelled` once the
+/// scope reports cancellation.
+pub trait CancelScope: Send + Sync + std::any::Any {
+    /// Has this scope been cancelled?
+    fn is_cancelled(&self) -> bool;
+    /// For downcasting to the implementing type.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// Replace the running fiber's cancellation scope, returning the previous
+/// one (`None` and no effect on a plain thread).
+pub fn swap_cancel_scope(scope: Option<Arc<dyn CancelScope>>) -> Option<Arc<dyn CancelScope>> {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return None;
+    }
+    // SAFETY: the running fiber updates its own slot.
+    unsafe { (*fiber).swap_cancel_scope(scope) }
+}
+
+/// The running fiber's cancellation scope.
+pub fn current_cancel_scope() -> Option<Arc<dyn CancelScope>> {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return None;
+    }
+    // SAFETY: the running fiber reads its own slot.
+    unsafe { (*fiber).cancel_scope() }
+}
+
+/// A handle to a fiber that can interrupt its current wait (used to deliver
+/// cancellation: the woken wait re-checks its cancellation state).
+#[derive(Clone)]
+pub struct FiberRef {
+    fiber: Arc<Fiber>,
+    id: FiberId,
+}
+
+impl FiberRef {
+    /// Wake the fiber from whatever it waits on now, if it is still the same
+    /// incarnation and waits; a fiber that is running is unaffected (it sees
+    /// cancellation at its next cancellable wait). Spurious wakes are
+    /// harmless: waits re-check their condition.
+    pub fn interrupt(&self) {
+        if self.fiber.id() == self.id {
+            crate::wait::wake_current_wait(&self.fiber);
+        }
+    }
+
+    /// The fiber's id.
+    pub fn id(&self) -> FiberId {
+        self.id
+    }
+}
+
+impl fmt::Debug for FiberRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FiberRef").field("id", &self.id).finish()
+    }
+}
+
+/// A handle to the running fiber, or `None` on a plain thread.
+pub fn current_fiber() -> Option<FiberRef> {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return None;
+    }
+    // SAFETY: as in `current_id`.
+    let fiber = unsafe { &*fiber };
+    Some(FiberRef {
+        fiber: crate::wait::frame_arc(fiber),
+        id: fiber.id(),
+    })
 }

@@ -86,7 +86,10 @@ pub mod testing;
 mod wait;
 
 #[cfg(not(loom))]
-pub use fiber::{current_id, current_spawn_location, current_worker, in_fiber, yield_now, FiberId, RunOutcome};
+pub use fiber::{
+    current_cancel_scope, current_fiber, current_id, current_spawn_location, current_worker, in_fiber,
+    swap_cancel_scope, yield_now, CancelScope, FiberId, FiberRef, RunOutcome,
+};
 #[cfg(not(loom))]
 pub use pool::{FramePool, ParkedFiber, PoolStats};
 #[cfg(not(loom))]
@@ -94,7 +97,7 @@ pub use sched::{Runnable, Running, Schedule, Worker};
 #[cfg(not(loom))]
 pub use stack::StackConfig;
 #[cfg(not(loom))]
-pub use task::{current_scheduler, spawn, spawn_on, try_spawn_on, JoinError, JoinHandle};
+pub use task::{current_scheduler, spawn, spawn_on, try_spawn_on, Canceller, JoinError, JoinHandle};
 pub use wait::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 
 #[cfg(test)]

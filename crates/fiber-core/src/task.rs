@@ -27,6 +27,8 @@ pub struct JoinError {
 enum Repr {
     Panic(Box<dyn Any + Send + 'static>),
     Cancelled,
+    TimedOut,
+    Failed,
 }
 
 impl JoinError {
@@ -41,6 +43,45 @@ impl JoinError {
         matches!(self.repr, Repr::Cancelled)
     }
 
+    /// Did the fiber's job time out (`with_timeout`)?
+    pub fn is_timed_out(&self) -> bool {
+        matches!(self.repr, Repr::TimedOut)
+    }
+
+    /// Did the fiber return an error that its scope took (`try_scope`)?
+    pub fn is_failed(&self) -> bool {
+        matches!(self.repr, Repr::Failed)
+    }
+
+    /// A cancellation error for fiber `id` (for layers above the core).
+    pub fn cancelled(id: FiberId) -> JoinError {
+        JoinError {
+            repr: Repr::Cancelled,
+            id,
+        }
+    }
+
+    /// A timeout error for fiber `id` (for layers above the core).
+    pub fn timed_out(id: FiberId) -> JoinError {
+        JoinError {
+            repr: Repr::TimedOut,
+            id,
+        }
+    }
+
+    /// "Returned an error that its scope took" for fiber `id`.
+    pub fn failed(id: FiberId) -> JoinError {
+        JoinError { repr: Repr::Failed, id }
+    }
+
+    /// A panic error for fiber `id` carrying `payload`.
+    pub fn panicked(id: FiberId, payload: Box<dyn Any + Send + 'static>) -> JoinError {
+        JoinError {
+            repr: Repr::Panic(payload),
+            id,
+        }
+    }
+
     /// The panic payload. Panics if the fiber did not panic.
     #[track_caller]
     pub fn into_panic(self) -> Box<dyn Any + Send + 'static> {
@@ -52,7 +93,7 @@ impl JoinError {
     pub fn try_into_panic(self) -> Result<Box<dyn Any + Send + 'static>, JoinError> {
         match self.repr {
             Repr::Panic(payload) => Ok(payload),
-            Repr::Cancelled => Err(self),
+            _ => Err(self),
         }
     }
 
@@ -77,6 +118,8 @@ impl fmt::Debug for JoinError {
                 None => write!(f, "JoinError::Panic({}, ..)", self.id),
             },
             Repr::Cancelled => write!(f, "JoinError::Cancelled({})", self.id),
+            Repr::TimedOut => write!(f, "JoinError::TimedOut({})", self.id),
+            Repr::Failed => write!(f, "JoinError::Failed({})", self.id),
         }
     }
 }
@@ -89,6 +132,8 @@ impl fmt::Display for JoinError {
                 None => write!(f, "{} panicked", self.id),
             },
             Repr::Cancelled => write!(f, "{} was cancelled", self.id),
+            Repr::TimedOut => write!(f, "{} timed out", self.id),
+            Repr::Failed => write!(f, "{} failed with an error its scope returned", self.id),
         }
     }
 }
@@ -259,6 +304,45 @@ impl<T: Send> JoinHandle<T> {
     /// The fiber's id.
     pub fn id(&self) -> FiberId {
         self.task.id
+    }
+
+    /// A type-erased handle that can cancel this fiber.
+    pub fn canceller(&self) -> Canceller
+    where
+        T: 'static,
+    {
+        Canceller {
+            task: self.task.clone(),
+        }
+    }
+}
+
+/// Cancels one spawned fiber (see [`JoinHandle::cancel`]).
+#[derive(Clone)]
+pub struct Canceller {
+    task: Arc<dyn Cancel>,
+}
+
+impl Canceller {
+    /// Request cancellation.
+    pub fn cancel(&self) {
+        self.task.cancel()
+    }
+}
+
+impl fmt::Debug for Canceller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Canceller { .. }")
+    }
+}
+
+trait Cancel: Send + Sync {
+    fn cancel(&self);
+}
+
+impl<T: Send> Cancel for Task<T> {
+    fn cancel(&self) {
+        self.request_cancel()
     }
 }
 

@@ -267,7 +267,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             if unsafe { fiber.is_cancel_requested() } {
                 fiber.state.transition_to_running_from_parking(Actor::Fiber);
                 // SAFETY: as above.
-                unsafe { fiber.note_cancel_seen() };
+                unsafe { note_if_task_cancelled(fiber) };
                 return WaitResult::Cancelled;
             }
         }
@@ -291,7 +291,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
         // SAFETY: the running fiber reads its own task slot.
         if cancellable && unsafe { fiber.is_cancel_requested() } {
             // SAFETY: as above.
-            unsafe { fiber.note_cancel_seen() };
+            unsafe { note_if_task_cancelled(fiber) };
             return WaitResult::Cancelled;
         }
         if let Some(deadline) = options.deadline {
@@ -307,9 +307,26 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
     }
 }
 
+/// A wait ended by the fiber's own task cancellation marks the task as
+/// having observed it (its join then reports `Cancelled`); a wait ended by a
+/// cancellation scope (a job) does not: the scope decides what that means.
+///
+/// # Safety
+///
+/// Called by the running fiber itself.
+#[cfg(not(loom))]
+unsafe fn note_if_task_cancelled(fiber: &Fiber) {
+    // SAFETY: see the function's contract.
+    unsafe {
+        if fiber.is_task_cancel_requested() {
+            fiber.note_cancel_seen();
+        }
+    }
+}
+
 /// The `Arc` of a frame from a reference to it.
 #[cfg(not(loom))]
-fn frame_arc(fiber: &Fiber) -> Arc<Fiber> {
+pub(crate) fn frame_arc(fiber: &Fiber) -> Arc<Fiber> {
     let ptr: *const Fiber = fiber;
     // SAFETY: every frame lives in an `Arc` held by its pool (`FramePool::
     // all`), so the strong count is at least one; we add one before making a

@@ -1,0 +1,494 @@
+//! The job: one state word, a parent, children, the first failure, the
+//! cancel reason, waiters, and the fibers to interrupt on cancel.
+//!
+//! # States (design spec 4.11)
+//!
+//! `ACTIVE -> COMPLETED | FAILED | CANCELLING`, `CANCELLING -> CANCELLED |
+//! FAILED`. Terminal states never change. Every change goes through
+//! [`transition`], which checks the edge and fails fast naming from, to and
+//! actor.
+//!
+//! # Protocol
+//!
+//! * A job finalizes when its body is done and no attached child is active:
+//!   FAILED if a failure was recorded (failure dominates cancellation),
+//!   else CANCELLED if it was cancelling, else COMPLETED. Finalizing wakes
+//!   every waiter once and reports to the parent.
+//! * A child's failure, in a non-supervisor parent, is recorded as the
+//!   parent's failure and cancels the parent (and so the siblings).
+//! * `cancel(reason)`: ACTIVE -> CANCELLING by CAS (the first request wins
+//!   the transition); a later explicit cancel replaces a `TimedOut` reason
+//!   (timeout loses to an explicit reason), never the reverse. Then every
+//!   fiber of the job is interrupted and every child cancelled.
+//! * Cancel vs park: the job's flag is stored, then `fence(SeqCst)`, then
+//!   fibers are interrupted; a parking fiber stores PARKING, fences, then
+//!   reads the flag (fiber-core's Dekker pair), so no cancel is lost.
+
+use crate::stats::COUNTERS;
+use crate::sync::{fence, lock, AtomicU8, Mutex, Ordering};
+use fiber_core::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+/// Job states (design spec 4.11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum JobState {
+    /// Running (its body, or waiting for its children).
+    Active = 0,
+    /// Cancellation requested; finishing.
+    Cancelling = 1,
+    /// Ended by cancellation.
+    Cancelled = 2,
+    /// Ended normally.
+    Completed = 3,
+    /// Ended by a failure (its own, or a child's).
+    Failed = 4,
+}
+
+impl JobState {
+    fn from_u8(v: u8) -> JobState {
+        match v {
+            0 => JobState::Active,
+            1 => JobState::Cancelling,
+            2 => JobState::Cancelled,
+            3 => JobState::Completed,
+            4 => JobState::Failed,
+            other => panic!("job state word holds an unknown state {other}"),
+        }
+    }
+
+    /// Is this a terminal state?
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobState::Cancelled | JobState::Completed | JobState::Failed)
+    }
+}
+
+/// Who changes a job's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobActor {
+    /// A cancellation request (user, parent, timeout, failing sibling).
+    Canceller,
+    /// The finalizer (body done and no active child).
+    Finalizer,
+}
+
+/// Is `from -> to` by `actor` a legal job transition?
+pub fn is_legal(from: JobState, to: JobState, actor: JobActor) -> bool {
+    use JobActor::*;
+    use JobState::*;
+    matches!(
+        (from, to, actor),
+        (Active, Cancelling, Canceller)
+            | (Active, Completed | Failed, Finalizer)
+            | (Cancelling, Cancelled | Failed, Finalizer)
+    )
+}
+
+#[cold]
+#[track_caller]
+fn illegal(from: JobState, to: JobState, actor: JobActor) -> ! {
+    panic!("illegal job transition {from:?} -> {to:?} by {actor:?} (spec/jobs.md, state machine)")
+}
+
+/// Why a job was cancelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CancelReason {
+    /// `Job::cancel`, or a cancelled parent.
+    Cancelled,
+    /// `with_timeout`'s deadline.
+    TimedOut,
+    /// A child failed (non-supervisor parent).
+    ChildFailed,
+}
+
+/// A panic payload that either the joiner or the scope takes.
+pub(crate) type SharedPayload = Arc<Mutex<Option<Box<dyn Any + Send + 'static>>>>;
+
+/// What a failed job holds for whoever joins.
+pub(crate) enum Failure {
+    /// A panic payload, shared with the failed child's join handle (the
+    /// first to take it gets it).
+    Panic(SharedPayload),
+    /// A `try_scope` child returned an error (the value itself went to the
+    /// scope, which returns it).
+    Error,
+}
+
+impl fmt::Debug for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Panic(_) => f.write_str("Panic(..)"),
+            Failure::Error => f.write_str("Error"),
+        }
+    }
+}
+
+struct Sync_ {
+    children: Vec<Arc<JobCore>>,
+    active_children: usize,
+    body_done: bool,
+    waiters: Vec<Waiter>,
+    failure: Option<Failure>,
+    reason: Option<CancelReason>,
+    #[cfg(not(loom))]
+    fibers: Vec<fiber_core::FiberRef>,
+}
+
+/// One job.
+pub(crate) struct JobCore {
+    pub(crate) id: u64,
+    state: AtomicU8,
+    pub(crate) supervisor: bool,
+    /// Does a failure of this job travel to its parent through the tree?
+    /// Spawned children: yes. Scopes and timeouts: no (their failure travels
+    /// by unwinding or return value in the fiber that runs them).
+    propagates: bool,
+    pub(crate) parent: Option<Arc<JobCore>>,
+    sync: Mutex<Sync_>,
+}
+
+impl fmt::Debug for JobCore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("id", &self.id)
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+fn next_job_id() -> u64 {
+    // Not a protocol: a unique counter.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Apply a checked transition (under the job lock for finalize, by CAS for
+/// cancel). Returns `false` if the word was not `from`.
+fn transition(word: &AtomicU8, from: JobState, to: JobState, actor: JobActor) -> bool {
+    if !is_legal(from, to, actor) {
+        illegal(from, to, actor);
+    }
+    // AcqRel: Release publishes the job's recorded failure/reason (written
+    // under the lock before) to `state()` readers; Acquire orders us after
+    // the previous transition.
+    word.compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+}
+
+impl JobCore {
+    /// A new ACTIVE job, attached to `parent` unless `detached`.
+    pub(crate) fn new(parent: Option<Arc<JobCore>>, supervisor: bool, propagates: bool) -> Arc<JobCore> {
+        let job = Arc::new(JobCore {
+            id: next_job_id(),
+            state: AtomicU8::new(JobState::Active as u8),
+            supervisor,
+            propagates,
+            parent: parent.clone(),
+            sync: Mutex::new(Sync_ {
+                children: Vec::new(),
+                active_children: 0,
+                body_done: false,
+                waiters: Vec::new(),
+                failure: None,
+                reason: None,
+                #[cfg(not(loom))]
+                fibers: Vec::new(),
+            }),
+        });
+        COUNTERS.jobs_created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::trace_event!("JOB_CREATE", job.id, parent.as_ref().map(|p| p.id));
+        if let Some(parent) = parent {
+            let cancelling = {
+                let mut sync = lock(&parent.sync);
+                sync.children.push(job.clone());
+                sync.active_children += 1;
+                parent.state() != JobState::Active
+            };
+            crate::trace_event!("JOB_CHILD_ATTACH", job.id, Some(parent.id));
+            if cancelling {
+                // A child of a cancelling job starts cancelled.
+                job.cancel(CancelReason::Cancelled);
+            }
+        }
+        job
+    }
+
+    pub(crate) fn state(&self) -> JobState {
+        // Acquire: pairs with the Release of `transition`.
+        JobState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.state() != JobState::Active
+    }
+
+    pub(crate) fn reason(&self) -> Option<CancelReason> {
+        lock(&self.sync).reason
+    }
+
+    /// Register a fiber running in this job (to interrupt on cancel).
+    #[cfg(not(loom))]
+    pub(crate) fn add_fiber(&self, fiber: fiber_core::FiberRef) {
+        let cancelled = {
+            let mut sync = lock(&self.sync);
+            sync.fibers.push(fiber.clone());
+            self.is_cancelled()
+        };
+        if cancelled {
+            fiber.interrupt();
+        }
+    }
+
+    #[cfg(not(loom))]
+    pub(crate) fn remove_fiber(&self, id: fiber_core::FiberId) {
+        lock(&self.sync).fibers.retain(|f| f.id() != id);
+    }
+
+    /// Request cancellation (and of every child).
+    pub(crate) fn cancel(&self, reason: CancelReason) {
+        COUNTERS
+            .cancellations_requested
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::trace_event!("JOB_CANCEL_REQ", self.id, None::<u64>);
+        let (fibers, children) = {
+            let mut sync = lock(&self.sync);
+            match self.state() {
+                JobState::Active => {
+                    sync.reason = Some(reason);
+                    let moved = transition(&self.state, JobState::Active, JobState::Cancelling, JobActor::Canceller);
+                    debug_assert!(moved, "state changes only under the job lock");
+                    crate::trace_event!("JOB_STATE", self.id, Some(JobState::Cancelling as u64));
+                }
+                JobState::Cancelling => {
+                    // Timeout loses to an explicit reason, never the reverse.
+                    if sync.reason == Some(CancelReason::TimedOut) && reason == CancelReason::Cancelled {
+                        sync.reason = Some(reason);
+                    }
+                    return;
+                }
+                _ => return,
+            }
+            #[cfg(not(loom))]
+            let fibers = sync.fibers.clone();
+            #[cfg(loom)]
+            let fibers: Vec<()> = Vec::new();
+            (fibers, sync.children.clone())
+        };
+        // SeqCst fence: the canceller side of the Dekker pair with
+        // fiber-core's `fiber_wait` (flag store; fence; read fiber state).
+        fence(Ordering::SeqCst);
+        #[cfg(not(loom))]
+        for fiber in &fibers {
+            fiber.interrupt();
+        }
+        #[cfg(loom)]
+        drop(fibers);
+        for child in &children {
+            child.cancel(CancelReason::Cancelled);
+        }
+    }
+
+    /// Record a failure (the first one is kept) and cancel the job so the
+    /// rest of it stops. `ChildFailed` when it came from a child.
+    pub(crate) fn fail(&self, failure: Failure, reason: CancelReason) {
+        {
+            let mut sync = lock(&self.sync);
+            if sync.failure.is_none() {
+                sync.failure = Some(failure);
+            }
+        }
+        self.cancel(reason);
+    }
+
+    /// The body returned (successfully or not); finalize if no child is
+    /// active.
+    pub(crate) fn body_done(self: &Arc<Self>) {
+        let finalize = {
+            let mut sync = lock(&self.sync);
+            sync.body_done = true;
+            sync.active_children == 0
+        };
+        if finalize {
+            self.finalize();
+        }
+    }
+
+    fn on_child_terminal(self: &Arc<Self>, child: &Arc<JobCore>, state: JobState, failure: Option<Failure>) {
+        if state == JobState::Failed && !self.supervisor {
+            if let Some(failure) = failure {
+                self.fail(failure, CancelReason::ChildFailed);
+            } else {
+                self.cancel(CancelReason::ChildFailed);
+            }
+        }
+        let (finalize, waiters) = {
+            let mut sync = lock(&self.sync);
+            sync.children.retain(|c| !Arc::ptr_eq(c, child));
+            sync.active_children -= 1;
+            if sync.active_children == 0 {
+                // Wake whoever waits for the children (the scope owner);
+                // joiners of this job see a spurious wake and wait on.
+                (sync.body_done, std::mem::take(&mut sync.waiters))
+            } else {
+                (false, Vec::new())
+            }
+        };
+        for waiter in &waiters {
+            fiber_wake(waiter);
+        }
+        if finalize {
+            self.finalize();
+        }
+    }
+
+    fn finalize(self: &Arc<Self>) {
+        let (final_state, waiters, failure_for_parent) = {
+            let mut sync = lock(&self.sync);
+            let current = self.state();
+            if current.is_terminal() {
+                return;
+            }
+            debug_assert_eq!(
+                sync.active_children, 0,
+                "invariant 1: terminal jobs have no active children"
+            );
+            let to = if sync.failure.is_some() {
+                JobState::Failed
+            } else if current == JobState::Cancelling {
+                JobState::Cancelled
+            } else {
+                JobState::Completed
+            };
+            let moved = transition(&self.state, current, to, JobActor::Finalizer);
+            debug_assert!(moved, "state changes only under the job lock");
+            #[cfg(not(loom))]
+            sync.fibers.clear();
+            // A failed child hands its failure to a non-supervisor parent
+            // (which re-raises or returns it); otherwise it stays here.
+            let hand_up =
+                to == JobState::Failed && self.propagates && self.parent.as_ref().is_some_and(|p| !p.supervisor);
+            let failure = if hand_up { sync.failure.take() } else { None };
+            (to, std::mem::take(&mut sync.waiters), failure)
+        };
+        let counter = match final_state {
+            JobState::Completed => &COUNTERS.jobs_completed,
+            JobState::Failed => &COUNTERS.jobs_failed,
+            _ => &COUNTERS.jobs_cancelled,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::trace_event!("JOB_FINALIZE", self.id, Some(final_state as u64));
+        for waiter in &waiters {
+            if fiber_wake(waiter) {
+                COUNTERS
+                    .waiters_woken
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            crate::trace_event!("JOB_WAIT_WAKE", self.id, None::<u64>);
+        }
+        if let Some(parent) = &self.parent {
+            let reported = if self.propagates {
+                final_state
+            } else {
+                JobState::Completed
+            };
+            parent.on_child_terminal(self, reported, failure_for_parent);
+        }
+    }
+
+    /// Take the recorded failure (the scope re-raises or returns it).
+    pub(crate) fn take_failure(&self) -> Option<Failure> {
+        lock(&self.sync).failure.take()
+    }
+
+    /// Wait until the job is terminal. A cancellable point: if the waiting
+    /// fiber's own job is cancelled first, returns `None`.
+    pub(crate) fn join(self: &Arc<Self>) -> Option<JobState> {
+        match fiber_wait(&Join(self.clone()), &mut (), WaitOptions::new()) {
+            WaitResult::Ok => Some(self.state()),
+            _ => None,
+        }
+    }
+
+    /// Wait until no attached child is active (the scope's exit).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn join_children(self: &Arc<Self>) {
+        let result = fiber_wait(
+            &Children(self.clone()),
+            &mut (),
+            WaitOptions::new().interrupt(Interrupt::NotCancellable),
+        );
+        debug_assert_eq!(result, WaitResult::Ok);
+    }
+}
+
+/// Joining a job: a fiber-core waitable over the job's waiter list.
+struct Join(Arc<JobCore>);
+
+impl Waitable for Join {
+    type Io = ();
+
+    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+        self.0.state().is_terminal().then_some(WaitResult::Ok)
+    }
+
+    fn publish(&self, waiter: &Waiter, _: &mut ()) -> Publish {
+        let mut sync = lock(&self.0.sync);
+        // Checked under the lock that `finalize` holds while it takes the
+        // waiters: a waiter is either seen by finalize or sees terminal.
+        if self.0.state().is_terminal() {
+            return Publish::Ready(WaitResult::Ok);
+        }
+        sync.waiters.push(waiter.clone());
+        COUNTERS
+            .waiters_registered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::trace_event!("JOB_WAIT_REGISTER", self.0.id, None::<u64>);
+        Publish::Published
+    }
+
+    fn unpublish(&self, waiter: &Waiter, _: &mut ()) -> Option<WaitResult> {
+        let mut sync = lock(&self.0.sync);
+        sync.waiters.retain(|w| !w.same_wait(waiter));
+        self.0.state().is_terminal().then_some(WaitResult::Ok)
+    }
+}
+
+/// Waiting for a job's children (the scope body is done; the job is not
+/// terminal until this returns and the scope finalizes).
+struct Children(Arc<JobCore>);
+
+impl Waitable for Children {
+    type Io = ();
+
+    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+        (lock(&self.0.sync).active_children == 0).then_some(WaitResult::Ok)
+    }
+
+    fn publish(&self, waiter: &Waiter, _: &mut ()) -> Publish {
+        let mut sync = lock(&self.0.sync);
+        if sync.active_children == 0 {
+            return Publish::Ready(WaitResult::Ok);
+        }
+        sync.waiters.push(waiter.clone());
+        Publish::Published
+    }
+
+    fn unpublish(&self, waiter: &Waiter, _: &mut ()) -> Option<WaitResult> {
+        let mut sync = lock(&self.0.sync);
+        sync.waiters.retain(|w| !w.same_wait(waiter));
+        (sync.active_children == 0).then_some(WaitResult::Ok)
+    }
+}
+
+#[cfg(not(loom))]
+impl fiber_core::CancelScope for JobCore {
+    fn is_cancelled(&self) -> bool {
+        JobCore::is_cancelled(self)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,544 @@
+//! Scopes: `scope`, `try_scope`, `supervisor_scope`, `with_timeout`, the
+//! current job, and detached spawns.
+
+use crate::job::{CancelReason, Failure, JobCore, JobState, SharedPayload};
+use crate::sync::{lock, Mutex};
+use fiber_core::{CancelScope, FiberId, JoinError};
+use std::any::Any;
+use std::fmt;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The job the running fiber belongs to, as a shareable handle.
+#[derive(Clone)]
+pub struct Job {
+    core: Arc<JobCore>,
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("id", &self.core.id)
+            .field("state", &self.core.state())
+            .finish()
+    }
+}
+
+impl Job {
+    /// The job of the running fiber (`None` outside any scope or job).
+    pub fn current() -> Option<Job> {
+        current_job().map(|core| Job { core })
+    }
+
+    /// Request cancellation of this job and its subtree. Fibers parked at
+    /// cancellable points (channel operations, `sleep`, waits) are woken and
+    /// see `Cancelled`; a fiber that never reaches such a point is not
+    /// interrupted.
+    pub fn cancel(&self) {
+        self.core.cancel(CancelReason::Cancelled);
+    }
+
+    /// Has cancellation been requested (or has the job ended)?
+    pub fn is_cancelled(&self) -> bool {
+        self.core.is_cancelled()
+    }
+
+    /// The job's state. While a scope's body is done but children still run,
+    /// the job is reported `Active` (Kotlin's "completing" is not a separate
+    /// state here; see spec/jobs.md).
+    pub fn state(&self) -> JobState {
+        self.core.state()
+    }
+
+    /// Why the job was cancelled, if it was.
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        self.core.reason()
+    }
+
+    /// The job's id.
+    pub fn id(&self) -> u64 {
+        self.core.id
+    }
+}
+
+/// The running fiber's job.
+fn current_job() -> Option<Arc<JobCore>> {
+    let scope = fiber_core::current_cancel_scope()?;
+    if !scope.as_any().is::<JobCore>() {
+        return None;
+    }
+    let raw = Arc::into_raw(scope) as *const JobCore;
+    // SAFETY: the scope's concrete type is `JobCore` (checked just above),
+    // so the data pointer of the `Arc<dyn CancelScope>` is that of an
+    // `Arc<JobCore>` allocation; we hand back the strong count we took.
+    Some(unsafe { Arc::from_raw(raw) })
+}
+
+/// Cancellation was requested for the running fiber's job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cancelled;
+
+impl fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the job was cancelled")
+    }
+}
+
+impl std::error::Error for Cancelled {}
+
+/// `with_timeout`'s deadline passed first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimedOut;
+
+impl fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the operation timed out")
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
+/// Has the running fiber's job been cancelled?
+pub fn is_cancelled() -> bool {
+    current_job().is_some_and(|j| j.is_cancelled())
+}
+
+/// `Err(Cancelled)` if the running fiber's job was cancelled: a cheap
+/// cooperative check for loops with no other cancellable point.
+pub fn check_cancelled() -> Result<(), Cancelled> {
+    if is_cancelled() {
+        Err(Cancelled)
+    } else {
+        Ok(())
+    }
+}
+
+/// Run `f` on the running fiber as the body of `job`: the fiber's waits see
+/// the job's cancellation, and the job can interrupt them.
+fn run_in_job<R>(job: &Arc<JobCore>, f: impl FnOnce() -> R) -> std::thread::Result<R> {
+    let me = fiber_core::current_fiber();
+    if let Some(me) = &me {
+        job.add_fiber(me.clone());
+    }
+    let previous = fiber_core::swap_cancel_scope(Some(job.clone() as Arc<dyn CancelScope>));
+    let outcome = catch_unwind(AssertUnwindSafe(f));
+    fiber_core::swap_cancel_scope(previous);
+    if let Some(me) = &me {
+        job.remove_fiber(me.id());
+    }
+    outcome
+}
+
+fn require_fiber(what: &str) {
+    if !fiber_core::in_fiber() {
+        panic!(
+            "fiber_jobs::{what} called outside a fiber: its children are fibers; start a runtime (fiber::run) first"
+        );
+    }
+}
+
+/// How a scope treats a child's failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// First failure fails the scope and cancels the siblings.
+    Regular,
+    /// Failures stay with the child.
+    Supervisor,
+}
+
+/// The result a child leaves for its handle.
+enum Outcome<T> {
+    Value(T),
+    Panicked(SharedPayload),
+    Failed,
+    Cancelled,
+}
+
+struct Slot<T> {
+    outcome: Mutex<Option<Outcome<T>>>,
+}
+
+/// A scope: spawn children that may borrow from outside it; the scope
+/// returns only when all of them have ended.
+pub struct Scope<'scope, 'env: 'scope> {
+    job: Arc<JobCore>,
+    /// For `try_scope`: where the first child error goes (type-erased `E`).
+    error: Arc<Mutex<Option<Box<dyn Any + Send>>>>,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl fmt::Debug for Scope<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scope").field("job", &self.job).finish()
+    }
+}
+
+/// A handle to join a child of a scope.
+pub struct ScopedJoinHandle<'scope, T> {
+    job: Arc<JobCore>,
+    slot: Arc<Slot<T>>,
+    id: FiberId,
+    _scope: PhantomData<&'scope ()>,
+}
+
+impl<T> fmt::Debug for ScopedJoinHandle<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopedJoinHandle")
+            .field("fiber", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> ScopedJoinHandle<'_, T> {
+    /// Wait for the child and take its value. `JoinError` says whether it
+    /// panicked (with the payload, unless the scope already re-raised it),
+    /// was cancelled before it produced a value, or returned an error that
+    /// its `try_scope` took. The wait is a cancellable point: if the joining
+    /// fiber's job is cancelled first, it returns `Cancelled` (and the
+    /// child's value is dropped).
+    pub fn join(self) -> Result<T, JoinError> {
+        crate::stats::COUNTERS
+            .joins
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.job.join().is_none() {
+            // The joining fiber was cancelled while it waited.
+            return Err(JoinError::cancelled(self.id));
+        }
+        let outcome = lock(&self.slot.outcome).take();
+        match outcome {
+            Some(Outcome::Value(v)) => Ok(v),
+            Some(Outcome::Panicked(payload)) => {
+                let payload = lock(&payload)
+                    .take()
+                    .unwrap_or_else(|| Box::new("the panic payload was already taken by the scope"));
+                Err(JoinError::panicked(self.id, payload))
+            }
+            Some(Outcome::Failed) => Err(JoinError::failed(self.id)),
+            Some(Outcome::Cancelled) | None => Err(JoinError::cancelled(self.id)),
+        }
+    }
+
+    /// Has the child ended?
+    pub fn is_finished(&self) -> bool {
+        self.job.state().is_terminal()
+    }
+
+    /// Cancel this child (and its subtree).
+    pub fn cancel(&self) {
+        self.job.cancel(CancelReason::Cancelled);
+    }
+
+    /// The child's fiber id.
+    pub fn id(&self) -> FiberId {
+        self.id
+    }
+}
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    /// Spawn a child fiber in this scope; it may borrow anything that
+    /// outlives the scope.
+    #[track_caller]
+    pub fn spawn<F, T>(&'scope self, f: F) -> ScopedJoinHandle<'scope, T>
+    where
+        F: FnOnce() -> T + Send + 'scope,
+        T: Send + 'scope,
+    {
+        self.spawn_child(move || Ok::<T, ()>(f()))
+    }
+
+    fn spawn_child<F, T, E>(&'scope self, f: F) -> ScopedJoinHandle<'scope, T>
+    where
+        F: FnOnce() -> Result<T, E> + Send + 'scope,
+        T: Send + 'scope,
+        E: Send + 'static,
+    {
+        let child = JobCore::new(Some(self.job.clone()), false, true);
+        let slot = Arc::new(Slot {
+            outcome: Mutex::new(None),
+        });
+        let (job, out, error) = (child.clone(), slot.clone(), self.error.clone());
+        let body = move || {
+            let outcome = if job.is_cancelled() {
+                Outcome::Cancelled
+            } else {
+                match run_in_job(&job, f) {
+                    Ok(Ok(value)) => Outcome::Value(value),
+                    Ok(Err(e)) => {
+                        let mut slot = lock(&error);
+                        if slot.is_none() {
+                            *slot = Some(Box::new(e));
+                        }
+                        drop(slot);
+                        job.fail(Failure::Error, CancelReason::ChildFailed);
+                        Outcome::Failed
+                    }
+                    Err(payload) => {
+                        let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
+                        job.fail(Failure::Panic(shared.clone()), CancelReason::ChildFailed);
+                        Outcome::Panicked(shared)
+                    }
+                }
+            };
+            *lock(&out.outcome) = Some(outcome);
+            job.body_done();
+        };
+        let body: Box<dyn FnOnce() + Send + 'scope> = Box::new(body);
+        // SAFETY: the scope joins every child (`join_children`, also when its
+        // body panics) before it returns, so nothing the closure borrows for
+        // 'scope is used after it ends; this is std::thread::scope's argument.
+        let body: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(body) };
+        let handle = fiber_core::spawn(body);
+        ScopedJoinHandle {
+            job: child,
+            slot,
+            id: handle.id(),
+            _scope: PhantomData,
+        }
+    }
+
+    /// The scope's job.
+    pub fn job(&self) -> Job {
+        Job { core: self.job.clone() }
+    }
+}
+
+/// A `try_scope`: children return `Result<_, E>`.
+pub struct TryScope<'scope, 'env: 'scope, E> {
+    inner: Scope<'scope, 'env>,
+    _error: PhantomData<fn() -> E>,
+}
+
+impl<E> fmt::Debug for TryScope<'_, '_, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl<'scope, 'env, E: Send + 'static> TryScope<'scope, 'env, E> {
+    /// Spawn a fallible child: its first `Err` fails the scope, cancels the
+    /// siblings and is what `try_scope` returns.
+    #[track_caller]
+    pub fn spawn<F, T>(&'scope self, f: F) -> ScopedJoinHandle<'scope, T>
+    where
+        F: FnOnce() -> Result<T, E> + Send + 'scope,
+        T: Send + 'scope,
+    {
+        self.inner.spawn_child(f)
+    }
+
+    /// The scope's job.
+    pub fn job(&self) -> Job {
+        self.inner.job()
+    }
+}
+
+fn open_scope(kind: Kind) -> Arc<JobCore> {
+    JobCore::new(current_job(), kind == Kind::Supervisor, false)
+}
+
+/// Finish a scope after its body: wait for the children, finalize, then
+/// re-raise a panic (the body's, or a child's) or report an error.
+fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T, Option<Box<dyn Any + Send>>> {
+    let body = match body {
+        Ok(v) => Some(v),
+        Err(payload) => {
+            let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
+            job.fail(Failure::Panic(shared), CancelReason::Cancelled);
+            None
+        }
+    };
+    job.join_children();
+    job.body_done();
+    match job.take_failure() {
+        Some(Failure::Panic(shared)) => {
+            let payload = lock(&shared).take();
+            match payload {
+                Some(p) => resume_unwind(p),
+                None => panic!("a fiber of this scope panicked (its payload was taken by a join)"),
+            }
+        }
+        Some(Failure::Error) => Err(None),
+        None => Ok(body.expect("a scope body that did not panic returned a value")),
+    }
+}
+
+/// Run `f` with a scope whose children may borrow from the caller, like
+/// `std::thread::scope`: the scope returns when every child has ended. A
+/// child's panic fails the scope, cancels the siblings, and is re-raised
+/// here once all children are done.
+///
+/// # Panics
+///
+/// Panics outside a fiber (the children are fibers), and re-raises panics
+/// as above.
+#[track_caller]
+pub fn scope<'env, F, T>(f: F) -> T
+where
+    F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
+{
+    require_fiber("scope");
+    let job = open_scope(Kind::Regular);
+    let scope = Scope {
+        job: job.clone(),
+        error: Arc::new(Mutex::new(None)),
+        _scope: PhantomData,
+        _env: PhantomData,
+    };
+    let body = run_in_job(&job, || f(&scope));
+    match close_scope(&job, body) {
+        Ok(v) => v,
+        Err(_) => unreachable!("plain scope children cannot return errors"),
+    }
+}
+
+/// Like [`scope`], but a child's failure neither fails the scope nor cancels
+/// its siblings; it stays with the child for whoever joins it.
+#[track_caller]
+pub fn supervisor_scope<'env, F, T>(f: F) -> T
+where
+    F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
+{
+    require_fiber("supervisor_scope");
+    let job = open_scope(Kind::Supervisor);
+    let scope = Scope {
+        job: job.clone(),
+        error: Arc::new(Mutex::new(None)),
+        _scope: PhantomData,
+        _env: PhantomData,
+    };
+    let body = run_in_job(&job, || f(&scope));
+    match close_scope(&job, body) {
+        Ok(v) => v,
+        Err(_) => unreachable!("supervisor children's failures stay with them"),
+    }
+}
+
+/// The fallible scope: children return `Result<_, E>`; the first `Err`
+/// fails the scope, cancels the siblings and is what `try_scope` returns
+/// (after every child has ended). The body may return its own `Err` too.
+#[track_caller]
+pub fn try_scope<'env, F, T, E>(f: F) -> Result<T, E>
+where
+    F: for<'scope> FnOnce(&'scope TryScope<'scope, 'env, E>) -> Result<T, E>,
+    E: Send + 'static,
+{
+    require_fiber("try_scope");
+    let job = open_scope(Kind::Regular);
+    let error = Arc::new(Mutex::new(None));
+    let scope = TryScope {
+        inner: Scope {
+            job: job.clone(),
+            error: error.clone(),
+            _scope: PhantomData,
+            _env: PhantomData,
+        },
+        _error: PhantomData,
+    };
+    let body = run_in_job(&job, || f(&scope));
+    let body = match body {
+        Ok(Err(e)) => {
+            // The body's own error: cancel the children, return it.
+            job.cancel(CancelReason::Cancelled);
+            let mut slot = lock(&error);
+            if slot.is_none() {
+                *slot = Some(Box::new(e));
+            }
+            drop(slot);
+            Ok(None)
+        }
+        Ok(Ok(v)) => Ok(Some(v)),
+        Err(p) => Err(p),
+    };
+    let result = close_scope(&job, body);
+    let first_error = lock(&error).take();
+    match (result, first_error) {
+        (_, Some(e)) => Err(*e.downcast::<E>().expect("try_scope errors all have the scope's type")),
+        (Ok(Some(v)), None) => Ok(v),
+        (Ok(None), None) | (Err(_), None) => unreachable!("a failed try_scope recorded its error"),
+    }
+}
+
+/// A wait that only ends when `with_timeout`'s body signals it.
+struct Done(Mutex<(bool, Option<fiber_core::Waiter>)>);
+
+impl fiber_core::Waitable for Done {
+    type Io = ();
+    fn try_complete(&self, _: &mut ()) -> Option<fiber_core::WaitResult> {
+        lock(&self.0).0.then_some(fiber_core::WaitResult::Ok)
+    }
+    fn publish(&self, waiter: &fiber_core::Waiter, _: &mut ()) -> fiber_core::Publish {
+        let mut done = lock(&self.0);
+        if done.0 {
+            return fiber_core::Publish::Ready(fiber_core::WaitResult::Ok);
+        }
+        done.1 = Some(waiter.clone());
+        fiber_core::Publish::Published
+    }
+    fn unpublish(&self, _: &fiber_core::Waiter, _: &mut ()) -> Option<fiber_core::WaitResult> {
+        let mut done = lock(&self.0);
+        done.1 = None;
+        done.0.then_some(fiber_core::WaitResult::Ok)
+    }
+}
+
+/// Run `f` on the running fiber in a new job that is cancelled when
+/// `timeout` passes. Returns `Err(TimedOut)` if the deadline came first
+/// (whatever `f` returned is dropped); `f` sees the cancellation at its
+/// cancellable points. A timeout is its own error, never a plain
+/// cancellation; an explicit cancel of the enclosing job wins over it.
+#[track_caller]
+pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, TimedOut> {
+    require_fiber("with_timeout");
+    let deadline = Instant::now().checked_add(timeout);
+    let job = JobCore::new(current_job(), false, false);
+    let done = Arc::new(Done(Mutex::new((false, None))));
+    let watchdog = {
+        let (job, done) = (job.clone(), done.clone());
+        fiber_core::spawn(move || {
+            let options = fiber_core::WaitOptions::new()
+                .deadline(deadline)
+                .interrupt(fiber_core::Interrupt::NotCancellable);
+            if fiber_core::fiber_wait(&*done, &mut (), options) == fiber_core::WaitResult::TimedOut {
+                job.cancel(CancelReason::TimedOut);
+            }
+        })
+    };
+    let body = run_in_job(&job, f);
+    let waiter = {
+        let mut d = lock(&done.0);
+        d.0 = true;
+        d.1.take()
+    };
+    if let Some(w) = waiter {
+        fiber_core::fiber_wake(&w);
+    }
+    let _ = watchdog.join();
+    let timed_out = job.reason() == Some(CancelReason::TimedOut);
+    match close_scope(&job, body) {
+        Ok(_) if timed_out => Err(TimedOut),
+        Ok(v) => Ok(v),
+        Err(_) => unreachable!("with_timeout has no fallible children"),
+    }
+}
+
+/// Spawn a detached fiber: it runs in a job of its own, is not waited for by
+/// any scope, and its failure does not affect the spawner's job.
+#[track_caller]
+pub fn spawn_detached<F, T>(f: F) -> fiber_core::JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    fiber_core::spawn(move || {
+        let job = JobCore::new(None, false, false);
+        let result = run_in_job(&job, f);
+        job.body_done();
+        match result {
+            Ok(v) => v,
+            Err(p) => resume_unwind(p),
+        }
+    })
+}

@@ -1,0 +1,59 @@
+//! Job counters: each bumped exactly once per event (Relaxed; diagnostics).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) jobs_created: AtomicU64,
+    pub(crate) cancellations_requested: AtomicU64,
+    pub(crate) jobs_completed: AtomicU64,
+    pub(crate) jobs_failed: AtomicU64,
+    pub(crate) jobs_cancelled: AtomicU64,
+    pub(crate) waiters_registered: AtomicU64,
+    pub(crate) waiters_woken: AtomicU64,
+    pub(crate) joins: AtomicU64,
+}
+
+pub(crate) static COUNTERS: Counters = Counters {
+    jobs_created: AtomicU64::new(0),
+    cancellations_requested: AtomicU64::new(0),
+    jobs_completed: AtomicU64::new(0),
+    jobs_failed: AtomicU64::new(0),
+    jobs_cancelled: AtomicU64::new(0),
+    waiters_registered: AtomicU64::new(0),
+    waiters_woken: AtomicU64::new(0),
+    joins: AtomicU64::new(0),
+};
+
+/// Process-wide job counters at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JobStats {
+    /// Jobs created (scopes, children, timeouts, detached).
+    pub jobs_created: u64,
+    /// Cancellation requests (including propagated ones).
+    pub cancellations_requested: u64,
+    /// Jobs that ended COMPLETED.
+    pub jobs_completed: u64,
+    /// Jobs that ended FAILED.
+    pub jobs_failed: u64,
+    /// Jobs that ended CANCELLED.
+    pub jobs_cancelled: u64,
+    /// Join waiters registered.
+    pub waiters_registered: u64,
+    /// Join waiters woken by a finalize.
+    pub waiters_woken: u64,
+}
+
+/// The job counters now.
+pub fn stats() -> JobStats {
+    let c = &COUNTERS;
+    JobStats {
+        jobs_created: c.jobs_created.load(Ordering::Relaxed),
+        cancellations_requested: c.cancellations_requested.load(Ordering::Relaxed),
+        jobs_completed: c.jobs_completed.load(Ordering::Relaxed),
+        jobs_failed: c.jobs_failed.load(Ordering::Relaxed),
+        jobs_cancelled: c.jobs_cancelled.load(Ordering::Relaxed),
+        waiters_registered: c.waiters_registered.load(Ordering::Relaxed),
+        waiters_woken: c.waiters_woken.load(Ordering::Relaxed),
+    }
+}

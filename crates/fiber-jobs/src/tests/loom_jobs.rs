@@ -1,0 +1,70 @@
+//! Loom models: threads drive the real `JobCore` (joins wait through
+//! fiber-core's plain-thread park path).
+
+use crate::job::{CancelReason, Failure, JobCore, JobState};
+use loom::thread;
+use std::sync::Arc;
+
+/// Cancel racing completion: the job ends in exactly one terminal state,
+/// COMPLETED if the body finished first, CANCELLED if the cancel did.
+/// Deciding the final state outside the job lock lets a cancel land after
+/// COMPLETED was chosen (an illegal COMPLETED -> CANCELLING edge panics).
+#[test]
+fn loom_cancel_racing_complete() {
+    loom::model(|| {
+        let job = JobCore::new(None, false, false);
+        let canceller = {
+            let job = job.clone();
+            thread::spawn(move || job.cancel(CancelReason::Cancelled))
+        };
+        job.body_done();
+        canceller.join().unwrap();
+        let state = job.state();
+        assert!(matches!(state, JobState::Completed | JobState::Cancelled), "{state:?}");
+        if state == JobState::Cancelled {
+            assert_eq!(job.reason(), Some(CancelReason::Cancelled));
+        }
+    });
+}
+
+/// A child's failure racing an external cancel of the parent: the parent
+/// ends FAILED whatever the order (failure dominates). Choosing CANCELLED
+/// whenever the parent was cancelling breaks it.
+#[test]
+fn loom_child_failure_racing_external_cancel() {
+    loom::model(|| {
+        let parent = JobCore::new(None, false, false);
+        let child = JobCore::new(Some(parent.clone()), false, true);
+        let canceller = {
+            let parent = parent.clone();
+            thread::spawn(move || parent.cancel(CancelReason::Cancelled))
+        };
+        let failer = thread::spawn(move || {
+            child.fail(
+                Failure::Panic(Arc::new(crate::sync::Mutex::new(None))),
+                CancelReason::ChildFailed,
+            );
+            child.body_done();
+        });
+        canceller.join().unwrap();
+        failer.join().unwrap();
+        parent.body_done();
+        assert_eq!(parent.state(), JobState::Failed, "failure dominates cancellation");
+    });
+}
+
+/// Join registration racing finalize: the joiner always wakes (no lost
+/// wake). Checking "terminal" outside the lock that finalize holds while it
+/// takes the waiters loses the wake (loom reports the joiner stuck).
+#[test]
+fn loom_join_registration_racing_finalize() {
+    loom::model(|| {
+        let job = JobCore::new(None, false, false);
+        let joiner = {
+            let job = job.clone();
+            thread::spawn(move || job.join())
+        };
+        job.body_done();
+        assert_eq!(joiner.join().unwrap(), Some(JobState::Completed));
+    });
+}

@@ -1,0 +1,3 @@
+//! Loom models of the job protocol (`cargo xtask loom`).
+
+mod loom_jobs;
