@@ -104,7 +104,12 @@ pub(crate) struct Fiber {
     cancel_seen: UnsafeCell<bool>,
     /// The cancellation scope the fiber runs in now (fiber-jobs' job), if any.
     cancel_scope: UnsafeCell<Option<Arc<dyn crate::CancelScope>>>,
+    /// Fiber-local values (owner-only; dropped when the body ends).
+    locals: UnsafeCell<Option<Box<LocalMap>>>,
 }
+
+/// Fiber-local values by key (the address of their static).
+type LocalMap = std::collections::HashMap<usize, Box<dyn std::any::Any + Send>>;
 
 // SAFETY: every field is either atomic or an `UnsafeCell` accessed only by
 // the fiber's current owner as defined by the state machine (module docs);
@@ -133,6 +138,7 @@ impl Fiber {
             waiting_on: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
             cancel_seen: UnsafeCell::new(false),
             cancel_scope: UnsafeCell::new(None),
+            locals: UnsafeCell::new(None),
         }
     }
 
@@ -631,4 +637,57 @@ pub fn current_fiber() -> Option<FiberRef> {
         fiber: crate::wait::frame_arc(fiber),
         id: fiber.id(),
     })
+}
+
+thread_local! {
+    /// Fiber-local values of code that runs outside any fiber.
+    static THREAD_LOCALS: std::cell::RefCell<LocalMap> = std::cell::RefCell::new(LocalMap::new());
+}
+
+/// The fiber-local value for `key` (initialized by `init` on first use) in
+/// the running fiber, or in the calling thread outside fibers. The value
+/// lives until the fiber's body ends. The facade's `fiber_local!` builds on
+/// this.
+pub fn with_fiber_local<T: Send + 'static, R>(key: usize, init: fn() -> T, f: impl FnOnce(&T) -> R) -> R {
+    let fiber = current::get();
+    let value: *const T = if fiber.is_null() {
+        THREAD_LOCALS.with(|map| {
+            let mut map = map.borrow_mut();
+            let entry = map.entry(key).or_insert_with(|| Box::new(init()));
+            entry.downcast_ref::<T>().expect("one type per fiber-local key") as *const T
+        })
+    } else {
+        // SAFETY: the running fiber owns its locals slot; the borrow of the
+        // map ends before `f` runs, so a nested `with` can insert safely.
+        unsafe {
+            (*fiber).locals.with_mut(|slot| {
+                let map = (*slot).get_or_insert_with(Default::default);
+                if !map.contains_key(&key) {
+                    // Initialize outside the map borrow's critical part:
+                    // `init` may itself use other fiber-locals.
+                    let value: Box<dyn std::any::Any + Send> = Box::new(init());
+                    let map = (*slot).get_or_insert_with(Default::default);
+                    map.entry(key).or_insert(value);
+                }
+                let map = (*slot).as_ref().expect("just created");
+                map[&key].downcast_ref::<T>().expect("one type per fiber-local key") as *const T
+            })
+        }
+    };
+    // SAFETY: values are boxed, so their addresses survive later inserts;
+    // they are dropped only when the fiber's body ends (or the thread
+    // exits), after every `with` of that fiber or thread has returned.
+    f(unsafe { &*value })
+}
+
+/// Drop the running fiber's fiber-local values (at the end of its body, on
+/// its own stack).
+pub(crate) fn drop_fiber_locals() {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return;
+    }
+    // SAFETY: the running fiber owns its locals slot.
+    let locals = unsafe { (*fiber).locals.with_mut(|slot| (*slot).take()) };
+    drop(locals);
 }

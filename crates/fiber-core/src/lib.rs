@@ -88,7 +88,7 @@ mod wait;
 #[cfg(not(loom))]
 pub use fiber::{
     current_cancel_scope, current_fiber, current_id, current_spawn_location, current_worker, in_fiber,
-    swap_cancel_scope, yield_now, CancelScope, FiberId, FiberRef, RunOutcome,
+    swap_cancel_scope, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, RunOutcome,
 };
 #[cfg(not(loom))]
 pub use pool::{FramePool, ParkedFiber, PoolStats};

@@ -390,6 +390,8 @@ where
             return Exit::Cancelled;
         }
         let outcome = catch_unwind(AssertUnwindSafe(f));
+        // Fiber-locals die with the body, on the fiber's own stack.
+        let _ = catch_unwind(crate::fiber::drop_fiber_locals);
         let fiber = current::get();
         // SAFETY: this body runs on the fiber's own stack, so `current` is
         // this fiber's frame and the running fiber owns its slots.

@@ -55,9 +55,23 @@ impl From<ConfigError> for std::io::Error {
     }
 }
 
+/// A callback run on each worker thread as it starts or stops.
+#[derive(Clone)]
+pub struct ThreadHook(pub std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl fmt::Debug for ThreadHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("ThreadHook(..)")
+    }
+}
+
 /// Everything a runtime needs to know, validated.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// Run on each worker thread when it starts.
+    pub on_thread_start: Option<ThreadHook>,
+    /// Run on each worker thread just before it exits.
+    pub on_thread_stop: Option<ThreadHook>,
     /// Workers at start.
     pub workers: usize,
     /// Elastic pool ceiling.
@@ -85,6 +99,8 @@ impl Default for Config {
     fn default() -> Self {
         let cores = cores().min(MAX_WORKERS);
         Config {
+            on_thread_start: None,
+            on_thread_stop: None,
             workers: cores,
             max_workers: (2 * cores).min(MAX_WORKERS),
             stacks: StackConfig::default(),
@@ -164,6 +180,10 @@ pub struct Overrides {
     pub idle_timeout: Option<Duration>,
     /// cap on guarded stacks (tests)
     pub max_guarded_stacks: Option<usize>,
+    /// `on_thread_start`
+    pub on_thread_start: Option<ThreadHook>,
+    /// `on_thread_stop`
+    pub on_thread_stop: Option<ThreadHook>,
 }
 
 impl Config {
@@ -218,6 +238,8 @@ impl Config {
             config.idle_timeout = d;
         }
         config.stacks.max_guarded = overrides.max_guarded_stacks;
+        config.on_thread_start = overrides.on_thread_start.clone();
+        config.on_thread_stop = overrides.on_thread_stop.clone();
         if !max_from_user {
             config.max_workers = config.max_workers.max(config.workers);
         } else if config.max_workers < config.workers {

@@ -43,9 +43,9 @@ mod timer;
 mod worker;
 
 #[cfg(not(loom))]
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, ThreadHook};
 #[cfg(not(loom))]
-pub use runtime::{blocking, sleep, sleep_until, Builder, Runtime};
+pub use runtime::{blocking, current_stats, sleep, sleep_until, Builder, Runtime};
 #[cfg(not(loom))]
 pub use stats::Stats;
 

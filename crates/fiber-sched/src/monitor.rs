@@ -25,8 +25,11 @@ use std::time::{Duration, Instant};
 pub const TICK: Duration = Duration::from_micros(250);
 /// Monitor period when the runtime is idle (no fiber runnable or running).
 pub const IDLE_TICK: Duration = Duration::from_millis(10);
-/// No heartbeat progress for this long while running a fiber = stuck.
-pub const STUCK_AFTER: Duration = Duration::from_millis(2);
+/// No heartbeat progress for this long while running a fiber = stuck. Go's
+/// scheduler preempts a goroutine after the same 10 ms; shorter thresholds
+/// made the pool grow under ordinary CPU-bound fibers (a 128 KiB DEFLATE
+/// block takes about 4 ms here) and oversubscribe the cores.
+pub const STUCK_AFTER: Duration = Duration::from_millis(10);
 /// Minimum time between two growth events.
 pub const SCALE_COOLDOWN: Duration = Duration::from_millis(10);
 /// Quiet time (everything asleep, root fiber parked, no timer) before a

@@ -67,6 +67,18 @@ impl Builder {
         self
     }
 
+    /// Run `f` on every worker thread when it starts.
+    pub fn on_thread_start(&mut self, f: impl Fn() + Send + Sync + 'static) -> &mut Self {
+        self.overrides.on_thread_start = Some(crate::config::ThreadHook(Arc::new(f)));
+        self
+    }
+
+    /// Run `f` on every worker thread just before it exits.
+    pub fn on_thread_stop(&mut self, f: impl Fn() + Send + Sync + 'static) -> &mut Self {
+        self.overrides.on_thread_stop = Some(crate::config::ThreadHook(Arc::new(f)));
+        self
+    }
+
     /// Cap on guard-paged stacks for this runtime (testing the unguarded
     /// regime); the process-wide `vm.max_map_count` budget always applies.
     #[doc(hidden)]
@@ -415,4 +427,15 @@ fn as_shared(sched: &Arc<dyn Schedule>) -> Option<&Arc<Shared>> {
     let shared = unsafe { (*ctx).shared() };
     let same = std::ptr::addr_eq(Arc::as_ptr(shared), Arc::as_ptr(sched));
     same.then_some(shared)
+}
+
+/// The counters of the runtime the calling fiber runs on, if any.
+pub fn current_stats() -> Option<Stats> {
+    let ctx = crate::worker::context::get();
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null context is this thread's live worker context.
+    let shared = unsafe { (*ctx).shared() };
+    Some(stats_of(shared))
 }

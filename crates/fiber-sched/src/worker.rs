@@ -386,6 +386,9 @@ pub(crate) fn spawn_worker(shared: &Arc<Shared>, index: usize) -> bool {
 }
 
 fn worker_main(shared: Arc<Shared>, index: usize, deque: Deque<Runnable>) {
+    if let Some(hook) = &shared.config.on_thread_start {
+        (hook.0)();
+    }
     FramePool::register_thread(&shared.pool);
     let ctx = WorkerCtx {
         shared_id: shared.id,
@@ -410,6 +413,9 @@ fn worker_main(shared: Arc<Shared>, index: usize, deque: Deque<Runnable>) {
     let WorkerCtx { local, .. } = ctx;
     *lock(&slot.deque) = Some(local);
     slot.running.store(0, Ordering::Relaxed);
+    if let Some(hook) = &shared.config.on_thread_stop {
+        (hook.0)();
+    }
     slot.state.store(DEAD, Ordering::Release);
     shared.alive.fetch_sub(1, Ordering::AcqRel);
     if moved > 0 && !shared.is_shutdown() {

@@ -1,121 +1,79 @@
-//! A tour of what the runtime does today.
+//! The tour: what fiber does, in a few seconds.
 //!
 //! `cargo run --release --example tour`
 //!
-//! The multi-worker scheduler, channels and jobs are still to come; this
-//! tour runs on fiber-core's deterministic scheduler and shows the pieces
-//! they stand on: fibers on real stacks, parking and waking across OS
-//! threads, cancellation, panics captured for the joiner, and the frame
-//! pool.
+//! 1. 100,000 fibers spawned and joined.
+//! 2. A three-stage channel pipeline with `select!` and a timeout.
+//! 3. A job tree where one child fails and its siblings are cancelled.
+//! 4. The runtime's counters.
 
-use fiber::core::testing::TestScheduler;
-use fiber::core::{fiber_wait, fiber_wake, spawn, yield_now, Publish, WaitOptions, WaitResult, Waitable, Waiter};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use fiber::chan::{self, after, bounded};
+
 use std::time::{Duration, Instant};
 
-/// A latch: waits complete once it is opened.
-#[derive(Default)]
-struct Latch(Mutex<(bool, Vec<Waiter>)>);
-
-impl Waitable for Latch {
-    type Io = ();
-    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
-        self.0.lock().unwrap().0.then_some(WaitResult::Ok)
-    }
-    fn publish(&self, waiter: &Waiter, _: &mut ()) -> Publish {
-        let mut latch = self.0.lock().unwrap();
-        if latch.0 {
-            return Publish::Ready(WaitResult::Ok);
-        }
-        latch.1.push(waiter.clone());
-        Publish::Published
-    }
-    fn unpublish(&self, waiter: &Waiter, _: &mut ()) -> Option<WaitResult> {
-        let mut latch = self.0.lock().unwrap();
-        latch.1.retain(|w| !w.same_wait(waiter));
-        latch.0.then_some(WaitResult::Ok)
-    }
-}
-
-impl Latch {
-    fn open(&self) -> usize {
-        let waiters = {
-            let mut latch = self.0.lock().unwrap();
-            latch.0 = true;
-            std::mem::take(&mut latch.1)
-        };
-        waiters.iter().filter(|w| fiber_wake(w)).count()
-    }
-}
-
 fn main() {
-    const FIBERS: u64 = 100_000;
-    let sched = TestScheduler::new();
+    fiber::run(|| {
+        // 1. Many fibers.
+        let start = Instant::now();
+        let handles: Vec<_> = (0..100_000u64).map(|i| fiber::spawn(move || i)).collect();
+        let sum: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(sum, 100_000 * 99_999 / 2);
+        println!("1. spawned and joined 100,000 fibers in {:?}", start.elapsed());
 
-    // 1. 100,000 fibers that each yield once and return a number.
-    let start = Instant::now();
-    let sum = sched.block_on(|| {
-        let handles: Vec<_> = (0..FIBERS)
-            .map(|i| {
-                spawn(move || {
-                    yield_now();
-                    i
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
-    });
-    assert_eq!(sum, FIBERS * (FIBERS - 1) / 2);
-    println!(
-        "spawned, yielded and joined {FIBERS} fibers in {:?} (sum {sum})",
-        start.elapsed()
-    );
-
-    // 2. Fibers parked on a latch, opened from another OS thread.
-    let latch = Arc::new(Latch::default());
-    let woken = Arc::new(AtomicU64::new(0));
-    for _ in 0..1_000 {
-        let (latch, woken) = (latch.clone(), woken.clone());
-        sched.spawn(move || {
-            assert_eq!(fiber_wait(&*latch, &mut (), WaitOptions::new()), WaitResult::Ok);
-            woken.fetch_add(1, Ordering::Relaxed);
+        // 2. A pipeline: numbers -> squares -> sums, with select! and a timeout.
+        let (numbers_tx, numbers_rx) = bounded::<u64>(0);
+        let (squares_tx, squares_rx) = bounded::<u64>(16);
+        let producer = fiber::spawn(move || {
+            for n in 1..=1000 {
+                numbers_tx.send(n).unwrap();
+            }
         });
-    }
-    sched.run_until_idle();
-    let opener = {
-        let latch = latch.clone();
-        std::thread::spawn(move || latch.open())
-    };
-    sched.run();
-    println!(
-        "1000 fibers parked; another thread opened the latch and claimed {} of them; {} resumed",
-        opener.join().unwrap(),
-        woken.load(Ordering::Relaxed)
-    );
+        let squarer = fiber::spawn(move || {
+            for n in numbers_rx.iter() {
+                squares_tx.send(n * n).unwrap();
+            }
+        });
+        let timeout = after(Duration::from_secs(10));
+        let mut total = 0u64;
+        let mut count = 0;
+        loop {
+            chan::select! {
+                recv(squares_rx) -> square => match square {
+                    Ok(square) => { total += square; count += 1; }
+                    Err(_) => break,
+                },
+                recv(timeout) -> _ => panic!("the pipeline stalled"),
+            }
+        }
+        producer.join().unwrap();
+        squarer.join().unwrap();
+        assert_eq!((count, total), (1000, 333_833_500));
+        println!("2. pipeline: {count} squares summed to {total} through a rendezvous and a buffered channel");
 
-    // 3. A deadline on virtual time, a cancellation, and a captured panic.
-    let never = Arc::new(Latch::default());
-    let scheduler = sched.scheduler();
-    let waiting = never.clone();
-    let timed = sched.spawn(move || {
-        let deadline = scheduler.now() + Duration::from_millis(500);
-        fiber_wait(&*waiting, &mut (), WaitOptions::new().deadline(Some(deadline)))
+        // 3. A job tree: one child fails, its siblings are cancelled.
+        let before = fiber::JobStats { ..fiber::stats().jobs };
+        let outcome = fiber::try_scope(|s| {
+            for i in 0..5 {
+                s.spawn(move || {
+                    // Wait for work that never comes; cancellation ends it.
+                    let (_tx, rx) = bounded::<()>(0);
+                    let _ = rx.recv_timeout(Duration::from_secs(60));
+                    Ok::<_, String>(i)
+                });
+            }
+            s.spawn(|| Err::<u32, _>("child 5 failed".to_string()));
+            Ok(())
+        });
+        let after = fiber::stats().jobs;
+        assert_eq!(outcome, Err("child 5 failed".to_string()));
+        println!(
+            "3. job tree: try_scope returned the first error ({:?}); {} sibling job(s) cancelled, {} failed",
+            outcome.unwrap_err(),
+            after.jobs_cancelled - before.jobs_cancelled,
+            after.jobs_failed - before.jobs_failed
+        );
+
+        // 4. Counters.
+        println!("4. {}", fiber::stats());
     });
-    let waiting = never.clone();
-    let cancelled = sched.spawn(move || fiber_wait(&*waiting, &mut (), WaitOptions::new()));
-    let panicked = sched.spawn(|| -> u32 { panic!("this fiber fails on purpose") });
-    sched.run_until_idle();
-    cancelled.cancel();
-    sched.run();
-    println!("a wait with a 500 ms deadline ended {:?}", timed.join().unwrap());
-    println!("a cancelled fiber: {}", cancelled.join().unwrap_err());
-    println!("a panicking fiber: {}", panicked.join().unwrap_err());
-
-    let stats = sched.pool_stats();
-    println!(
-        "frame pool: {} frames allocated, {} in use, {} guarded stacks, {} unguarded",
-        stats.allocated, stats.in_use, stats.guarded_stacks, stats.unguarded_stacks
-    );
-    assert_eq!(stats.in_use, 0);
 }

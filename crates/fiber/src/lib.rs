@@ -1,9 +1,207 @@
-//! `fiber`: stackful M:N fibers for Rust (the facade users depend on).
+//! Stackful M:N fibers for Rust: plain blocking-style code (no `async`)
+//! that runs hundreds of thousands of fibers on a few OS threads.
 //!
-//! The facade re-exports the layers once they exist. Today only the core is
-//! built: see [`core`] (fiber-core) for the state machine, the park/wake
-//! protocol and a deterministic test scheduler.
+//! `fiber` is the crate users depend on; it re-exports the layers: the
+//! scheduler ([`Runtime`]), channels ([`chan`], [`select!`]), structured
+//! concurrency ([`scope`], [`try_scope`], [`with_timeout`], [`Job`]) and the
+//! core ([`spawn`], [`JoinHandle`], [`yield_now`]).
+//!
+//! # Examples
+//!
+//! ```
+//! use fiber::chan;
+//!
+//! let total = fiber::run(|| {
+//!     let (tx, rx) = chan::bounded(0);
+//!     for i in 0..10u64 {
+//!         let tx = tx.clone();
+//!         fiber::spawn(move || tx.send(i * i).unwrap());
+//!     }
+//!     drop(tx);
+//!     rx.iter().sum::<u64>()
+//! });
+//! assert_eq!(total, 285);
+//! ```
 
+#![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
+pub use fiber_chan as chan;
+pub use fiber_chan::select;
 pub use fiber_core as core;
+pub use fiber_core::{yield_now, FiberId, JoinError, JoinHandle};
+pub use fiber_jobs::{
+    check_cancelled, is_cancelled, scope, spawn_detached, supervisor_scope, try_scope, with_timeout, CancelReason,
+    Cancelled, Job, JobState, JobStats, Scope, ScopedJoinHandle, TimedOut, TryScope,
+};
+pub use fiber_sched::{blocking, Builder, Config, ConfigError, Runtime};
+
+use std::fmt;
+use std::time::Duration;
+
+/// Start a runtime with the defaults (and the `FIBER_*` environment), run
+/// `f` as its root fiber, shut the runtime down and return `f`'s value. A
+/// panic in `f` is re-raised here with its original payload. `run` may be
+/// called again after it returns, from any thread.
+///
+/// # Panics
+///
+/// Panics if a `FIBER_*` variable is invalid (the message names it), if the
+/// worker threads cannot start, or with `f`'s own panic.
+#[track_caller]
+pub fn run<F, T>(f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let runtime = match Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => panic!("fiber::run: cannot start the runtime: {e}"),
+    };
+    runtime.block_on(f)
+}
+
+fn outside(function: &str) -> ! {
+    panic!(
+        "fiber::{function} called outside a fiber: there is no runtime here; start one with \
+         fiber::run(|| ...) or Runtime::block_on, and call fiber::{function} from inside it"
+    )
+}
+
+/// Spawn a fiber on the current runtime. Dropping the handle detaches the
+/// fiber, as with `std::thread::spawn`.
+///
+/// # Panics
+///
+/// Panics outside a runtime, naming this function and how to start one.
+#[track_caller]
+pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    if !fiber_core::in_fiber() {
+        outside("spawn");
+    }
+    fiber_core::spawn(f)
+}
+
+/// Park the running fiber for at least `duration`. Returns early (without
+/// error) if the fiber's job is cancelled; check with [`is_cancelled`].
+///
+/// # Panics
+///
+/// Panics outside a runtime (use `std::thread::sleep` there).
+pub fn sleep(duration: Duration) {
+    if !fiber_core::in_fiber() {
+        outside("sleep");
+    }
+    let _ = fiber_sched::sleep(duration);
+}
+
+/// A snapshot of the current runtime's counters and of the job counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Scheduler counters: workers, fibers alive/parked/runnable, spawns,
+    /// steals, scale events, ...
+    pub runtime: fiber_sched::Stats,
+    /// Job counters (process-wide).
+    pub jobs: JobStats,
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.runtime)?;
+        let j = &self.jobs;
+        write!(
+            f,
+            "  jobs: {} created, {} completed, {} failed, {} cancelled, {} cancel requests",
+            j.jobs_created, j.jobs_completed, j.jobs_failed, j.jobs_cancelled, j.cancellations_requested
+        )
+    }
+}
+
+/// The counters of the runtime the caller runs on.
+///
+/// # Panics
+///
+/// Panics outside a runtime (use [`Runtime::stats`] there).
+pub fn stats() -> Stats {
+    match fiber_sched::current_stats() {
+        Some(runtime) => Stats {
+            runtime,
+            jobs: fiber_jobs::stats(),
+        },
+        None => outside("stats"),
+    }
+}
+
+/// A fiber-local value: the replacement for `thread_local!` inside fibers
+/// (a fiber may resume on another worker thread after any park, so a
+/// `thread_local!` is the wrong scope there). Each fiber sees its own value,
+/// created on first use and dropped when the fiber ends. Outside fibers it
+/// behaves like a thread-local. Declare with [`fiber_local!`].
+pub struct FiberLocal<T: 'static> {
+    init: fn() -> T,
+}
+
+impl<T: 'static> fmt::Debug for FiberLocal<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("FiberLocal { .. }")
+    }
+}
+
+impl<T: Send + 'static> FiberLocal<T> {
+    /// A key whose value starts as `init()` (used by [`fiber_local!`]).
+    #[doc(hidden)]
+    pub const fn new(init: fn() -> T) -> FiberLocal<T> {
+        FiberLocal { init }
+    }
+
+    /// Run `f` with this fiber's value.
+    pub fn with<R>(&'static self, f: impl FnOnce(&T) -> R) -> R {
+        fiber_core::with_fiber_local(self as *const Self as usize, self.init, f)
+    }
+}
+
+/// Declare fiber-local values, like `thread_local!`.
+///
+/// ```
+/// use std::cell::Cell;
+///
+/// fiber::fiber_local! {
+///     static COUNTER: Cell<u32> = Cell::new(0);
+/// }
+///
+/// fiber::run(|| {
+///     let children: Vec<_> = (0..4)
+///         .map(|_| {
+///             fiber::spawn(|| {
+///                 COUNTER.with(|c| c.set(c.get() + 1));
+///                 fiber::yield_now();
+///                 COUNTER.with(|c| c.get())
+///             })
+///         })
+///         .collect();
+///     for child in children {
+///         assert_eq!(child.join().unwrap(), 1, "each fiber has its own counter");
+///     }
+/// });
+/// ```
+#[macro_export]
+macro_rules! fiber_local {
+    () => {};
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr; $($rest:tt)*) => {
+        $(#[$attr])*
+        $vis static $name: $crate::FiberLocal<$t> = $crate::FiberLocal::new({
+            fn __fiber_local_init() -> $t {
+                $init
+            }
+            __fiber_local_init
+        });
+        $crate::fiber_local!($($rest)*);
+    };
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr) => {
+        $crate::fiber_local!($(#[$attr])* $vis static $name: $t = $init;);
+    };
+}
