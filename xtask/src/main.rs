@@ -13,7 +13,10 @@ usage: cargo xtask <command>
 commands:
   ci                      the whole gate: fmt, clippy, tests (spec-assert on), doc tests, loom
   loom [crate] [filter]   loom models (RUSTFLAGS=--cfg loom), LOOM_MAX_PREEMPTIONS defaults to 2
-  bench [filter]          criterion benches of the benches crate
+  bench [--quick] [filter]  the workloads of BENCHMARKS.md for fiber, tokio and std threads,
+                          one process per measurement, systems interleaved; prints a table and
+                          writes target/bench-report/{report.md,ratios.svg}
+  bench --criterion [filter]  the criterion micro benches (fiber switch, park + wake)
 ";
 
 /// Default preemption bound for `cargo xtask loom` (loom docs recommend 2-3).
@@ -83,13 +86,15 @@ fn loom(krate: Option<&str>, filter: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
-fn bench(filter: Option<&str>) -> Result<(), String> {
+mod bench;
+
+fn criterion(filter: Option<&str>) -> Result<(), String> {
     let mut cmd = cargo();
-    cmd.args(["bench", "-p", "benches"]);
+    cmd.args(["bench", "-p", "benches", "--bench", "core_switch"]);
     if let Some(filter) = filter {
         cmd.args(["--", filter]);
     }
-    run("bench", cmd)
+    run("criterion benches", cmd)
 }
 
 fn main() -> ExitCode {
@@ -98,7 +103,14 @@ fn main() -> ExitCode {
     let result = match arg(0) {
         Some("ci") => ci(),
         Some("loom") => loom(arg(1), arg(2)),
-        Some("bench") => bench(arg(1)),
+        Some("bench") => {
+            let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+            if rest.contains(&"--criterion") {
+                criterion(rest.iter().copied().find(|a| !a.starts_with("--")))
+            } else {
+                bench::run(&rest)
+            }
+        }
         Some("help" | "--help" | "-h") => {
             print!("{USAGE}");
             Ok(())
