@@ -4,7 +4,86 @@
 #[cfg(not(loom))]
 mod imp {
     pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
-    pub(crate) use std::sync::{Mutex, MutexGuard};
+
+    /// A small spin lock for the channel's short critical sections (a few
+    /// pointer moves). Fibers must not block their worker thread in the
+    /// kernel on a briefly held lock, so waiting spins, then yields the
+    /// thread. Same API shape as `std::sync::Mutex` (never poisoned).
+    #[derive(Debug, Default)]
+    pub(crate) struct Mutex<T> {
+        locked: std::sync::atomic::AtomicBool,
+        value: std::cell::UnsafeCell<T>,
+    }
+
+    // SAFETY: the lock gives exclusive access to `value`; `T: Send` because
+    // the value is used from whichever thread holds the lock.
+    unsafe impl<T: Send> Sync for Mutex<T> {}
+    // SAFETY: as above.
+    unsafe impl<T: Send> Send for Mutex<T> {}
+
+    /// Spins before yielding the OS thread while waiting for the lock.
+    const SPINS: u32 = 64;
+
+    impl<T> Mutex<T> {
+        pub(crate) const fn new(value: T) -> Mutex<T> {
+            Mutex { locked: std::sync::atomic::AtomicBool::new(false), value: std::cell::UnsafeCell::new(value) }
+        }
+
+        #[inline]
+        pub(crate) fn lock(&self) -> Result<MutexGuard<'_, T>, std::convert::Infallible> {
+            // Acquire: pairs with the Release store in `MutexGuard::drop`.
+            if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+                self.lock_slow();
+            }
+            Ok(MutexGuard { mutex: self })
+        }
+
+        #[cold]
+        fn lock_slow(&self) {
+            let mut spins = 0;
+            loop {
+                while self.locked.load(Ordering::Relaxed) {
+                    if spins < SPINS {
+                        std::hint::spin_loop();
+                        spins += 1;
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                // Acquire: as in `lock`.
+                if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Exclusive access to a [`Mutex`]'s value.
+    pub(crate) struct MutexGuard<'a, T> {
+        mutex: &'a Mutex<T>,
+    }
+
+    impl<T> std::ops::Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            // SAFETY: the guard holds the lock.
+            unsafe { &*self.mutex.value.get() }
+        }
+    }
+
+    impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            // SAFETY: the guard holds the lock.
+            unsafe { &mut *self.mutex.value.get() }
+        }
+    }
+
+    impl<T> Drop for MutexGuard<'_, T> {
+        fn drop(&mut self) {
+            // Release: pairs with the Acquire in `Mutex::lock`.
+            self.mutex.locked.store(false, Ordering::Release);
+        }
+    }
 
     /// `UnsafeCell` with loom's closure-based access API.
     #[derive(Debug)]
@@ -37,10 +116,21 @@ mod imp {
 pub(crate) use imp::*;
 
 /// Lock a mutex; no code in this crate panics while holding one.
+#[cfg(loom)]
 #[inline]
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     match mutex.lock() {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Lock a mutex.
+#[cfg(not(loom))]
+#[inline]
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(never) => match never {},
     }
 }
