@@ -60,7 +60,7 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
         }
         let now = Instant::now();
         if shared.timers.is_due(now) {
-            shared.timers.fire_due(now);
+            shared.fire_timers_batched(now);
         }
         let pressure = pressure(&shared);
         sample_pressure(&shared, pressure, &mut neg_streak);

@@ -200,6 +200,8 @@ impl Shared {
                 self.global.push(fiber);
             }
             self.notify_one();
+        } else if deferred::record(target) {
+            // A batch (timer firing) notifies each target once at its end.
         } else if !self.idle.notify_worker(target, &slot.futex) {
             // Awake (or searching): it will see its inbox.
         } else {
@@ -228,7 +230,9 @@ impl Shared {
             None => {
                 self.global.push(fiber);
                 self.counters.global_pushes.fetch_add(1, Ordering::Relaxed);
-                self.notify_one();
+                if !deferred::record(usize::MAX) {
+                    self.notify_one();
+                }
             }
         }
     }
@@ -323,6 +327,57 @@ impl WorkerCtx {
         x ^= x << 17;
         self.rng.set(x);
         x
+    }
+}
+
+/// Deferred notification for batches of wakes from outside the workers
+/// (the monitor firing thousands of timers): each push records its target
+/// instead of notifying; the batch notifies every target once at its end.
+pub(crate) mod deferred {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static TARGETS: RefCell<Option<Vec<usize>>> = const { RefCell::new(None) };
+    }
+
+    /// Record `target` (`usize::MAX`: the global queue) if a batch is open.
+    pub(crate) fn record(target: usize) -> bool {
+        TARGETS.with(|t| match t.borrow_mut().as_mut() {
+            Some(targets) => {
+                if !targets.contains(&target) {
+                    targets.push(target);
+                }
+                true
+            }
+            None => false,
+        })
+    }
+
+    /// Run `f` as a batch; returns its value and the recorded targets.
+    pub(crate) fn batch<R>(f: impl FnOnce() -> R) -> (R, Vec<usize>) {
+        TARGETS.with(|t| *t.borrow_mut() = Some(Vec::new()));
+        let r = f();
+        let targets = TARGETS.with(|t| t.borrow_mut().take()).unwrap_or_default();
+        (r, targets)
+    }
+}
+
+impl Shared {
+    /// Fire due timers from outside the workers, notifying each worker
+    /// that received fibers once.
+    pub(crate) fn fire_timers_batched(&self, now: Instant) -> usize {
+        let (fired, targets) = deferred::batch(|| self.timers.fire_due(now));
+        for target in targets {
+            if target == usize::MAX {
+                let sleeping = self.idle.sleeping();
+                for _ in 0..sleeping.max(1) {
+                    self.notify_one();
+                }
+            } else if self.idle.notify_worker(target, &self.slots[target].futex) {
+                self.counters.wakeups.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        fired
     }
 }
 
