@@ -26,13 +26,20 @@ mod imp {
 
     impl<T> Mutex<T> {
         pub(crate) const fn new(value: T) -> Mutex<T> {
-            Mutex { locked: std::sync::atomic::AtomicBool::new(false), value: std::cell::UnsafeCell::new(value) }
+            Mutex {
+                locked: std::sync::atomic::AtomicBool::new(false),
+                value: std::cell::UnsafeCell::new(value),
+            }
         }
 
         #[inline]
         pub(crate) fn lock(&self) -> Result<MutexGuard<'_, T>, std::convert::Infallible> {
             // Acquire: pairs with the Release store in `MutexGuard::drop`.
-            if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
                 self.lock_slow();
             }
             Ok(MutexGuard { mutex: self })
@@ -51,7 +58,11 @@ mod imp {
                     }
                 }
                 // Acquire: as in `lock`.
-                if self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                if self
+                    .locked
+                    .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
                     return;
                 }
             }

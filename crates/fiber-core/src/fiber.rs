@@ -537,6 +537,17 @@ pub fn current_worker() -> Option<usize> {
     unsafe { (*fiber).last_worker() }
 }
 
+/// The running fiber's id for the stack-overflow signal handler: reads only
+/// a const-initialized thread-local cell and an atomic (async-signal-safe).
+pub(crate) fn current_id_for_signal() -> u64 {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return 0;
+    }
+    // SAFETY: the frame of the fiber running on this thread is alive.
+    unsafe { (*fiber).id.load(std::sync::atomic::Ordering::Relaxed) }
+}
+
 /// Is the caller running inside a fiber?
 pub fn in_fiber() -> bool {
     !current::get().is_null()

@@ -157,6 +157,9 @@ struct Slab {
 
 impl Drop for Slab {
     fn drop(&mut self) {
+        if self.guarded {
+            guard::unregister(self.start);
+        }
         // SAFETY: `start..start+len` is exactly the mapping made in
         // `Slab::map`, and every stack carved from it holds an `Arc<Slab>`,
         // so none is in use any more.
@@ -257,6 +260,7 @@ impl StackAllocator {
             }
             match Slab::map(stride * SLAB_STACKS, true) {
                 Ok(slab) => {
+                    guard::register(slab.start, slab.len, stride, self.size);
                     cursor.slab = Some(Arc::new(slab));
                     cursor.next = 0;
                 }
@@ -368,6 +372,175 @@ impl StackBounds {
             // writes it legitimately and the compiler must not assume so.
             unsafe { std::ptr::read_volatile(top.add(i)) != 0 }
         })
+    }
+}
+
+/// Reporting a hit on a fiber's guard page (PITFALLS 7): a SIGSEGV/SIGBUS
+/// handler, running on the thread's alternate signal stack (std gives every
+/// thread one), looks the faulting address up in a fixed table of guarded
+/// slabs; on a guard page it prints `fiber <id> has overflowed its stack`
+/// with the stack size and how to raise it, and aborts. Any other fault goes
+/// to the handler that was installed before ours. Everything the handler
+/// touches is async-signal-safe: atomics, a stack buffer and `write(2)`.
+mod guard {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::OnceLock;
+
+    /// Guarded slabs the table can hold (each holds SLAB_STACKS stacks; the
+    /// default map-count budget needs about 450).
+    const SLOTS: usize = 4096;
+
+    struct Entry {
+        start: AtomicUsize,
+        len: AtomicUsize,
+        stride: AtomicUsize,
+        size: AtomicUsize,
+    }
+
+    #[allow(clippy::declare_interior_mutable_const)]
+    const EMPTY: Entry = Entry {
+        start: AtomicUsize::new(0),
+        len: AtomicUsize::new(0),
+        stride: AtomicUsize::new(0),
+        size: AtomicUsize::new(0),
+    };
+    static TABLE: [Entry; SLOTS] = [EMPTY; SLOTS];
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    static FULL_WARNED: AtomicBool = AtomicBool::new(false);
+
+    struct Previous {
+        segv: libc::sigaction,
+        bus: libc::sigaction,
+    }
+
+    // SAFETY: written once before any handler can read it (OnceLock), then
+    // only read.
+    unsafe impl Sync for Previous {}
+    // SAFETY: as above.
+    unsafe impl Send for Previous {}
+
+    static PREVIOUS: OnceLock<Previous> = OnceLock::new();
+
+    pub(super) fn register(start: usize, len: usize, stride: usize, size: usize) {
+        install();
+        for entry in &TABLE {
+            // The `len` slot claims the entry; Release publishes the fields
+            // to the handler's Acquire load of `len`.
+            if entry
+                .len
+                .compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                entry.start.store(start, Ordering::Relaxed);
+                entry.stride.store(stride, Ordering::Relaxed);
+                entry.size.store(size, Ordering::Relaxed);
+                entry.len.store(len, Ordering::Release);
+                return;
+            }
+        }
+        if !FULL_WARNED.swap(true, Ordering::Relaxed) {
+            eprintln!("fiber: notice: guard-page table full; overflows of newer stacks fault without a fiber message");
+        }
+    }
+
+    pub(super) fn unregister(start: usize) {
+        for entry in &TABLE {
+            let len = entry.len.load(Ordering::Acquire);
+            if len != 0 && len != usize::MAX && entry.start.load(Ordering::Relaxed) == start {
+                entry.len.store(0, Ordering::Release);
+                return;
+            }
+        }
+    }
+
+    fn install() {
+        INSTALLED.get_or_init(|| {
+            // SAFETY: plain sigaction calls with zeroed, then filled, structs;
+            // the previous actions are stored before our handler is active
+            // (it is installed by the same calls, and reads PREVIOUS only
+            // after a fault in a registered slab, which cannot exist yet).
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = handler as *const () as usize;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut action.sa_mask);
+                let mut segv: libc::sigaction = std::mem::zeroed();
+                let mut bus: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut segv);
+                libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut bus);
+                let _ = PREVIOUS.set(Previous { segv, bus });
+                libc::sigaction(libc::SIGSEGV, &action, std::ptr::null_mut());
+                libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
+            }
+        });
+    }
+
+    /// The guard hit's stack size, if `addr` is on a registered guard page.
+    fn lookup(addr: usize) -> Option<usize> {
+        let page = super::page_size();
+        for entry in &TABLE {
+            let len = entry.len.load(Ordering::Acquire);
+            if len == 0 || len == usize::MAX {
+                continue;
+            }
+            let start = entry.start.load(Ordering::Relaxed);
+            if addr < start || addr >= start + len {
+                continue;
+            }
+            let stride = entry.stride.load(Ordering::Relaxed);
+            if stride != 0 && (addr - start) % stride < page {
+                return Some(entry.size.load(Ordering::Relaxed));
+            }
+        }
+        None
+    }
+
+    fn write_all(bytes: &[u8]) {
+        // SAFETY: write(2) on fd 2 with a valid buffer is async-signal-safe.
+        unsafe {
+            libc::write(2, bytes.as_ptr() as *const libc::c_void, bytes.len());
+        }
+    }
+
+    fn write_number(mut n: u64) {
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        write_all(&buf[i..]);
+    }
+
+    extern "C" fn handler(signum: libc::c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+        let addr = unsafe { (*info).si_addr() } as usize;
+        if let Some(size) = lookup(addr) {
+            let id = crate::fiber::current_id_for_signal();
+            write_all(b"\nfiber ");
+            write_number(id);
+            write_all(b" has overflowed its stack\nfatal runtime error: stack overflow (fiber stack size ");
+            write_number(size as u64);
+            write_all(b" bytes; raise it with Builder::stack_size or FIBER_STACK_SIZE)\n");
+            std::process::abort();
+        }
+        // Not ours: restore the previous action and return; the fault
+        // happens again and goes to it (std's handler, or the default).
+        if let Some(previous) = PREVIOUS.get() {
+            let old = if signum == libc::SIGBUS {
+                &previous.bus
+            } else {
+                &previous.segv
+            };
+            // SAFETY: re-installing a previously valid action.
+            unsafe {
+                libc::sigaction(signum, old, std::ptr::null_mut());
+            }
+        }
     }
 }
 

@@ -85,10 +85,41 @@ fn guard_page_overflow_kills_the_process() {
     assert!(!stderr.contains("child survived"), "{stderr}");
     assert_eq!(
         out.status.signal(),
+        Some(libc::SIGABRT),
+        "status {:?}, stderr:\n{stderr}",
+        out.status
+    );
+    assert!(stderr.contains("fiber 1 has overflowed its stack"), "{stderr}");
+    assert!(stderr.contains("fiber stack size 65536 bytes"), "{stderr}");
+}
+
+#[test]
+fn faults_outside_fiber_guard_pages_go_to_the_previous_handler() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        // A guarded stack exists, so our handler is installed; then a plain
+        // null dereference must still be reported as an ordinary SIGSEGV.
+        let sched = TestScheduler::with_stacks(StackConfig {
+            size: STACK,
+            max_guarded: None,
+        });
+        sched.block_on(|| ());
+        // SAFETY: not sound on purpose: this child process exists only to
+        // fault on an address outside every fiber guard page and die.
+        unsafe { std::ptr::read_volatile(std::ptr::null::<u8>()) };
+        std::process::exit(0);
+    }
+    let out = run_child(
+        "tests::overflow::faults_outside_fiber_guard_pages_go_to_the_previous_handler",
+        "null",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
         Some(libc::SIGSEGV),
         "status {:?}, stderr:\n{stderr}",
         out.status
     );
+    assert!(!stderr.contains("overflowed its stack"), "{stderr}");
 }
 
 #[test]
