@@ -11,8 +11,9 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  ci                      the whole gate: fmt, clippy, tests (spec-assert on), doc tests, loom
+  ci                      the whole gate: fmt, clippy, tests (spec-assert on), doc tests, loom, 90 s stress
   loom [crate] [filter]   loom models (RUSTFLAGS=--cfg loom), LOOM_MAX_PREEMPTIONS defaults to 2
+  stress [--seconds N] [--seed S]  randomized stress mix with invariants checked (spec-assert on)
   bench [--quick] [filter]  the workloads of BENCHMARKS.md for fiber, tokio and std threads,
                           one process per measurement, systems interleaved; prints a table and
                           writes target/bench-report/{report.md,ratios.svg}
@@ -59,7 +60,28 @@ fn ci() -> Result<(), String> {
     run("test (unit, integration and doc tests, spec-assert on)", test)?;
 
     loom(None, None)?;
+    stress(&["--seconds", CI_STRESS_SECONDS])?;
     Ok(())
+}
+
+/// How long `cargo xtask ci` runs the stress mix.
+const CI_STRESS_SECONDS: &str = "90";
+
+fn stress(args: &[&str]) -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--release",
+        "-p",
+        "fiber",
+        "--example",
+        "stress",
+        "--features",
+        "fiber-core/spec-assert",
+        "--",
+    ]);
+    cmd.args(args);
+    run("stress", cmd)
 }
 
 fn loom(krate: Option<&str>, filter: Option<&str>) -> Result<(), String> {
@@ -103,6 +125,10 @@ fn main() -> ExitCode {
     let result = match arg(0) {
         Some("ci") => ci(),
         Some("loom") => loom(arg(1), arg(2)),
+        Some("stress") => {
+            let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+            stress(&rest)
+        }
         Some("bench") => {
             let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
             if rest.contains(&"--criterion") {
