@@ -863,6 +863,83 @@ fn join_finished_tokio() -> Duration {
     })
 }
 
+/// Scope with 1,000 children (spawn all, scope waits), and cancel of a
+/// 1,000-child tree (all parked, cancel, scope returns).
+const TREE: usize = 1000;
+const TREE_ROUNDS: usize = 20;
+
+fn scope1k_fiber() -> Duration {
+    on_fiber_dyn(|| {
+        for _ in 0..TREE_ROUNDS {
+            fiber::scope(|s| {
+                for i in 0..TREE {
+                    s.spawn(move || black_box(i));
+                }
+            });
+        }
+    })
+}
+
+fn scope1k_tokio() -> Duration {
+    tokio_rt().block_on(async {
+        tokio::spawn(async {
+            let start = Instant::now();
+            for _ in 0..TREE_ROUNDS {
+                let mut set = tokio::task::JoinSet::new();
+                for i in 0..TREE {
+                    set.spawn(async move { black_box(i) });
+                }
+                while set.join_next().await.is_some() {}
+            }
+            start.elapsed()
+        })
+        .await
+        .unwrap()
+    })
+}
+
+fn cancel1k_fiber() -> Duration {
+    on_fiber_dyn(|| {
+        for _ in 0..TREE_ROUNDS {
+            let cancelled = fiber::scope(|s| {
+                let (_tx, rx) = fiber::chan::bounded::<()>(0);
+                for _ in 0..TREE {
+                    let rx = rx.clone();
+                    s.spawn(move || rx.recv().is_err());
+                }
+                fiber::yield_now();
+                s.job().cancel();
+                s.job()
+            });
+            check(cancelled.state() == fiber::JobState::Cancelled, || {
+                "cancel1k".to_string()
+            });
+        }
+    })
+}
+
+fn cancel1k_tokio() -> Duration {
+    tokio_rt().block_on(async {
+        tokio::spawn(async {
+            let start = Instant::now();
+            for _ in 0..TREE_ROUNDS {
+                let token = tokio_util::sync::CancellationToken::new();
+                let mut set = tokio::task::JoinSet::new();
+                for _ in 0..TREE {
+                    let child = token.child_token();
+                    set.spawn(async move { child.cancelled().await });
+                }
+                tokio::task::yield_now().await;
+                token.cancel();
+                while set.join_next().await.is_some() {}
+            }
+            start.elapsed()
+        })
+        .await
+        .unwrap()
+    })
+}
+
 fn switch_floor() -> Duration {
     let mut co = corosensei::Coroutine::new(|y: &corosensei::Yielder<(), ()>, ()| loop {
         y.suspend(());
@@ -961,6 +1038,28 @@ fn main() {
         ("join_finished", "fiber") => (per(join_finished_fiber(), MICRO_OPS as u64), "ns/join", String::new()),
         ("join_finished", "tokio") => (per(join_finished_tokio(), MICRO_OPS as u64), "ns/join", String::new()),
         ("join_finished", _) => skip("std thread joins are not comparable"),
+        ("scope1k", "fiber") => (
+            scope1k_fiber().as_secs_f64() * 1e6 / TREE_ROUNDS as f64,
+            "us",
+            "1,000 children".into(),
+        ),
+        ("scope1k", "tokio") => (
+            scope1k_tokio().as_secs_f64() * 1e6 / TREE_ROUNDS as f64,
+            "us",
+            "JoinSet".into(),
+        ),
+        ("scope1k", _) => skip("no scopes of 1,000 threads here"),
+        ("cancel1k", "fiber") => (
+            cancel1k_fiber().as_secs_f64() * 1e6 / TREE_ROUNDS as f64,
+            "us",
+            "1,000 parked".into(),
+        ),
+        ("cancel1k", "tokio") => (
+            cancel1k_tokio().as_secs_f64() * 1e6 / TREE_ROUNDS as f64,
+            "us",
+            "JoinSet+token".into(),
+        ),
+        ("cancel1k", _) => skip("threads cannot be cancelled"),
         ("switch", "fiber") => (
             per(switch_floor(), (MICRO_OPS * 10) as u64),
             "ns/switch",

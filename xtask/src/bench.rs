@@ -20,6 +20,8 @@ const WORKLOADS: &[(&str, &str, bool)] = &[
     ("w8", "W8 parallel deflate 64 MiB", true),
     ("job_create", "job creation (spawn + join in a scope)", false),
     ("join_finished", "join of a finished job", false),
+    ("scope1k", "scope with 1,000 children", false),
+    ("cancel1k", "cancel of a 1,000-child tree", false),
     ("select2", "select over 2 channels", false),
     ("select8", "select over 8 channels", false),
 ];

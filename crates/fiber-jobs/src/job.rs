@@ -126,7 +126,9 @@ impl fmt::Debug for Failure {
 }
 
 struct Sync_ {
-    children: Vec<Arc<JobCore>>,
+    /// Active attached children by job id: O(1) attach and detach, so a
+    /// scope of n children costs O(n) (design 4.18, "O(n) completion").
+    children: std::collections::HashMap<u64, Arc<JobCore>>,
     active_children: usize,
     body_done: bool,
     waiters: Vec<Waiter>,
@@ -187,7 +189,7 @@ impl JobCore {
             propagates,
             parent: parent.clone(),
             sync: Mutex::new(Sync_ {
-                children: Vec::new(),
+                children: std::collections::HashMap::new(),
                 active_children: 0,
                 body_done: false,
                 waiters: Vec::new(),
@@ -202,7 +204,7 @@ impl JobCore {
         if let Some(parent) = parent {
             let cancelling = {
                 let mut sync = lock(&parent.sync);
-                sync.children.push(job.clone());
+                sync.children.insert(job.id, job.clone());
                 sync.active_children += 1;
                 parent.state() != JobState::Active
             };
@@ -274,7 +276,7 @@ impl JobCore {
             let fibers = sync.fibers.clone();
             #[cfg(loom)]
             let fibers: Vec<()> = Vec::new();
-            (fibers, sync.children.clone())
+            (fibers, sync.children.values().cloned().collect::<Vec<_>>())
         };
         // SeqCst fence: the canceller side of the Dekker pair with
         // fiber-core's `fiber_wait` (flag store; fence; read fiber state).
@@ -325,7 +327,7 @@ impl JobCore {
         }
         let (finalize, waiters) = {
             let mut sync = lock(&self.sync);
-            sync.children.retain(|c| !Arc::ptr_eq(c, child));
+            sync.children.remove(&child.id);
             sync.active_children -= 1;
             if sync.active_children == 0 {
                 // Wake whoever waits for the children (the scope owner);

@@ -301,3 +301,67 @@ fn plain_threads_and_fibers_share_channels() {
     });
     assert_eq!(consumer.join().unwrap(), 4950);
 }
+
+#[test]
+fn a_panic_in_drop_of_a_cancelled_fibers_value_reaches_the_joiner() {
+    struct ExplodesOnDrop;
+    impl Drop for ExplodesOnDrop {
+        fn drop(&mut self) {
+            panic!("drop panicked");
+        }
+    }
+    fiber::run(|| {
+        let (_tx, rx) = bounded::<u8>(0);
+        let handle = fiber::spawn(move || {
+            let _bomb = ExplodesOnDrop;
+            let _ = rx.recv(); // parked until cancelled
+        });
+        fiber::sleep(Duration::from_millis(5));
+        handle.cancel();
+        let err = handle.join().unwrap_err();
+        assert!(err.is_panic(), "the destructor's panic is the fiber's failure: {err}");
+        assert_eq!(*err.into_panic().downcast::<&str>().unwrap(), "drop panicked");
+        // The worker survived: the runtime still runs fibers.
+        assert_eq!(fiber::spawn(|| 1).join().unwrap(), 1);
+    });
+}
+
+#[test]
+fn shutdown_mid_select_and_mid_rendezvous_runs_destructors_once() {
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = fiber::Runtime::builder().workers(2).build().unwrap();
+    let (tx, rx) = bounded::<u32>(0);
+    let (_tx2, rx2) = bounded::<u32>(0);
+    let parked = Arc::new(AtomicUsize::new(0));
+    for i in 0..20 {
+        let (tx, rx, rx2, drops, parked) = (tx.clone(), rx.clone(), rx2.clone(), drops.clone(), parked.clone());
+        rt.spawn(move || {
+            let _guard = Counted(drops);
+            parked.fetch_add(1, Ordering::Relaxed);
+            if i % 2 == 0 {
+                let _ = tx.send(i); // mid-rendezvous: no receiver comes
+            } else {
+                fiber::select! {
+                    recv(rx) -> _ => {},
+                    recv(rx2) -> _ => {},
+                }
+            }
+        });
+    }
+    while parked.load(Ordering::Relaxed) < 20 {
+        std::thread::yield_now();
+    }
+    // Whether each fiber is parked yet or still runnable, shutdown must run
+    // its destructor exactly once.
+    let start = Instant::now();
+    drop(rt);
+    assert!(start.elapsed() < Duration::from_secs(5), "bounded shutdown");
+    assert_eq!(drops.load(Ordering::Relaxed), 20, "each destructor ran exactly once");
+    assert_eq!(tx.waiting(), (0, 0), "no waiter is left in the channel");
+}
