@@ -241,8 +241,8 @@ impl Runtime {
             while let Some(fiber) = slot.inbox.pop() {
                 fiber.discard(&self.shared.pool);
             }
-            if let Some(deque) = lock(&slot.deque).as_ref() {
-                while let Some(fiber) = deque.pop() {
+            if let Some((deque, yields)) = lock(&slot.deque).as_ref() {
+                while let Some(fiber) = deque.pop().or_else(|| yields.pop()) {
                     fiber.discard(&self.shared.pool);
                 }
             }

@@ -71,9 +71,12 @@ pub(crate) struct Slot {
     /// Set by the monitor while the worker makes no progress.
     pub(crate) stalled: AtomicBool,
     pub(crate) inbox: SegQueue<Runnable>,
+    /// Steals from the LIFO deque of spawned and woken fibers.
     pub(crate) stealer: Stealer<Runnable>,
-    /// The deque's owner end, parked here while no thread owns the slot.
-    pub(crate) deque: Mutex<Option<Deque<Runnable>>>,
+    /// Steals from the FIFO deque of yielded fibers.
+    pub(crate) yield_stealer: Stealer<Runnable>,
+    /// The deques' owner ends, parked here while no thread owns the slot.
+    pub(crate) deque: Mutex<Option<(Deque<Runnable>, Deque<Runnable>)>>,
     /// Owner-written counters (Relaxed).
     pub(crate) enqueued: AtomicU64,
     pub(crate) dequeued: AtomicU64,
@@ -118,7 +121,8 @@ impl Shared {
     pub(crate) fn new(config: Config) -> Shared {
         let slots: Vec<CachePadded<Slot>> = (0..config.max_workers)
             .map(|_| {
-                let deque = Deque::new_fifo();
+                let deque = Deque::new_lifo();
+                let yields = Deque::new_fifo();
                 CachePadded::new(Slot {
                     state: AtomicU8::new(DEAD),
                     futex: AtomicU32::new(0),
@@ -128,7 +132,8 @@ impl Shared {
                     stalled: AtomicBool::new(false),
                     inbox: SegQueue::new(),
                     stealer: deque.stealer(),
-                    deque: Mutex::new(Some(deque)),
+                    yield_stealer: yields.stealer(),
+                    deque: Mutex::new(Some((deque, yields))),
                     enqueued: AtomicU64::new(0),
                     dequeued: AtomicU64::new(0),
                     steals: AtomicU64::new(0),
@@ -182,6 +187,7 @@ impl Shared {
         self.slots.iter().enumerate().any(|(i, slot)| {
             (Some(i) == me && !slot.inbox.is_empty())
                 || !slot.stealer.is_empty()
+                || !slot.yield_stealer.is_empty()
                 || (slot.state.load(Ordering::Relaxed) != ACTIVE && !slot.inbox.is_empty())
         })
     }
@@ -285,6 +291,8 @@ pub(crate) struct WorkerCtx {
     local: Deque<Runnable>,
     runnext: Cell<Option<Runnable>>,
     runnext_streak: Cell<u32>,
+    /// Fibers that yielded, in order, behind everything else (stealable).
+    yielded: Deque<Runnable>,
     tick: Cell<u64>,
     rng: Cell<u64>,
 }
@@ -440,7 +448,8 @@ pub(crate) fn spawn_worker(shared: &Arc<Shared>, index: usize) -> bool {
     }
 }
 
-fn worker_main(shared: Arc<Shared>, index: usize, deque: Deque<Runnable>) {
+fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Deque<Runnable>)) {
+    let (deque, yields) = deques;
     if let Some(hook) = &shared.config.on_thread_start {
         (hook.0)();
     }
@@ -452,6 +461,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deque: Deque<Runnable>) {
         local: deque,
         runnext: Cell::new(None),
         runnext_streak: Cell::new(0),
+        yielded: yields,
         tick: Cell::new(0),
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
     };
@@ -465,8 +475,8 @@ fn worker_main(shared: Arc<Shared>, index: usize, deque: Deque<Runnable>) {
     let moved = drain_to_global(&shared, &ctx);
     context::set(std::ptr::null());
     FramePool::unregister_thread();
-    let WorkerCtx { local, .. } = ctx;
-    *lock(&slot.deque) = Some(local);
+    let WorkerCtx { local, yielded, .. } = ctx;
+    *lock(&slot.deque) = Some((local, yielded));
     slot.running.store(0, Ordering::Relaxed);
     if let Some(hook) = &shared.config.on_thread_stop {
         (hook.0)();
@@ -485,6 +495,10 @@ fn drain_to_global(shared: &Shared, ctx: &WorkerCtx) -> usize {
         moved += 1;
     }
     while let Some(fiber) = ctx.local.pop() {
+        shared.global.push(fiber);
+        moved += 1;
+    }
+    while let Some(fiber) = ctx.yielded.pop() {
         shared.global.push(fiber);
         moved += 1;
     }
@@ -550,7 +564,7 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
         let fiber = ctx.runnext.take();
         let some = fiber.is_some();
         ctx.runnext.set(fiber);
-        some
+        some || !ctx.yielded.is_empty()
     };
     if own_runnext || shared.has_work(Some(ctx.index)) || shared.is_shutdown() {
         if shared.idle.retract(ctx.index) == Retract::Notified {
@@ -609,6 +623,14 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         if let Some(fiber) = shared.global.pop() {
             return Some(fiber);
         }
+        // Yielded fibers and outside wakes get a turn too, or a LIFO local
+        // deque that keeps refilling would starve them.
+        if let Some(fiber) = ctx.yielded.pop() {
+            return Some(fiber);
+        }
+        if let Some(fiber) = shared.slots[ctx.index].inbox.pop() {
+            return Some(fiber);
+        }
     }
     if ctx.runnext_streak.get() < RUNNEXT_STREAK {
         if let Some(fiber) = ctx.runnext.take() {
@@ -621,6 +643,9 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     }
     ctx.runnext_streak.set(0);
     if let Some(fiber) = ctx.local.pop() {
+        return Some(fiber);
+    }
+    if let Some(fiber) = ctx.yielded.pop() {
         return Some(fiber);
     }
     if let Some(fiber) = shared.slots[ctx.index].inbox.pop() {
@@ -646,15 +671,19 @@ fn steal(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         if victim == ctx.index {
             continue;
         }
-        let stealer = &shared.slots[victim].stealer;
-        loop {
-            match stealer.steal_batch_and_pop(&ctx.local) {
-                Steal::Success(fiber) => {
-                    bump(&shared.slots[ctx.index].steals);
-                    return Some(fiber);
+        for (stealer, into) in [
+            (&shared.slots[victim].stealer, &ctx.local),
+            (&shared.slots[victim].yield_stealer, &ctx.yielded),
+        ] {
+            loop {
+                match stealer.steal_batch_and_pop(into) {
+                    Steal::Success(fiber) => {
+                        bump(&shared.slots[ctx.index].steals);
+                        return Some(fiber);
+                    }
+                    Steal::Empty => break,
+                    Steal::Retry => std::hint::spin_loop(),
                 }
-                Steal::Empty => break,
-                Steal::Retry => std::hint::spin_loop(),
             }
         }
     }
@@ -675,8 +704,9 @@ fn run(shared: &Shared, ctx: &WorkerCtx, fiber: Runnable) {
     slot.running.store(0, Ordering::Relaxed);
     match outcome {
         RunOutcome::Yielded(fiber) => {
-            // Back of the local queue, so others run first.
-            ctx.local.push(fiber);
+            // Behind everything this worker has queued (the local deque is
+            // LIFO): the worker's private FIFO of yielded fibers.
+            ctx.yielded.push(fiber);
             bump(&slot.enqueued);
         }
         RunOutcome::Parked => bump(&slot.parks),
