@@ -205,3 +205,8 @@ macro_rules! fiber_local {
         $crate::fiber_local!($(#[$attr])* $vis static $name: $t = $init;);
     };
 }
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+mod readme {}
