@@ -4,7 +4,7 @@
 use crate::chan::{Chan, Try};
 use crate::error::{RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError};
 use crate::sync::{lock, Mutex, Ordering};
-use fiber_core::{fiber_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use fiber_core::WaitResult;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,22 +93,6 @@ impl TimerChan {
     }
 }
 
-/// A wait that only a deadline ends (timers, `never`).
-struct Sleep;
-
-impl Waitable for Sleep {
-    type Io = ();
-    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
-        None
-    }
-    fn publish(&self, _: &Waiter, _: &mut ()) -> Publish {
-        Publish::Published
-    }
-    fn unpublish(&self, _: &Waiter, _: &mut ()) -> Option<WaitResult> {
-        None
-    }
-}
-
 /// Wait until `deadline` (or forever): park a fiber, block a thread.
 /// `false` if cancelled first.
 pub(crate) fn sleep_until(deadline: Option<Instant>) -> bool {
@@ -116,7 +100,7 @@ pub(crate) fn sleep_until(deadline: Option<Instant>) -> bool {
         return true;
     }
     matches!(
-        fiber_wait(&Sleep, &mut (), WaitOptions::new().deadline(deadline)),
+        fiber_core::wait_until(deadline, fiber_core::Interrupt::Cancellable),
         WaitResult::TimedOut
     )
 }

@@ -428,3 +428,30 @@ fn park_until_claimed(parker: &ThreadParker, ticket: u64, deadline: Option<Insta
         }
     }
 }
+
+/// A wait nothing completes: only its deadline (or a cancellation) ends it.
+struct Deadline;
+
+impl Waitable for Deadline {
+    type Io = ();
+    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+        None
+    }
+    fn publish(&self, _: &Waiter, _: &mut ()) -> Publish {
+        Publish::Published
+    }
+    fn unpublish(&self, _: &Waiter, _: &mut ()) -> Option<WaitResult> {
+        None
+    }
+}
+
+/// Wait until `deadline` (forever with `None`): park a fiber, block a
+/// thread. Returns `TimedOut` at the deadline, or `Cancelled` first if the
+/// wait is cancellable and the fiber's task or job is cancelled.
+pub fn wait_until(deadline: Option<Instant>, interrupt: Interrupt) -> WaitResult {
+    fiber_wait(
+        &Deadline,
+        &mut (),
+        WaitOptions::new().deadline(deadline).interrupt(interrupt),
+    )
+}

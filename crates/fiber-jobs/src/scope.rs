@@ -380,7 +380,15 @@ where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
 {
     require_fiber("scope");
-    let job = open_scope(Kind::Regular);
+    run_scope(Kind::Regular, f)
+}
+
+/// Open a scope of `kind`, run the body in it, wait for the children.
+fn run_scope<'env, F, T>(kind: Kind, f: F) -> T
+where
+    F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
+{
+    let job = open_scope(kind);
     let scope = Scope {
         job: job.clone(),
         error: Arc::new(Mutex::new(None)),
@@ -390,7 +398,7 @@ where
     let body = run_in_job(&job, || f(&scope));
     match close_scope(&job, body) {
         Ok(v) => v,
-        Err(_) => unreachable!("plain scope children cannot return errors"),
+        Err(_) => unreachable!("only try_scope children return errors"),
     }
 }
 
@@ -402,18 +410,7 @@ where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
 {
     require_fiber("supervisor_scope");
-    let job = open_scope(Kind::Supervisor);
-    let scope = Scope {
-        job: job.clone(),
-        error: Arc::new(Mutex::new(None)),
-        _scope: PhantomData,
-        _env: PhantomData,
-    };
-    let body = run_in_job(&job, || f(&scope));
-    match close_scope(&job, body) {
-        Ok(v) => v,
-        Err(_) => unreachable!("supervisor children's failures stay with them"),
-    }
+    run_scope(Kind::Supervisor, f)
 }
 
 /// The fallible scope: children return `Result<_, E>`; the first `Err`

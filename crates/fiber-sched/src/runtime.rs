@@ -15,9 +15,7 @@ use crate::monitor;
 use crate::stats::Stats;
 use crate::sync::{lock, Ordering};
 use crate::worker::{current_worker_index, on_worker_of, pressure, spawn_worker, Shared};
-use fiber_core::{
-    fiber_wait, spawn_on, try_spawn_on, JoinHandle, Publish, Schedule, WaitOptions, WaitResult, Waitable, Waiter,
-};
+use fiber_core::{spawn_on, try_spawn_on, JoinHandle, Schedule, WaitResult};
 use std::fmt;
 use std::io;
 use std::sync::Arc;
@@ -335,22 +333,6 @@ fn stats_of(shared: &Shared) -> Stats {
     }
 }
 
-/// A wait that only a deadline (or a cancel) ends.
-struct Sleep;
-
-impl Waitable for Sleep {
-    type Io = ();
-    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
-        None
-    }
-    fn publish(&self, _: &Waiter, _: &mut ()) -> Publish {
-        Publish::Published
-    }
-    fn unpublish(&self, _: &Waiter, _: &mut ()) -> Option<WaitResult> {
-        None
-    }
-}
-
 /// Park the running fiber for `duration` (at least; timers fire late, never
 /// early). Returns `Err(WaitResult::Cancelled)` if the fiber's task was
 /// cancelled first. On a plain thread this is `std::thread::sleep`.
@@ -367,7 +349,7 @@ pub fn sleep_until(deadline: Instant) -> Result<(), WaitResult> {
         }
         return Ok(());
     }
-    match fiber_wait(&Sleep, &mut (), WaitOptions::new().deadline(Some(deadline))) {
+    match fiber_core::wait_until(Some(deadline), fiber_core::Interrupt::Cancellable) {
         WaitResult::TimedOut => Ok(()),
         other => Err(other),
     }
