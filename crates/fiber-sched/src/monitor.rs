@@ -225,7 +225,9 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
     shared.counters.deadlock_reports.fetch_add(1, Ordering::Relaxed);
     let mut report = format!(
         "fiber: deadlock: all fibers are asleep: no fiber is runnable, no timer is pending, and the root \
-         fiber {root} is parked. {} parked fiber(s):\n",
+         fiber {root} has been parked for {:?} (if a plain thread or another runtime is about to wake \
+         it, ignore this). {} parked fiber(s):\n",
+        DEADLOCK_AFTER,
         parked.len()
     );
     for p in parked.iter().take(64) {
