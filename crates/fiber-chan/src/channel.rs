@@ -40,6 +40,13 @@ pub fn after(duration: Duration) -> Receiver<Instant> {
     }
 }
 
+/// A receiver that delivers the current instant once, at `when`.
+pub fn at(when: Instant) -> Receiver<Instant> {
+    Receiver {
+        flavor: Flavor::Timer(Arc::new(TimerChan::new(Some(when), None)), identity),
+    }
+}
+
 /// A receiver that delivers the current instant every `duration` (a
 /// message not received is not queued up: at most one is pending).
 pub fn tick(duration: Duration) -> Receiver<Instant> {

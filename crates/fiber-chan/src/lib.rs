@@ -32,7 +32,7 @@ mod error;
 mod macros;
 mod select;
 
-pub use channel::{after, bounded, never, tick, unbounded, IntoIter, Iter, Receiver, Sender, TryIter};
+pub use channel::{after, at, bounded, never, tick, unbounded, IntoIter, Iter, Receiver, Sender, TryIter};
 pub use error::{
     RecvError, RecvTimeoutError, SelectTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySelectError,
     TrySendError,

@@ -165,3 +165,14 @@ fn selected_operation_checks_its_handle() {
     let msg = err.downcast_ref::<&str>().map(|s| s.to_string()).unwrap_or_default();
     assert!(msg.contains("not the one of the selected operation"), "{msg}");
 }
+
+#[test]
+fn at_delivers_once_at_the_instant() {
+    everywhere(|| {
+        let when = Instant::now() + Duration::from_millis(5);
+        let r = at(when);
+        let got = r.recv().unwrap();
+        assert!(got >= when);
+        assert_eq!(r.try_recv(), Err(TryRecvError::Empty));
+    });
+}

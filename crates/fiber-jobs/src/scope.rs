@@ -52,6 +52,25 @@ impl Job {
         self.core.state()
     }
 
+    /// Is the job still running (not cancelling, not ended)? Kotlin's
+    /// `isActive`.
+    pub fn is_active(&self) -> bool {
+        self.core.state() == JobState::Active
+    }
+
+    /// Has the job ended (completed, failed or cancelled)? Kotlin's
+    /// `isCompleted`.
+    pub fn is_completed(&self) -> bool {
+        self.core.state().is_terminal()
+    }
+
+    /// Wait until the job has ended and return its final state. A
+    /// cancellable point: if the waiting fiber's own job is cancelled first,
+    /// returns `Err(Cancelled)`.
+    pub fn join(&self) -> Result<JobState, Cancelled> {
+        self.core.join().ok_or(Cancelled)
+    }
+
     /// Why the job was cancelled, if it was.
     pub fn cancel_reason(&self) -> Option<CancelReason> {
         self.core.reason()

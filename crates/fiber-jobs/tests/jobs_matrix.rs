@@ -362,3 +362,27 @@ fn scope_outside_a_fiber_is_refused_with_a_message() {
     let err = std::panic::catch_unwind(|| scope(|_| ())).unwrap_err();
     assert!(panic_text(err).contains("outside a fiber"));
 }
+
+#[test]
+fn job_join_and_kotlin_style_predicates() {
+    on_both(|| {
+        let job = scope(|s| {
+            assert_eq!(s.spawn(|| 3).join().unwrap(), 3);
+            s.job()
+        });
+        assert!(job.is_completed() && !job.is_active());
+        assert_eq!(job.join(), Ok(JobState::Completed));
+        let inner = scope(|s| {
+            let job = s.job();
+            assert!(job.is_active() && !job.is_completed());
+            let watcher = {
+                let job = job.clone();
+                spawn_detached(move || job.join())
+            };
+            job.cancel();
+            (job, watcher)
+        });
+        assert_eq!(inner.1.join().unwrap(), Ok(JobState::Cancelled));
+        assert!(inner.0.is_completed());
+    });
+}
