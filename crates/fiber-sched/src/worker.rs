@@ -58,6 +58,15 @@ pub(crate) const STARTING: u8 = 1;
 pub(crate) const ACTIVE: u8 = 2;
 pub(crate) const DRAINING: u8 = 3;
 
+/// Does a worker in `state` take fibers pushed to its inbox? A STARTING
+/// worker does (its thread is about to run its loop); a DRAINING or DEAD
+/// one does not (pushers then move its inbox to the global queue, and idle
+/// workers take what is left there, see `steal`).
+#[inline]
+fn accepts_inbox(state: u8) -> bool {
+    state == ACTIVE || state == STARTING
+}
+
 /// Per-worker shared state (one cache-padded slot per possible worker).
 pub(crate) struct Slot {
     pub(crate) state: AtomicU8,
@@ -188,7 +197,7 @@ impl Shared {
             (Some(i) == me && !slot.inbox.is_empty())
                 || !slot.stealer.is_empty()
                 || !slot.yield_stealer.is_empty()
-                || (slot.state.load(Ordering::Relaxed) != ACTIVE && !slot.inbox.is_empty())
+                || (!accepts_inbox(slot.state.load(Ordering::Relaxed)) && !slot.inbox.is_empty())
         })
     }
 
@@ -201,7 +210,7 @@ impl Shared {
         // SeqCst fence: Dekker pair with `retire` (DRAINING; fence; drain
         // inbox) vs (push; fence; read state).
         fence(Ordering::SeqCst);
-        if slot.state.load(Ordering::Relaxed) != ACTIVE {
+        if !accepts_inbox(slot.state.load(Ordering::Relaxed)) {
             while let Some(fiber) = slot.inbox.pop() {
                 self.global.push(fiber);
             }
@@ -224,7 +233,7 @@ impl Shared {
         let target = match fiber.last_worker() {
             Some(w) if w < self.slots.len() => Some(w).filter(|&w| {
                 let slot = &self.slots[w];
-                slot.state.load(Ordering::Relaxed) == ACTIVE
+                accepts_inbox(slot.state.load(Ordering::Relaxed))
                     && !slot.stalled.load(Ordering::Relaxed)
                     && slot.inbox.len() < INBOX_LIMIT
             }),
@@ -248,7 +257,7 @@ impl Shared {
         let start = self.round_robin.fetch_add(1, Ordering::Relaxed);
         (0..n).map(|k| (start + k) % n).find(|&w| {
             let slot = &self.slots[w];
-            slot.state.load(Ordering::Relaxed) == ACTIVE && !slot.stalled.load(Ordering::Relaxed)
+            accepts_inbox(slot.state.load(Ordering::Relaxed)) && !slot.stalled.load(Ordering::Relaxed)
         })
     }
 }
@@ -670,6 +679,13 @@ fn steal(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         let victim = (start + k) % n;
         if victim == ctx.index {
             continue;
+        }
+        let slot = &shared.slots[victim];
+        if !accepts_inbox(slot.state.load(Ordering::Relaxed)) {
+            // Nobody will run what is left in a retired worker's inbox.
+            if let Some(fiber) = slot.inbox.pop() {
+                return Some(fiber);
+            }
         }
         for (stealer, into) in [
             (&shared.slots[victim].stealer, &ctx.local),
