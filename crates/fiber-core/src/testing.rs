@@ -14,7 +14,7 @@
 
 use crate::fiber::RunOutcome;
 use crate::pool::{FramePool, PoolStats};
-use crate::sched::{Runnable, Schedule};
+use crate::sched::{Runnable, Running, Schedule, Worker};
 use crate::stack::StackConfig;
 use crate::sync::{lock, Arc, Condvar, Mutex};
 use crate::task::{spawn_on, JoinHandle};
@@ -189,14 +189,14 @@ impl TestScheduler {
     /// or firing timers. Returns how many resumes it made.
     pub fn run_until_idle(&self) -> usize {
         let mut resumes = 0;
-        loop {
-            let next = pick(&mut lock(&self.inner.queue));
-            let Some(fiber) = next else { return resumes };
+        let mut worker = self.clone();
+        while let Some(fiber) = worker.worker_next() {
             resumes += 1;
-            if let RunOutcome::Yielded(fiber) = fiber.into_running().resume(0) {
+            if let RunOutcome::Yielded(fiber) = fiber.resume(0) {
                 self.inner.schedule(fiber);
             }
         }
+        resumes
     }
 
     fn next(&self) -> Option<Runnable> {
@@ -256,6 +256,15 @@ fn pick(queue: &mut Queue) -> Option<Runnable> {
             queue.runnable.swap_remove_back(index)
         }
         Some(_) => None,
+    }
+}
+
+impl Worker for TestScheduler {
+    /// The next runnable fiber (FIFO, or the seeded pick), already RUNNING;
+    /// `None` when nothing is runnable right now (no waiting, no timers).
+    fn worker_next(&mut self) -> Option<Running> {
+        let next = pick(&mut lock(&self.inner.queue));
+        next.map(Runnable::into_running)
     }
 }
 

@@ -34,7 +34,7 @@ use crate::timer::Timers;
 use crossbeam_deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
-use fiber_core::{FramePool, RunOutcome, Runnable, Schedule, Waiter};
+use fiber_core::{FramePool, RunOutcome, Runnable, Running, Schedule, Waiter, Worker as _};
 use std::cell::Cell;
 use std::panic::Location;
 use std::sync::atomic::AtomicPtr;
@@ -523,7 +523,8 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) {
         if shared.is_shutdown() {
             return;
         }
-        if let Some(fiber) = find_work(shared, ctx) {
+        let mut worker = WorkerSide { shared, ctx };
+        if let Some(fiber) = worker.worker_next() {
             run(shared, ctx, fiber);
             continue;
         }
@@ -537,7 +538,7 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) {
             if shared.timers.is_due(now) {
                 shared.timers.fire_due(now);
             }
-            if let Some(fiber) = find_work(shared, ctx) {
+            if let Some(fiber) = worker.worker_next() {
                 found = Some(fiber);
                 break;
             }
@@ -706,10 +707,23 @@ fn steal(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     None
 }
 
-fn run(shared: &Shared, ctx: &WorkerCtx, fiber: Runnable) {
+/// The worker side of fiber-core's contract for one worker thread.
+struct WorkerSide<'a> {
+    shared: &'a Shared,
+    ctx: &'a WorkerCtx,
+}
+
+impl fiber_core::Worker for WorkerSide<'_> {
+    /// The next fiber, already RUNNING (`Runnable::into_running`), found in
+    /// the loop's order (module docs), or `None` to go idle.
+    fn worker_next(&mut self) -> Option<Running> {
+        find_work(self.shared, self.ctx).map(Runnable::into_running)
+    }
+}
+
+fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
     let slot = &shared.slots[ctx.index];
     bump(&slot.dequeued);
-    let running = fiber.into_running();
     slot.running.store(running.id().0, Ordering::Relaxed);
     slot.running_at.store(
         running.spawn_location() as *const Location<'static> as *mut _,
