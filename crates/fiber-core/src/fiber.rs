@@ -265,6 +265,16 @@ impl Fiber {
         self.cancel_scope.with(|c| unsafe { (*c).clone() })
     }
 
+    /// The task this incarnation runs.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn task(&self) -> Option<Arc<dyn TaskControl>> {
+        // SAFETY: see the function's contract.
+        self.task.with(|t| unsafe { (*t).clone() })
+    }
+
     /// Record that a cancellable wait returned `Cancelled`.
     ///
     /// # Safety

@@ -74,6 +74,8 @@ pub mod state;
 #[cfg(not(loom))]
 mod fiber;
 #[cfg(not(loom))]
+mod park;
+#[cfg(not(loom))]
 mod pool;
 #[cfg(not(loom))]
 mod sched;
@@ -90,6 +92,8 @@ pub use fiber::{
     current_cancel_scope, current_fiber, current_id, current_spawn_location, current_worker, in_fiber,
     swap_cancel_scope, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, RunOutcome,
 };
+#[cfg(not(loom))]
+pub use park::{current_handle, park, park_timeout, FiberHandle};
 #[cfg(not(loom))]
 pub use pool::{FramePool, ParkedFiber, PoolStats};
 #[cfg(not(loom))]

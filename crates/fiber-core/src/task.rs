@@ -16,6 +16,7 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe, Location};
 /// What the fiber frame needs to know about the task it runs.
 pub(crate) trait TaskControl: Send + Sync {
     fn is_cancel_requested(&self) -> bool;
+    fn park_token(&self) -> &crate::park::ParkToken;
 }
 
 /// Why a join did not produce the fiber's value.
@@ -156,6 +157,8 @@ struct Task<T> {
     /// Written once by the fiber before `finished`; read once by the joiner
     /// after it.
     result: UnsafeCell<Option<Result<T, JoinError>>>,
+    /// `park` / `unpark` token.
+    park: crate::park::ParkToken,
     /// The frame running this task (to wake it on cancel). The frame may be
     /// recycled after the task finishes; `cancel` checks `finished` first,
     /// and a wake of a later incarnation would only be spurious.
@@ -173,6 +176,10 @@ unsafe impl<T: Send> Send for Task<T> {}
 impl<T: Send> TaskControl for Task<T> {
     fn is_cancel_requested(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
+    }
+
+    fn park_token(&self) -> &crate::park::ParkToken {
+        &self.park
     }
 }
 
@@ -306,6 +313,15 @@ impl<T: Send> JoinHandle<T> {
         self.task.id
     }
 
+    /// A handle to the fiber (its id, and `unpark`), like
+    /// `std::thread::JoinHandle::thread`.
+    pub fn fiber(&self) -> crate::park::FiberHandle
+    where
+        T: 'static,
+    {
+        crate::park::FiberHandle::new(self.task.id, self.task.clone())
+    }
+
     /// A type-erased handle that can cancel this fiber.
     pub fn canceller(&self) -> Canceller
     where
@@ -373,6 +389,7 @@ where
             waiters: Vec::new(),
         }),
         result: UnsafeCell::new(None),
+        park: crate::park::ParkToken::default(),
         fiber: frame.clone(),
     });
     let mut completion = Completion {

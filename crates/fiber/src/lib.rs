@@ -29,7 +29,7 @@
 pub use fiber_chan as chan;
 pub use fiber_chan::select;
 pub use fiber_core as core;
-pub use fiber_core::{yield_now, FiberId, JoinError, JoinHandle};
+pub use fiber_core::{park, park_timeout, yield_now, FiberHandle, FiberId, JoinError, JoinHandle};
 pub use fiber_jobs::{
     check_cancelled, is_cancelled, scope, spawn_detached, supervisor_scope, try_scope, with_timeout, CancelReason,
     Cancelled, Job, JobState, JobStats, Scope, ScopedJoinHandle, TimedOut, TryScope,
@@ -84,6 +84,19 @@ where
         outside("spawn");
     }
     fiber_core::spawn(f)
+}
+
+/// A handle to the running fiber (its id and `unpark`), like
+/// `std::thread::current`.
+///
+/// # Panics
+///
+/// Panics outside a fiber.
+pub fn current() -> FiberHandle {
+    match fiber_core::current_handle() {
+        Some(handle) => handle,
+        None => outside("current"),
+    }
 }
 
 /// Park the running fiber for at least `duration`. Returns early (without

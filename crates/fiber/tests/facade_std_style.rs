@@ -269,6 +269,7 @@ fn misuse_outside_a_runtime_names_the_function() {
         ),
         ("sleep", Box::new(|| fiber::sleep(Duration::from_millis(1)))),
         ("stats", Box::new(|| drop(fiber::stats()))),
+        ("current", Box::new(|| drop(fiber::current()))),
     ] {
         let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
         let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
@@ -364,4 +365,37 @@ fn shutdown_mid_select_and_mid_rendezvous_runs_destructors_once() {
     assert!(start.elapsed() < Duration::from_secs(5), "bounded shutdown");
     assert_eq!(drops.load(Ordering::Relaxed), 20, "each destructor ran exactly once");
     assert_eq!(tx.waiting(), (0, 0), "no waiter is left in the channel");
+}
+
+#[test]
+fn park_and_unpark_like_std_thread() {
+    fiber::run(|| {
+        let (tx, rx) = bounded(1);
+        let parked = fiber::spawn(move || {
+            tx.send(fiber::current()).unwrap();
+            fiber::park();
+            "unparked"
+        });
+        let handle = rx.recv().unwrap();
+        assert_eq!(handle.id(), parked.id());
+        handle.unpark();
+        assert_eq!(parked.join().unwrap(), "unparked");
+
+        // A token made available before park is consumed at once.
+        fiber::current().unpark();
+        fiber::park();
+        // park_timeout returns after the timeout without a token.
+        let start = Instant::now();
+        fiber::park_timeout(Duration::from_millis(10));
+        assert!(start.elapsed() >= Duration::from_millis(10));
+
+        // Unpark from a plain thread through the join handle's fiber().
+        let waiting = fiber::spawn(|| {
+            fiber::park();
+            1
+        });
+        let fiber_handle = waiting.fiber();
+        std::thread::spawn(move || fiber_handle.unpark()).join().unwrap();
+        assert_eq!(waiting.join().unwrap(), 1);
+    });
 }

@@ -1,0 +1,122 @@
+//! `park` / `unpark` for fibers, after `std::thread::park`: each spawned
+//! fiber has one token; `unpark` makes it available (wakes the fiber if it
+//! is parked), `park` consumes it or waits for it. Spurious returns are
+//! allowed, as in std, and a cancelled fiber's `park` returns at once.
+
+use crate::fiber::{current, FiberId};
+use crate::sync::{lock, Arc, Mutex};
+use crate::task::TaskControl;
+use crate::wait::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// The park token of one fiber: (token available, parked waiter).
+#[derive(Default)]
+pub(crate) struct ParkToken(Mutex<(bool, Option<Waiter>)>);
+
+impl ParkToken {
+    fn unpark(&self) {
+        let waiter = {
+            let mut token = lock(&self.0);
+            token.0 = true;
+            token.1.take()
+        };
+        if let Some(waiter) = waiter {
+            fiber_wake(&waiter);
+        }
+    }
+}
+
+impl Waitable for ParkToken {
+    type Io = ();
+
+    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+        let mut token = lock(&self.0);
+        std::mem::take(&mut token.0).then_some(WaitResult::Ok)
+    }
+
+    fn publish(&self, waiter: &Waiter, _: &mut ()) -> Publish {
+        let mut token = lock(&self.0);
+        if std::mem::take(&mut token.0) {
+            return Publish::Ready(WaitResult::Ok);
+        }
+        token.1 = Some(waiter.clone());
+        Publish::Published
+    }
+
+    fn unpublish(&self, _: &Waiter, _: &mut ()) -> Option<WaitResult> {
+        let mut token = lock(&self.0);
+        token.1 = None;
+        std::mem::take(&mut token.0).then_some(WaitResult::Ok)
+    }
+}
+
+/// A handle to a spawned fiber: its id and its park token.
+#[derive(Clone)]
+pub struct FiberHandle {
+    id: FiberId,
+    task: Arc<dyn TaskControl>,
+}
+
+impl FiberHandle {
+    pub(crate) fn new(id: FiberId, task: Arc<dyn TaskControl>) -> FiberHandle {
+        FiberHandle { id, task }
+    }
+
+    /// Make the fiber's park token available, waking it if it is parked in
+    /// [`park`] (like `std::thread::Thread::unpark`).
+    pub fn unpark(&self) {
+        self.task.park_token().unpark()
+    }
+
+    /// The fiber's id.
+    pub fn id(&self) -> FiberId {
+        self.id
+    }
+}
+
+impl fmt::Debug for FiberHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FiberHandle").field("id", &self.id).finish()
+    }
+}
+
+/// The running fiber's handle, or `None` on a plain thread.
+pub fn current_handle() -> Option<FiberHandle> {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return None;
+    }
+    // SAFETY: the running fiber reads its own slots.
+    let task = unsafe { (*fiber).task() }?;
+    // SAFETY: as above.
+    Some(FiberHandle::new(unsafe { (*fiber).id() }, task))
+}
+
+fn park_inner(deadline: Option<Instant>) {
+    let Some(handle) = current_handle() else {
+        match deadline {
+            Some(d) => std::thread::park_timeout(d.saturating_duration_since(Instant::now())),
+            None => std::thread::park(),
+        }
+        return;
+    };
+    let token = handle.task.park_token();
+    let _ = fiber_wait(
+        token,
+        &mut (),
+        WaitOptions::new().deadline(deadline).interrupt(Interrupt::Cancellable),
+    );
+}
+
+/// Block until the fiber's park token is available, then consume it (like
+/// `std::thread::park`). May return spuriously. On a plain thread this is
+/// `std::thread::park`.
+pub fn park() {
+    park_inner(None)
+}
+
+/// [`park`] with a timeout (like `std::thread::park_timeout`).
+pub fn park_timeout(timeout: Duration) {
+    park_inner(Instant::now().checked_add(timeout))
+}
