@@ -340,12 +340,20 @@ impl<T> Chan<T> {
             return Err((value, true));
         }
         // Rendezvous first: hand the value to a waiting receiver.
-        if let Some(node) = pop_claim(&mut inner.recvq) {
+        while let Some(node) = pop_claim(&mut inner.recvq) {
             // SAFETY: claimed under the lock; the node is alive while queued.
             let node = unsafe { node.get() };
+            node.set_state(NodeState::Done);
+            if node.probe {
+                // A select waiting for receive readiness (`Select::ready`):
+                // tell it, and keep looking for a real receiver.
+                if let Some(w) = node.waiter() {
+                    fiber_wake(&w);
+                }
+                continue;
+            }
             // SAFETY: as above; the lock guards the slot.
             node.slot.with_mut(|s| unsafe { *s = Some(value) });
-            node.set_state(NodeState::Done);
             return Ok(node.waiter());
         }
         if self.cap.is_none_or(|cap| inner.buf.len() < cap) {
@@ -519,6 +527,10 @@ impl<T> Chan<T> {
             if !node.win() {
                 return Reg::Lost;
             }
+            if node.probe {
+                // Readiness only (`Select::ready`): take nothing.
+                return Reg::Completed(WaitResult::Ok);
+            }
             return match self.publish_recv(&mut inner, node, waiter) {
                 Some(result) => Reg::Completed(result),
                 None => {
@@ -557,8 +569,19 @@ impl<T> Chan<T> {
             || inner.closed
             || inner.sendq.iter().any(|n| {
                 // SAFETY: under the lock (every caller holds it).
-                unsafe { n.get() }.is_claimable()
+                let n = unsafe { n.get() };
+                !n.probe && n.is_claimable()
             })
+    }
+
+    /// Would a receive complete (or fail as disconnected) right now?
+    pub(crate) fn is_recv_ready(&self) -> bool {
+        Self::recv_ready(&lock(&self.inner))
+    }
+
+    /// Would a send complete (or fail as disconnected) right now?
+    pub(crate) fn is_send_ready(&self) -> bool {
+        self.send_ready(&lock(&self.inner))
     }
 
     fn send_ready(&self, inner: &Inner<T>) -> bool {
@@ -567,7 +590,8 @@ impl<T> Chan<T> {
             || self.cap.is_none_or(|cap| inner.buf.len() < cap)
             || inner.recvq.iter().any(|n| {
                 // SAFETY: under the lock (every caller holds it).
-                unsafe { n.get() }.is_claimable()
+                let n = unsafe { n.get() };
+                !n.probe && n.is_claimable()
             })
     }
 
@@ -613,7 +637,8 @@ impl<T> Chan<T> {
         if node.probe {
             let receiver_waits = inner.recvq.iter().any(|n| {
                 // SAFETY: under the lock (every caller holds it).
-                unsafe { n.get() }.is_claimable()
+                let n = unsafe { n.get() };
+                !n.probe && n.is_claimable()
             });
             if receiver_waits || self.cap.is_none_or(|cap| inner.buf.len() < cap) {
                 return Some(WaitResult::Ok);

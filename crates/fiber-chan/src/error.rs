@@ -54,6 +54,18 @@ pub enum RecvTimeoutError {
 #[derive(PartialEq, Eq, Clone, Copy, Debug)]
 pub struct TrySelectError;
 
+/// `Select::ready_timeout` timed out.
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub struct ReadyTimeoutError;
+
+impl fmt::Display for ReadyTimeoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("timed out waiting on ready")
+    }
+}
+
+impl Error for ReadyTimeoutError {}
+
 /// `Select::select_timeout` timed out.
 #[derive(PartialEq, Eq, Clone, Copy, Debug)]
 pub struct SelectTimeoutError;

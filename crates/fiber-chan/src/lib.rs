@@ -34,8 +34,8 @@ mod select;
 
 pub use channel::{after, at, bounded, never, tick, unbounded, IntoIter, Iter, Receiver, Sender, TryIter};
 pub use error::{
-    RecvError, RecvTimeoutError, SelectTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySelectError,
-    TrySendError,
+    ReadyTimeoutError, RecvError, RecvTimeoutError, SelectTimeoutError, SendError, SendTimeoutError, TryRecvError,
+    TrySelectError, TrySendError,
 };
 pub use select::{Select, SelectedOperation};
 

@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 
 /// One operation of a select, type-erased.
 trait Operation {
-    /// Complete now if possible.
-    fn try_now(&mut self) -> bool;
+    /// Complete now if possible (with `ready_only`, only check readiness).
+    fn try_now(&mut self, ready_only: bool) -> bool;
     /// Publish a node for the parked phase.
-    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter) -> Reg;
+    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg;
     /// Unlink the node; `true` if a peer completed the operation.
     fn unregister(&mut self) -> bool;
     /// A timer deadline this operation needs a wake-up for.
@@ -43,7 +43,14 @@ struct RecvOp<'a, T> {
 }
 
 impl<T> Operation for RecvOp<'_, T> {
-    fn try_now(&mut self) -> bool {
+    fn try_now(&mut self, ready_only: bool) -> bool {
+        if ready_only {
+            return match &self.receiver.flavor {
+                Flavor::Chan(chan) => chan.is_recv_ready(),
+                Flavor::Timer(timer, _) => timer.due().is_some_and(|d| d <= Instant::now()),
+                Flavor::Never => false,
+            };
+        }
         match self.receiver.try_recv() {
             Ok(value) => self.result = Some(Ok(value)),
             Err(TryRecvError::Disconnected) => self.result = Some(Err(RecvError)),
@@ -52,11 +59,11 @@ impl<T> Operation for RecvOp<'_, T> {
         true
     }
 
-    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter) -> Reg {
+    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg {
         let Flavor::Chan(chan) = &self.receiver.flavor else {
             return Reg::Queued;
         };
-        let node = self.node.insert(Node::for_select(chan, None, false, group, index));
+        let node = self.node.insert(Node::for_select(chan, None, ready_only, group, index));
         let reg = chan.register_recv(node, waiter);
         if let Reg::Completed(result) = reg {
             self.finish(result);
@@ -125,10 +132,9 @@ struct SendOp<'a, T> {
 }
 
 impl<T> Operation for SendOp<'_, T> {
-    fn try_now(&mut self) -> bool {
-        if self.probe {
-            let chan = &self.sender.chan;
-            if chan.is_closed() || chan.capacity().is_none_or(|cap| chan.len() < cap) {
+    fn try_now(&mut self, ready_only: bool) -> bool {
+        if self.probe || ready_only {
+            if self.sender.chan.is_send_ready() {
                 self.result = Some(Ok(()));
                 return true;
             }
@@ -149,12 +155,11 @@ impl<T> Operation for SendOp<'_, T> {
         true
     }
 
-    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter) -> Reg {
+    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg {
         let chan = &self.sender.chan;
-        let value = self.value.take();
-        let node = self
-            .node
-            .insert(Node::for_select(chan, value, self.probe, group, index));
+        let probe = self.probe || ready_only;
+        let value = if probe { None } else { self.value.take() };
+        let node = self.node.insert(Node::for_select(chan, value, probe, group, index));
         let reg = chan.register_send(node, waiter);
         match reg {
             Reg::Completed(result) => self.finish(result),
@@ -213,6 +218,7 @@ struct SelectWait<'s, 'a> {
     group: &'s SelectGroup,
     chosen: Cell<Option<usize>>,
     retry: Cell<bool>,
+    ready_only: bool,
 }
 
 impl SelectWait<'_, '_> {
@@ -240,7 +246,7 @@ impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
     fn publish(&self, waiter: &Waiter, wait: &mut Self::Io) -> Publish {
         wait.group.reset();
         for i in 0..wait.ops.len() {
-            match wait.ops[i].register(wait.group, i, waiter) {
+            match wait.ops[i].register(wait.group, i, waiter, wait.ready_only) {
                 Reg::Queued => {}
                 Reg::Completed(_) => {
                     wait.unregister_all();
@@ -430,6 +436,37 @@ impl<'a> Select<'a> {
         }
     }
 
+    /// Wait until some operation is ready and return its index, without
+    /// performing it (crossbeam's `ready`); the caller then does it, e.g.
+    /// with `try_recv`, which may find it taken by another thread.
+    ///
+    /// # Panics
+    ///
+    /// Panics if no operation was added.
+    pub fn ready(&mut self) -> usize {
+        assert!(
+            !self.ops.is_empty(),
+            "Select::ready called with no operations: it would block forever; add an operation first"
+        );
+        self.run_with(Mode::Block, true)
+            .expect("a blocking ready returns an index")
+    }
+
+    /// The index of an operation that is ready now, if any.
+    pub fn try_ready(&mut self) -> Result<usize, TrySelectError> {
+        self.run_with(Mode::Try, true).ok_or(TrySelectError)
+    }
+
+    /// Wait at most `timeout` for an operation to become ready.
+    pub fn ready_timeout(&mut self, timeout: Duration) -> Result<usize, crate::ReadyTimeoutError> {
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self
+                .run_with(Mode::Until(deadline), true)
+                .ok_or(crate::ReadyTimeoutError),
+            None => Ok(self.ready()),
+        }
+    }
+
     fn next_random(&mut self) -> u64 {
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
@@ -438,13 +475,17 @@ impl<'a> Select<'a> {
     }
 
     fn run(&mut self, mode: Mode) -> Option<usize> {
+        self.run_with(mode, false)
+    }
+
+    fn run_with(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
         loop {
             let n = self.ops.len();
             if n > 0 {
                 let start = (self.next_random() % n as u64) as usize;
                 for k in 0..n {
                     let i = (start + k) % n;
-                    if self.ops[i].try_now() {
+                    if self.ops[i].try_now(ready_only) {
                         return Some(i);
                     }
                 }
@@ -469,6 +510,7 @@ impl<'a> Select<'a> {
                 group: &self.group,
                 chosen: Cell::new(None),
                 retry: Cell::new(false),
+                ready_only,
             };
             let options = WaitOptions::new()
                 .deadline(wake_at)

@@ -176,3 +176,42 @@ fn at_delivers_once_at_the_instant() {
         assert_eq!(r.try_recv(), Err(TryRecvError::Empty));
     });
 }
+
+#[test]
+fn ready_reports_without_performing() {
+    everywhere(|| {
+        let (s1, r1) = unbounded::<u32>();
+        let (_s2, r2) = unbounded::<u32>();
+        let mut sel = Select::new();
+        let i1 = sel.recv(&r1);
+        let i2 = sel.recv(&r2);
+        assert_eq!(sel.try_ready(), Err(TrySelectError));
+        assert_eq!(sel.ready_timeout(Duration::from_millis(5)), Err(ReadyTimeoutError));
+        s1.send(7).unwrap();
+        assert_eq!(sel.ready(), i1);
+        assert_ne!(i1, i2);
+        assert_eq!(r1.try_recv(), Ok(7), "ready() did not take the value");
+        // Blocking until a peer arrives.
+        let peer = go(move || {
+            until(|| s1.waiting().0 > 0 || s1.is_empty());
+            s1.send(8).unwrap();
+        });
+        assert_eq!(sel.ready(), i1);
+        assert_eq!(r1.recv(), Ok(8));
+        peer.join();
+    });
+}
+
+#[test]
+fn ready_for_a_rendezvous_send_waits_for_a_receiver() {
+    everywhere(|| {
+        let (s, r) = bounded::<u32>(0);
+        let mut sel = Select::new();
+        let i = sel.send(&s);
+        assert_eq!(sel.try_ready(), Err(TrySelectError), "no receiver waits");
+        let receiver = go(move || r.recv());
+        assert_eq!(sel.ready(), i);
+        s.send(3).unwrap();
+        assert_eq!(receiver.join(), Ok(3));
+    });
+}
