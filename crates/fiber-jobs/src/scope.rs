@@ -40,9 +40,21 @@ impl Job {
         self.core.cancel(CancelReason::Cancelled);
     }
 
-    /// Has cancellation been requested (or has the job ended)?
+    /// Was the job cancelled for any reason: an explicit cancel, a cancelled
+    /// parent, a timeout, or a failure (its own or a child's)? Kotlin's
+    /// `isCancelled`: false for a job that is running or completed normally.
     pub fn is_cancelled(&self) -> bool {
-        self.core.is_cancelled()
+        matches!(
+            self.core.state(),
+            JobState::Cancelling | JobState::Cancelled | JobState::Failed
+        )
+    }
+
+    /// Cancel the job, then wait until it has ended (Kotlin's
+    /// `cancelAndJoin`).
+    pub fn cancel_and_join(&self) -> Result<JobState, Cancelled> {
+        self.cancel();
+        self.join()
     }
 
     /// The job's state. While a scope's body is done but children still run,

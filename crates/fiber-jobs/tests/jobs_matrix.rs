@@ -371,6 +371,10 @@ fn job_join_and_kotlin_style_predicates() {
             s.job()
         });
         assert!(job.is_completed() && !job.is_active());
+        assert!(
+            !job.is_cancelled(),
+            "a job that completed normally is not cancelled (Kotlin)"
+        );
         assert_eq!(job.join(), Ok(JobState::Completed));
         let inner = scope(|s| {
             let job = s.job();
@@ -383,6 +387,17 @@ fn job_join_and_kotlin_style_predicates() {
             (job, watcher)
         });
         assert_eq!(inner.1.join().unwrap(), Ok(JobState::Cancelled));
-        assert!(inner.0.is_completed());
+        assert!(inner.0.is_completed() && inner.0.is_cancelled());
+        let state = scope(|s| {
+            let (job_tx, job_rx) = bounded(1);
+            s.spawn(move || {
+                supervisor_scope(|inner| {
+                    job_tx.send(inner.job()).unwrap();
+                    park_until_cancelled();
+                })
+            });
+            job_rx.recv().unwrap().cancel_and_join()
+        });
+        assert_eq!(state, Ok(JobState::Cancelled));
     });
 }
