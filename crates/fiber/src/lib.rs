@@ -112,6 +112,19 @@ pub fn sleep(duration: Duration) {
     let _ = fiber_sched::sleep(duration);
 }
 
+/// Park the running fiber until `deadline` (at least). Returns early
+/// (without error) if the fiber's job is cancelled.
+///
+/// # Panics
+///
+/// Panics outside a runtime.
+pub fn sleep_until(deadline: std::time::Instant) {
+    if !fiber_core::in_fiber() {
+        outside("sleep_until");
+    }
+    let _ = fiber_sched::sleep_until(deadline);
+}
+
 /// A snapshot of the current runtime's counters and of the job counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {

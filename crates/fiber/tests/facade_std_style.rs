@@ -140,6 +140,9 @@ fn sleep_never_wakes_early() {
         let start = Instant::now();
         fiber::sleep(Duration::from_millis(20));
         assert!(start.elapsed() >= Duration::from_millis(20));
+        let deadline = Instant::now() + Duration::from_millis(5);
+        fiber::sleep_until(deadline);
+        assert!(Instant::now() >= deadline);
     });
 }
 
