@@ -76,6 +76,13 @@ impl SelectGroup {
     }
 }
 
+/// Which queue a select's node goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Recv,
+    Send,
+}
+
 /// Outcome of registering a select's node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reg {
@@ -522,46 +529,51 @@ impl<T> Chan<T> {
     /// A select's receive: complete now (after winning the select), queue
     /// the node, or report that the select was already won elsewhere.
     pub(crate) fn register_recv(&self, node: &mut Node<T>, waiter: &Waiter) -> Reg {
-        let mut inner = lock(&self.inner);
-        if Self::recv_ready(&inner) {
-            if !node.win() {
-                return Reg::Lost;
-            }
-            if node.probe {
-                // Readiness only (`Select::ready`): take nothing.
-                return Reg::Completed(WaitResult::Ok);
-            }
-            return match self.publish_recv(&mut inner, node, waiter) {
-                Some(result) => Reg::Completed(result),
-                None => {
-                    // Nothing claimable after all (a racing select took it):
-                    // undo and let the select retry.
-                    Node::unlink(&mut inner, node);
-                    Reg::Retry
-                }
-            };
-        }
-        node.enqueue(&mut inner.recvq, waiter);
-        Reg::Queued
+        self.register(node, waiter, Side::Recv)
     }
 
     /// A select's send (a value, or a readiness probe): as `register_recv`.
     pub(crate) fn register_send(&self, node: &mut Node<T>, waiter: &Waiter) -> Reg {
+        self.register(node, waiter, Side::Send)
+    }
+
+    /// Shared by both sides: if the operation is ready, win the select and
+    /// complete it (a probe completes without a transfer); otherwise queue.
+    fn register(&self, node: &mut Node<T>, waiter: &Waiter, side: Side) -> Reg {
         let mut inner = lock(&self.inner);
-        if self.send_ready(&inner) {
-            if !node.win() {
-                return Reg::Lost;
-            }
-            return match self.publish_send(&mut inner, node, waiter) {
-                Some(result) => Reg::Completed(result),
-                None => {
-                    Node::unlink(&mut inner, node);
-                    Reg::Retry
-                }
+        let ready = match side {
+            Side::Recv => Self::recv_ready(&inner),
+            Side::Send => self.send_ready(&inner),
+        };
+        if !ready {
+            let queue = match side {
+                Side::Recv => &mut inner.recvq,
+                Side::Send => &mut inner.sendq,
             };
+            node.enqueue(queue, waiter);
+            return Reg::Queued;
         }
-        node.enqueue(&mut inner.sendq, waiter);
-        Reg::Queued
+        if !node.win() {
+            return Reg::Lost;
+        }
+        if node.probe && side == Side::Recv {
+            // Readiness only (`Select::ready`): take nothing. (Send probes
+            // complete in `publish_send`, which also checks readiness.)
+            return Reg::Completed(WaitResult::Ok);
+        }
+        let published = match side {
+            Side::Recv => self.publish_recv(&mut inner, node, waiter),
+            Side::Send => self.publish_send(&mut inner, node, waiter),
+        };
+        match published {
+            Some(result) => Reg::Completed(result),
+            None => {
+                // Nothing claimable after all (a racing select took it):
+                // undo and let the select retry.
+                Node::unlink(&mut inner, node);
+                Reg::Retry
+            }
+        }
     }
 
     fn recv_ready(inner: &Inner<T>) -> bool {
