@@ -102,7 +102,9 @@ pub use sched::{Runnable, Running, Schedule, Worker};
 pub use stack::StackConfig;
 #[cfg(not(loom))]
 pub use task::{current_scheduler, spawn, spawn_on, try_spawn_on, Canceller, JoinError, JoinHandle};
-pub use wait::{fiber_wait, fiber_wake, wait_until, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+pub use wait::{
+    fiber_wait, fiber_wake, wait_until, Cancelled, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter,
+};
 
 #[cfg(test)]
 mod tests;

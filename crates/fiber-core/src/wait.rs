@@ -44,6 +44,21 @@ pub enum WaitResult {
     Cancelled,
 }
 
+/// Cancellation was requested for the running fiber's job: the error of
+/// every cancellable operation that has no error type of its own (sleep,
+/// lock acquisition, joins, ...). Shared by every layer so that callers can
+/// match one type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cancelled;
+
+impl fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the job was cancelled")
+    }
+}
+
+impl std::error::Error for Cancelled {}
+
 /// What [`Waitable::publish`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Publish {

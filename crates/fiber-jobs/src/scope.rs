@@ -107,17 +107,7 @@ fn current_job() -> Option<Arc<JobCore>> {
     Some(unsafe { Arc::from_raw(raw) })
 }
 
-/// Cancellation was requested for the running fiber's job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cancelled;
-
-impl fmt::Display for Cancelled {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the job was cancelled")
-    }
-}
-
-impl std::error::Error for Cancelled {}
+pub use fiber_core::Cancelled;
 
 /// `with_timeout`'s deadline passed first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
