@@ -90,12 +90,12 @@ mod wait;
 #[cfg(not(loom))]
 pub use fiber::{
     current_cancel_scope, current_fiber, current_id, current_spawn_location, current_worker, in_fiber,
-    swap_cancel_scope, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, RunOutcome,
+    is_shutdown_unwind, swap_cancel_scope, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, RunOutcome,
 };
 #[cfg(not(loom))]
 pub use park::{current_handle, park, park_timeout, FiberHandle};
 #[cfg(not(loom))]
-pub use pool::{FramePool, ParkedFiber, PoolStats};
+pub use pool::{FramePool, ParkedFiber, Phase, PoolStats, TeardownReport, TEARDOWN_WORKER};
 #[cfg(not(loom))]
 pub use sched::{Runnable, Running, Schedule, Worker};
 #[cfg(not(loom))]

@@ -77,12 +77,8 @@ impl Runnable {
         self.fiber.id()
     }
 
-    /// Shutdown: never run this fiber again. Its stack is unwound on the
-    /// calling thread (destructors run exactly once; a fiber that never
-    /// started just drops its closure), its joiners get `Cancelled`, and the
-    /// frame returns to `pool` (the pool of the scheduler it belongs to).
-    pub fn discard(self, pool: &FramePool) {
-        Fiber::discard(self.fiber, pool)
+    pub(crate) fn into_fiber(self) -> Arc<Fiber> {
+        self.fiber
     }
 
     /// The worker that last ran this fiber (soft-affinity hint), if any.

@@ -11,7 +11,7 @@ use crate::Interrupt;
 use std::any::Any;
 use std::fmt;
 use std::io;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe, Location};
+use std::panic::{catch_unwind, AssertUnwindSafe, Location};
 
 /// What the fiber frame needs to know about the task it runs.
 pub(crate) trait TaskControl: Send + Sync {
@@ -144,6 +144,8 @@ impl std::error::Error for JoinError {}
 /// Join bookkeeping under the task lock.
 struct Joiners {
     finished: bool,
+    /// The `JoinHandle` is gone: the fiber drops its own outcome.
+    detached: bool,
     waiters: Vec<Waiter>,
 }
 
@@ -185,11 +187,18 @@ impl<T: Send> TaskControl for Task<T> {
 
 impl<T: Send> Task<T> {
     /// Store the outcome and wake every joiner (called by the fiber, once).
-    fn complete(&self, outcome: Result<T, JoinError>) {
-        // SAFETY: only the fiber writes, once, before `finished`.
-        self.result.with_mut(|r| unsafe { *r = Some(outcome) });
+    /// With the handle gone, the outcome comes back: the fiber drops it on
+    /// its own stack, so user `Drop` code never runs bare on a worker.
+    fn complete(&self, outcome: Result<T, JoinError>) -> Option<Result<T, JoinError>> {
+        let mut outcome = Some(outcome);
         let waiters = {
             let mut joiners = lock(&self.joiners);
+            if !joiners.detached {
+                // SAFETY: only the fiber writes, once, before `finished`;
+                // the handle reads only after it (under this lock or after
+                // the Acquire below).
+                self.result.with_mut(|r| unsafe { *r = outcome.take() });
+            }
             joiners.finished = true;
             // Release: pairs with the Acquire in `try_complete`/`is_finished`
             // so a joiner that sees `finished` sees `result`.
@@ -199,6 +208,7 @@ impl<T: Send> Task<T> {
         for waiter in &waiters {
             fiber_wake(waiter);
         }
+        outcome
     }
 
     fn request_cancel(&self) {
@@ -250,15 +260,16 @@ struct Completion<T: Send> {
 impl<T: Send> Completion<T> {
     fn finish(&mut self, outcome: Result<T, JoinError>) {
         self.armed = false;
-        self.task.complete(outcome);
+        if let Some(unwanted) = self.task.complete(outcome) {
+            drop_quietly(unwanted);
+        }
     }
 }
 
 impl<T: Send> Drop for Completion<T> {
     fn drop(&mut self) {
         if self.armed {
-            self.armed = false;
-            self.task.complete(Err(JoinError {
+            self.finish(Err(JoinError {
                 repr: Repr::Cancelled,
                 id: self.id,
             }));
@@ -266,11 +277,45 @@ impl<T: Send> Drop for Completion<T> {
     }
 }
 
+/// Drop `value`, containing a panic of its destructor (and of the panic
+/// payload's own destructor, which is leaked if it panics too).
+pub(crate) fn drop_quietly<V>(value: V) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            std::mem::forget(again);
+        }
+    }
+}
+
+/// Drop `value`; a panic of its destructor comes back as its payload.
+fn drop_caught<V>(value: V) -> Result<(), Box<dyn Any + Send>> {
+    catch_unwind(AssertUnwindSafe(move || drop(value)))
+}
+
 /// An owned permission to join a fiber (its result, or its panic).
 ///
 /// Dropping the handle detaches the fiber, as with `std::thread`.
 pub struct JoinHandle<T> {
     task: Arc<Task<T>>,
+}
+
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        let unjoined = {
+            let mut joiners = lock(&self.task.joiners);
+            joiners.detached = true;
+            if joiners.finished {
+                // SAFETY: `finished` under the lock: the fiber's write is
+                // done, and this handle is the only reader.
+                self.task.result.with_mut(|r| unsafe { (*r).take() })
+            } else {
+                None
+            }
+        };
+        // A finished, never-joined outcome is dropped here, by the owner
+        // of the handle.
+        drop(unjoined);
+    }
 }
 
 impl<T: Send> JoinHandle<T> {
@@ -282,7 +327,9 @@ impl<T: Send> JoinHandle<T> {
             &mut (),
             WaitOptions::new().interrupt(Interrupt::NotCancellable),
         );
-        debug_assert_eq!(result, WaitResult::Ok);
+        if result != WaitResult::Ok {
+            return Err(JoinError::cancelled(self.task.id));
+        }
         self.take_result()
     }
 
@@ -292,7 +339,7 @@ impl<T: Send> JoinHandle<T> {
         self.task
             .result
             .with_mut(|r| unsafe { (*r).take() })
-            .expect("a finished task holds its result until joined")
+            .unwrap_or_else(|| Err(JoinError::cancelled(self.task.id)))
     }
 
     /// Has the fiber finished?
@@ -378,6 +425,13 @@ where
     T: Send + 'static,
 {
     let location = Location::caller();
+    if sched.frames().phase() != crate::pool::Phase::Open && !runs_on(sched.frames()) {
+        // Fibers of the runtime may still spawn while it shuts down (their
+        // children are cancelled before they start); nobody else may.
+        return Err(io::Error::other(
+            "fiber spawn refused: the runtime is shutting down (or was dropped)",
+        ));
+    }
     let (frame, stack) = sched.frames().acquire()?;
     let id = crate::fiber::next_fiber_id();
     let task = Arc::new(Task {
@@ -386,6 +440,7 @@ where
         finished: AtomicBool::new(false),
         joiners: Mutex::new(Joiners {
             finished: false,
+            detached: false,
             waiters: Vec::new(),
         }),
         result: UnsafeCell::new(None),
@@ -398,41 +453,51 @@ where
         armed: true,
     };
     let body = move || -> Exit {
-        if completion.task.is_cancel_requested() {
-            drop(f);
-            completion.finish(Err(JoinError {
-                repr: Repr::Cancelled,
-                id,
-            }));
-            return Exit::Cancelled;
-        }
-        let outcome = catch_unwind(AssertUnwindSafe(f));
-        // Fiber-locals die with the body, on the fiber's own stack.
-        let _ = catch_unwind(crate::fiber::drop_fiber_locals);
         let fiber = current::get();
         // SAFETY: this body runs on the fiber's own stack, so `current` is
         // this fiber's frame and the running fiber owns its slots.
-        let cancel_seen = unsafe { (*fiber).cancel_seen() };
+        let shutting_down = unsafe { (*fiber).phase() } != crate::pool::Phase::Open;
+        if shutting_down || completion.task.is_cancel_requested() {
+            // Never started: the closure is dropped here, on the fiber's
+            // stack, not by whoever discards the frame.
+            let outcome = match drop_caught(f) {
+                Ok(()) => Err(JoinError::cancelled(id)),
+                Err(payload) => Err(JoinError::panicked(id, payload)),
+            };
+            completion.finish(outcome);
+            return Exit::Cancelled;
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(f));
+        // Fiber-locals and the job the fiber ran in die with the body, on
+        // the fiber's own stack.
+        let _ = catch_unwind(crate::fiber::drop_fiber_locals);
+        drop_quietly(crate::fiber::swap_cancel_scope(None));
+        // SAFETY: as above. A fiber still running when its runtime began
+        // to shut down was cancelled before it finished (every job is).
+        let cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).phase() != crate::pool::Phase::Open };
         match outcome {
-            Ok(_) if cancel_seen => {
-                completion.finish(Err(JoinError {
-                    repr: Repr::Cancelled,
-                    id,
-                }));
+            Ok(value) if cancel_seen => {
+                // The value of a fiber that acknowledged its cancellation is
+                // dropped here, once; a panic of its destructor is what the
+                // joiner sees.
+                let outcome = match drop_caught(value) {
+                    Ok(()) => Err(JoinError::cancelled(id)),
+                    Err(payload) => Err(JoinError::panicked(id, payload)),
+                };
+                completion.finish(outcome);
                 Exit::Cancelled
             }
             Ok(value) => {
                 completion.finish(Ok(value));
                 Exit::Done
             }
-            // Shutdown is unwinding this fiber: let the unwind go on to the
-            // entry; `completion`'s drop tells joiners it was cancelled.
-            Err(payload) if crate::fiber::forced_unwind::active() => resume_unwind(payload),
+            Err(payload) if crate::fiber::is_shutdown_unwind(&*payload) => {
+                drop_quietly(payload);
+                completion.finish(Err(JoinError::cancelled(id)));
+                Exit::Cancelled
+            }
             Err(payload) => {
-                completion.finish(Err(JoinError {
-                    repr: Repr::Panic(payload),
-                    id,
-                }));
+                completion.finish(Err(JoinError::panicked(id, payload)));
                 Exit::Done
             }
         }
@@ -447,7 +512,15 @@ where
     Ok(JoinHandle { task })
 }
 
-/// Spawn `f` as a fiber of `sched`, panicking if no stack can be mapped.
+/// Is the caller a fiber whose runtime owns `pool`?
+fn runs_on(pool: &crate::pool::FramePool) -> bool {
+    let fiber = current::get();
+    // SAFETY: the running fiber reads its own scheduler slot.
+    !fiber.is_null() && unsafe { (*fiber).scheduler_is(pool) }
+}
+
+/// Spawn `f` as a fiber of `sched`, panicking if no stack can be mapped or
+/// the runtime is shutting down.
 #[track_caller]
 pub fn spawn_on<F, T>(sched: &Arc<dyn Schedule>, f: F) -> JoinHandle<T>
 where
@@ -456,7 +529,7 @@ where
 {
     match try_spawn_on(sched, f) {
         Ok(handle) => handle,
-        Err(e) => panic!("fiber spawn failed: could not map a fiber stack: {e}"),
+        Err(e) => panic!("fiber spawn failed: {e}"),
     }
 }
 

@@ -282,8 +282,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             if unsafe { fiber.is_cancel_requested() } {
                 fiber.state.transition_to_running_from_parking(Actor::Fiber);
                 // SAFETY: as above.
-                unsafe { note_if_task_cancelled(fiber) };
-                return WaitResult::Cancelled;
+                return unsafe { cancelled_wait(fiber) };
             }
         }
         let waiter = Waiter::for_fiber(this.clone(), ticket);
@@ -306,8 +305,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
         // SAFETY: the running fiber reads its own task slot.
         if cancellable && unsafe { fiber.is_cancel_requested() } {
             // SAFETY: as above.
-            unsafe { note_if_task_cancelled(fiber) };
-            return WaitResult::Cancelled;
+            return unsafe { cancelled_wait(fiber) };
         }
         if let Some(deadline) = options.deadline {
             // SAFETY: the running fiber reads its own scheduler slot.
@@ -320,6 +318,32 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             return result;
         }
     }
+}
+
+/// A cancellable wait saw cancellation: the result is `Cancelled`. While
+/// the runtime shuts down, the fiber first yields once (so that a fiber
+/// that ignores the error in a loop does not hold its worker), and in
+/// teardown its stack unwinds from here (see `FramePool::teardown`).
+///
+/// # Safety
+///
+/// Called by the running fiber itself, RUNNING, on its own stack.
+#[cfg(not(loom))]
+unsafe fn cancelled_wait(fiber: &Fiber) -> WaitResult {
+    // SAFETY: see the function's contract.
+    unsafe {
+        note_if_task_cancelled(fiber);
+        match fiber.phase() {
+            crate::pool::Phase::Open => {}
+            crate::pool::Phase::Cancelling => {
+                if !std::thread::panicking() {
+                    fiber.suspend(Suspend::Yield);
+                }
+            }
+            crate::pool::Phase::Teardown => crate::fiber::teardown_unwind(fiber),
+        }
+    }
+    WaitResult::Cancelled
 }
 
 /// A wait ended by the fiber's own task cancellation marks the task as

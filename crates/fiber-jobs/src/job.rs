@@ -489,8 +489,4 @@ impl fiber_core::CancelScope for JobCore {
     fn is_cancelled(&self) -> bool {
         JobCore::is_cancelled(self)
     }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }

@@ -96,15 +96,9 @@ impl Job {
 
 /// The running fiber's job.
 fn current_job() -> Option<Arc<JobCore>> {
-    let scope = fiber_core::current_cancel_scope()?;
-    if !scope.as_any().is::<JobCore>() {
-        return None;
-    }
-    let raw = Arc::into_raw(scope) as *const JobCore;
-    // SAFETY: the scope's concrete type is `JobCore` (checked just above),
-    // so the data pointer of the `Arc<dyn CancelScope>` is that of an
-    // `Arc<JobCore>` allocation; we hand back the strong count we took.
-    Some(unsafe { Arc::from_raw(raw) })
+    let scope: Arc<dyn std::any::Any + Send + Sync> = fiber_core::current_cancel_scope()?;
+    // A checked downcast: a scope of any other type is not a job.
+    scope.downcast::<JobCore>().ok()
 }
 
 pub use fiber_core::Cancelled;
@@ -177,14 +171,119 @@ enum Outcome<T> {
     Cancelled,
 }
 
+/// Where a child leaves its outcome for its handle.
 struct Slot<T> {
-    outcome: Mutex<Option<Outcome<T>>>,
+    state: Mutex<SlotState<T>>,
+}
+
+struct SlotState<T> {
+    outcome: Option<Outcome<T>>,
+    /// The `ScopedJoinHandle` still exists; once it is gone the child drops
+    /// its own outcome before it tells the scope it is done.
+    handle_alive: bool,
+}
+
+impl<T> Slot<T> {
+    /// Leave `outcome` for the handle, or give it back when the handle is
+    /// gone (the child then drops it itself).
+    fn store(&self, outcome: Outcome<T>) -> Option<Outcome<T>> {
+        let mut state = lock(&self.state);
+        if state.handle_alive {
+            state.outcome = Some(outcome);
+            None
+        } else {
+            Some(outcome)
+        }
+    }
+}
+
+/// A scoped child's body and its obligations: whatever happens to it (run,
+/// dropped unrun because the runtime shut down or the spawn failed), it
+/// drops everything it owns and only then tells the scope it is done, so
+/// the scope cannot return while the child still holds a borrow.
+struct ChildBody<F, T> {
+    f: Option<F>,
+    job: Arc<JobCore>,
+    slot: Arc<Slot<T>>,
+    error: Arc<Mutex<Option<Box<dyn Any + Send>>>>,
+    done: bool,
+}
+
+impl<F, T, E> ChildBody<F, T>
+where
+    F: FnOnce() -> Result<T, E>,
+    E: Send + 'static,
+{
+    fn run(mut self) {
+        let f = self.f.take().expect("a child body runs once");
+        let outcome = if self.job.is_cancelled() {
+            // Cancelled before it started: its closure is dropped unrun.
+            match catch_unwind(AssertUnwindSafe(move || drop(f))) {
+                Ok(()) => Outcome::Cancelled,
+                Err(payload) => self.panicked(payload),
+            }
+        } else {
+            match run_in_job(&self.job, f) {
+                Ok(Ok(value)) => Outcome::Value(value),
+                Ok(Err(e)) => {
+                    let mut slot = lock(&self.error);
+                    if slot.is_none() {
+                        *slot = Some(Box::new(e));
+                    }
+                    drop(slot);
+                    self.job.fail(Failure::Error, CancelReason::ChildFailed);
+                    Outcome::Failed
+                }
+                Err(payload) if fiber_core::is_shutdown_unwind(&*payload) => Outcome::Cancelled,
+                Err(payload) => self.panicked(payload),
+            }
+        };
+        self.finish(outcome);
+    }
+}
+
+impl<F, T> ChildBody<F, T> {
+    fn panicked(&self, payload: Box<dyn Any + Send>) -> Outcome<T> {
+        let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
+        self.job.fail(Failure::Panic(shared.clone()), CancelReason::ChildFailed);
+        Outcome::Panicked(shared)
+    }
+
+    fn finish(&mut self, outcome: Outcome<T>) {
+        self.done = true;
+        if let Some(unjoined) = self.slot.store(outcome) {
+            // Nobody will join: drop the value here, before `body_done`.
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(unjoined))) {
+                let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
+                self.job.fail(Failure::Panic(shared), CancelReason::ChildFailed);
+            }
+        }
+        self.job.body_done();
+    }
+}
+
+impl<F, T> Drop for ChildBody<F, T> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // Dropped unrun: drop the closure first, then report.
+        let f = self.f.take();
+        let outcome = match catch_unwind(AssertUnwindSafe(move || drop(f))) {
+            Ok(()) => Outcome::Cancelled,
+            Err(payload) => self.panicked(payload),
+        };
+        self.finish(outcome);
+    }
 }
 
 /// A scope: spawn children that may borrow from outside it; the scope
 /// returns only when all of them have ended.
 pub struct Scope<'scope, 'env: 'scope> {
     job: Arc<JobCore>,
+    /// The runtime the scope's children run on (its owner's), so that a
+    /// plain thread borrowing the scope can spawn into it too.
+    sched: Arc<dyn fiber_core::Schedule>,
     /// For `try_scope`: where the first child error goes (type-erased `E`).
     error: Arc<Mutex<Option<Box<dyn Any + Send>>>>,
     _scope: PhantomData<&'scope mut &'scope ()>,
@@ -213,6 +312,19 @@ impl<T> fmt::Debug for ScopedJoinHandle<'_, T> {
     }
 }
 
+impl<T> Drop for ScopedJoinHandle<'_, T> {
+    fn drop(&mut self) {
+        let unjoined = {
+            let mut state = lock(&self.slot.state);
+            state.handle_alive = false;
+            state.outcome.take()
+        };
+        // An outcome the child already left is dropped by the handle's
+        // owner, inside the scope.
+        drop(unjoined);
+    }
+}
+
 impl<T> ScopedJoinHandle<'_, T> {
     /// Wait for the child and take its value. `JoinError` says whether it
     /// panicked (with the payload, unless the scope already re-raised it),
@@ -228,7 +340,7 @@ impl<T> ScopedJoinHandle<'_, T> {
             // The joining fiber was cancelled while it waited.
             return Err(JoinError::cancelled(self.id));
         }
-        let outcome = lock(&self.slot.outcome).take();
+        let outcome = lock(&self.slot.state).outcome.take();
         match outcome {
             Some(Outcome::Value(v)) => Ok(v),
             Some(Outcome::Panicked(payload)) => {
@@ -278,40 +390,31 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     {
         let child = JobCore::new(Some(self.job.clone()), false, true);
         let slot = Arc::new(Slot {
-            outcome: Mutex::new(None),
+            state: Mutex::new(SlotState {
+                outcome: None,
+                handle_alive: true,
+            }),
         });
-        let (job, out, error) = (child.clone(), slot.clone(), self.error.clone());
-        let body = move || {
-            let outcome = if job.is_cancelled() {
-                Outcome::Cancelled
-            } else {
-                match run_in_job(&job, f) {
-                    Ok(Ok(value)) => Outcome::Value(value),
-                    Ok(Err(e)) => {
-                        let mut slot = lock(&error);
-                        if slot.is_none() {
-                            *slot = Some(Box::new(e));
-                        }
-                        drop(slot);
-                        job.fail(Failure::Error, CancelReason::ChildFailed);
-                        Outcome::Failed
-                    }
-                    Err(payload) => {
-                        let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
-                        job.fail(Failure::Panic(shared.clone()), CancelReason::ChildFailed);
-                        Outcome::Panicked(shared)
-                    }
-                }
-            };
-            *lock(&out.outcome) = Some(outcome);
-            job.body_done();
+        let body = ChildBody {
+            f: Some(f),
+            job: child.clone(),
+            slot: slot.clone(),
+            error: self.error.clone(),
+            done: false,
         };
-        let body: Box<dyn FnOnce() + Send + 'scope> = Box::new(body);
+        let body: Box<dyn FnOnce() + Send + 'scope> = Box::new(move || body.run());
         // SAFETY: the scope joins every child (`join_children`, also when its
-        // body panics) before it returns, so nothing the closure borrows for
-        // 'scope is used after it ends; this is std::thread::scope's argument.
+        // body panics) before it returns, and a child drops everything it
+        // owns (closure, value, locals) before `body_done` releases that
+        // join, whether it ran or was dropped unrun (`ChildBody`); so nothing
+        // the closure borrows for 'scope is used after the scope ends. This
+        // is std::thread::scope's argument.
         let body: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(body) };
-        let handle = fiber_core::spawn(body);
+        let handle = match fiber_core::try_spawn_on(&self.sched, body) {
+            Ok(handle) => handle,
+            // The body was dropped unrun, so the child is already done.
+            Err(e) => panic!("fiber::Scope::spawn: could not spawn the child fiber: {e}"),
+        };
         ScopedJoinHandle {
             job: child,
             slot,
@@ -412,6 +515,7 @@ where
     let job = open_scope(kind);
     let scope = Scope {
         job: job.clone(),
+        sched: fiber_core::current_scheduler().expect("a scope is opened in a fiber"),
         error: Arc::new(Mutex::new(None)),
         _scope: PhantomData,
         _env: PhantomData,
@@ -449,6 +553,7 @@ where
     let scope = TryScope {
         inner: Scope {
             job: job.clone(),
+            sched: fiber_core::current_scheduler().expect("a scope is opened in a fiber"),
             error: error.clone(),
             _scope: PhantomData,
             _env: PhantomData,

@@ -108,6 +108,8 @@ pub(crate) struct Shared {
     pub(crate) timers: Timers,
     pub(crate) counters: Counters,
     pub(crate) shutdown: AtomicBool,
+    /// Why a worker failed to start (its `on_thread_start` hook panicked).
+    pub(crate) start_failure: Mutex<Option<String>>,
     /// Worker threads alive (ACTIVE or STARTING or DRAINING).
     pub(crate) alive: AtomicUsize,
     /// Round-robin cursor for spawns from outside.
@@ -161,6 +163,7 @@ impl Shared {
             timers: Timers::new(),
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
+            start_failure: Mutex::new(None),
             alive: AtomicUsize::new(0),
             round_robin: AtomicUsize::new(0),
             external_enqueued: AtomicU64::new(0),
@@ -460,7 +463,28 @@ pub(crate) fn spawn_worker(shared: &Arc<Shared>, index: usize) -> bool {
 fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Deque<Runnable>)) {
     let (deque, yields) = deques;
     if let Some(hook) = &shared.config.on_thread_start {
-        (hook.0)();
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (hook.0)())) {
+            // The worker never starts: its slot goes back to DEAD (with its
+            // deque, so it can be started again) and the failure is kept
+            // for `Runtime::build` to report.
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string panic".to_string());
+            *lock(&shared.start_failure) = Some(format!("on_thread_start panicked on worker {index}: {msg}"));
+            let slot = &shared.slots[index];
+            *lock(&slot.deque) = Some((deque, yields));
+            slot.state.store(DEAD, Ordering::Release);
+            shared.alive.fetch_sub(1, Ordering::AcqRel);
+            // Whatever was pushed to its inbox while it was STARTING moves
+            // to the global queue.
+            while let Some(fiber) = slot.inbox.pop() {
+                shared.global.push(fiber);
+            }
+            shared.notify_one();
+            return;
+        }
     }
     FramePool::register_thread(&shared.pool);
     let ctx = WorkerCtx {
@@ -607,7 +631,8 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
 
 /// Wait for the futex word to be set; `false` if `timeout` passed first.
 fn wait_notified(slot: &Slot, timeout: Option<Duration>) -> bool {
-    let deadline = timeout.map(|t| Instant::now() + t);
+    // `Duration::MAX` (or any timeout past the end of time) waits forever.
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     loop {
         if Idle::is_notified(&slot.futex) {
             return true;
