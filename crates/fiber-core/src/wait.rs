@@ -200,6 +200,18 @@ impl fmt::Debug for Waiter {
     }
 }
 
+/// Unwinding out of `Waitable::publish` (a panic in the waitable) takes the
+/// waiter from PARKING back to RUNNING, so the panic reaches the fiber's
+/// boundary (or the thread's caller) with the state word legal. Forgotten
+/// on the normal path.
+struct BackToRunning<'a>(&'a StateWord);
+
+impl Drop for BackToRunning<'_> {
+    fn drop(&mut self) {
+        self.0.transition_to_running_from_parking(Actor::Fiber);
+    }
+}
+
 /// Wake the waiter of `record` (spec 4.3). Returns `true` if this call won
 /// the wake claim and enqueued the fiber (or unparked the thread); `false`
 /// if the record was stale, the fiber was already awake, or it was still
@@ -286,7 +298,11 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             }
         }
         let waiter = Waiter::for_fiber(this.clone(), ticket);
-        if let Publish::Ready(result) = waitable.publish(&waiter, io) {
+        // A panicking `publish` must not leave the fiber PARKING.
+        let guard = BackToRunning(&fiber.state);
+        let published = waitable.publish(&waiter, io);
+        std::mem::forget(guard);
+        if let Publish::Ready(result) = published {
             fiber.state.transition_to_running_from_parking(Actor::Fiber);
             return result;
         }
@@ -417,7 +433,10 @@ fn thread_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: Wait
             target: Target::Thread(parker.clone()),
             ticket,
         };
-        if let Publish::Ready(result) = waitable.publish(&waiter, io) {
+        let guard = BackToRunning(&parker.state);
+        let published = waitable.publish(&waiter, io);
+        std::mem::forget(guard);
+        if let Publish::Ready(result) = published {
             parker.state.transition_to_running_from_parking(Actor::Fiber);
             return result;
         }

@@ -382,6 +382,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         self.spawn_child(move || Ok::<T, ()>(f()))
     }
 
+    #[track_caller]
     fn spawn_child<F, T, E>(&'scope self, f: F) -> ScopedJoinHandle<'scope, T>
     where
         F: FnOnce() -> Result<T, E> + Send + 'scope,

@@ -420,3 +420,51 @@ fn shutdown_with_scope_owners_and_children_parked_in_recv_unwinds_them_all() {
     drop(keep);
     assert_eq!(drops.load(Ordering::Relaxed), made.load(Ordering::Relaxed), "{stats:?}");
 }
+
+#[test]
+fn a_panicking_publish_reaches_the_joiner_and_leaves_the_fiber_legal() {
+    struct Explodes;
+    impl fiber::core::Waitable for Explodes {
+        type Io = ();
+        fn try_complete(&self, _: &mut ()) -> Option<fiber::core::WaitResult> {
+            None
+        }
+        fn publish(&self, _: &fiber::core::Waiter, _: &mut ()) -> fiber::core::Publish {
+            panic!("publish failed")
+        }
+        fn unpublish(&self, _: &fiber::core::Waiter, _: &mut ()) -> Option<fiber::core::WaitResult> {
+            None
+        }
+    }
+    let (from_fiber, from_thread) = fiber::run(|| {
+        let joined =
+            fiber::spawn(|| fiber::core::fiber_wait(&Explodes, &mut (), fiber::core::WaitOptions::new())).join();
+        let thread =
+            std::thread::spawn(|| fiber::core::fiber_wait(&Explodes, &mut (), fiber::core::WaitOptions::new())).join();
+        // The workers are fine: more fibers run.
+        assert_eq!(fiber::spawn(|| 7).join().unwrap(), 7);
+        (joined.map_err(|e| e.is_panic()), thread.is_err())
+    });
+    assert!(from_fiber.unwrap_err());
+    assert!(from_thread);
+}
+
+#[test]
+fn a_plain_thread_borrowing_a_scope_can_spawn_into_it() {
+    let total = fiber::run(|| {
+        let data = vec![1u64, 2, 3, 4];
+        let sum = AtomicUsize::new(0);
+        fiber::scope(|s| {
+            std::thread::scope(|ts| {
+                ts.spawn(|| {
+                    for &x in &data {
+                        let sum = &sum;
+                        s.spawn(move || sum.fetch_add(x as usize, Ordering::Relaxed));
+                    }
+                });
+            });
+        });
+        sum.load(Ordering::Relaxed)
+    });
+    assert_eq!(total, 10);
+}
