@@ -110,6 +110,12 @@ pub(crate) struct Fiber {
     teardown_raises: UnsafeCell<u32>,
     /// Given up on at teardown: never resumed or released again.
     abandoned: std::sync::atomic::AtomicBool,
+    /// Hard affinity: once it has run, this incarnation resumes only on the
+    /// worker it first ran on (written at prepare, read by schedulers).
+    pinned: std::sync::atomic::AtomicBool,
+    /// The incarnation's name, if it was given one (owner-written at
+    /// prepare; read by diagnostics while the fiber is alive).
+    name: UnsafeCell<Option<std::sync::Arc<str>>>,
 }
 
 /// Fiber-local values by key (the address of their static).
@@ -145,6 +151,8 @@ impl Fiber {
             locals: UnsafeCell::new(None),
             teardown_raises: UnsafeCell::new(0),
             abandoned: std::sync::atomic::AtomicBool::new(false),
+            pinned: std::sync::atomic::AtomicBool::new(false),
+            name: UnsafeCell::new(None),
         }
     }
 
@@ -271,6 +279,35 @@ impl Fiber {
             *c += 1;
             *c
         })
+    }
+
+    pub(crate) fn set_pinned(&self, pinned: bool) {
+        self.pinned.store(pinned, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_pinned(&self) -> bool {
+        self.pinned.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Set the incarnation's name.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the frame (INIT, being prepared).
+    pub(crate) unsafe fn set_name(&self, name: Option<std::sync::Arc<str>>) {
+        // SAFETY: see the function's contract.
+        self.name.with_mut(|n| unsafe { *n = name });
+    }
+
+    /// The incarnation's name.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself (the slot is written only while
+    /// the frame is INIT).
+    pub(crate) unsafe fn name(&self) -> Option<std::sync::Arc<str>> {
+        // SAFETY: see the function's contract.
+        self.name.with(|n| unsafe { (*n).clone() })
     }
 
     pub(crate) fn mark_abandoned(&self) {
@@ -549,6 +586,16 @@ pub(crate) fn current_id_for_signal() -> u64 {
     }
     // SAFETY: the frame of the fiber running on this thread is alive.
     unsafe { (*fiber).id.load(std::sync::atomic::Ordering::Relaxed) }
+}
+
+/// The running fiber's name, if it was spawned with one.
+pub fn current_name() -> Option<std::sync::Arc<str>> {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return None;
+    }
+    // SAFETY: as in `current_id`; the running fiber reads its own slot.
+    unsafe { (*fiber).name() }
 }
 
 /// Is the caller running inside a fiber?

@@ -89,7 +89,7 @@ mod wait;
 
 #[cfg(not(loom))]
 pub use fiber::{
-    current_cancel_scope, current_fiber, current_id, current_spawn_location, current_worker, in_fiber,
+    current_cancel_scope, current_fiber, current_id, current_name, current_spawn_location, current_worker, in_fiber,
     is_shutdown_unwind, swap_cancel_scope, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, RunOutcome,
 };
 #[cfg(not(loom))]
@@ -101,7 +101,9 @@ pub use sched::{Runnable, Running, Schedule, Worker};
 #[cfg(not(loom))]
 pub use stack::StackConfig;
 #[cfg(not(loom))]
-pub use task::{current_scheduler, spawn, spawn_on, try_spawn_on, Canceller, JoinError, JoinHandle};
+pub use task::{
+    current_scheduler, spawn, spawn_on, try_spawn_on, try_spawn_with, Canceller, JoinError, JoinHandle, SpawnOptions,
+};
 pub use wait::{
     fiber_wait, fiber_wake, wait_until, Cancelled, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter,
 };

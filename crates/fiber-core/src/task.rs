@@ -417,9 +417,32 @@ impl<T> fmt::Debug for JoinHandle<T> {
     }
 }
 
-/// Spawn `f` as a fiber of `sched`. Fails only if a stack cannot be mapped.
+/// Per-spawn options: what `std::thread::Builder` sets for a thread.
+#[derive(Clone, Debug, Default)]
+pub struct SpawnOptions {
+    /// The fiber's name (shown by `current_name`, diagnostics and join
+    /// errors).
+    pub name: Option<std::sync::Arc<str>>,
+    /// Hard affinity: once the fiber has run, it resumes only on the worker
+    /// it first ran on (it may still be stolen before its first run), so
+    /// that thread-local state it holds across a park stays on its thread.
+    pub pinned: bool,
+}
+
+/// Spawn `f` as a fiber of `sched`. Fails if a stack cannot be mapped or
+/// the runtime is shutting down.
 #[track_caller]
 pub fn try_spawn_on<F, T>(sched: &Arc<dyn Schedule>, f: F) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    try_spawn_with(sched, SpawnOptions::default(), f)
+}
+
+/// Spawn `f` as a fiber of `sched` with `options`.
+#[track_caller]
+pub fn try_spawn_with<F, T>(sched: &Arc<dyn Schedule>, options: SpawnOptions, f: F) -> io::Result<JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -506,7 +529,9 @@ where
     // `all` list keeps it alive for as long as the coroutine exists.
     unsafe {
         Fiber::prepare(&frame, id, sched.clone(), task.clone(), location, stack, body);
+        frame.set_name(options.name);
     }
+    frame.set_pinned(options.pinned || sched.pins_fibers());
     frame.state.transition_to_runnable_from_init();
     sched.schedule(Runnable::new(frame, Actor::Spawner));
     Ok(JoinHandle { task })

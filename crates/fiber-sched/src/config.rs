@@ -93,6 +93,8 @@ pub struct Config {
     /// the workers before what is left is unwound (`Duration::MAX`:
     /// forever).
     pub shutdown_timeout: Duration,
+    /// Pin every fiber to the worker it first runs on (hard affinity).
+    pub pinned: bool,
 }
 
 /// Default grace time of a shutdown.
@@ -118,6 +120,7 @@ impl Default for Config {
             stall_report: true,
             deadlock_abort: false,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            pinned: false,
         }
     }
 }
@@ -190,6 +193,8 @@ pub struct Overrides {
     pub idle_timeout: Option<Duration>,
     /// `shutdown_timeout`
     pub shutdown_timeout: Option<Duration>,
+    /// `pinned`
+    pub pinned: Option<bool>,
     /// cap on guarded stacks (tests)
     pub max_guarded_stacks: Option<usize>,
     /// `on_thread_start`
@@ -261,6 +266,9 @@ impl Config {
         }
         if let Some(d) = overrides.shutdown_timeout {
             config.shutdown_timeout = d;
+        }
+        if let Some(p) = overrides.pinned {
+            config.pinned = p;
         }
         config.stacks.max_guarded = overrides.max_guarded_stacks;
         config.on_thread_start = overrides.on_thread_start.clone();

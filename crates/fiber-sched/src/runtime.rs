@@ -74,6 +74,17 @@ impl Builder {
         self
     }
 
+    /// Pin every fiber of the runtime to the worker it first runs on: after
+    /// its first run a fiber resumes only on that worker's thread, so code
+    /// that keeps thread-local state (or any `!Send` value) across a park
+    /// stays sound. It costs load balance: a pinned fiber is never stolen
+    /// once it has run, and a worker that is home to pinned fibers never
+    /// retires. `fiber::spawn_pinned` pins one fiber.
+    pub fn pinned(&mut self, pinned: bool) -> &mut Self {
+        self.overrides.pinned = Some(pinned);
+        self
+    }
+
     /// Run `f` on every worker thread when it starts.
     pub fn on_thread_start(&mut self, f: impl Fn() + Send + Sync + 'static) -> &mut Self {
         self.overrides.on_thread_start = Some(crate::config::ThreadHook(Arc::new(f)));

@@ -95,6 +95,9 @@ pub(crate) struct Slot {
     pub(crate) wakes: AtomicU64,
     /// Is the worker inside `blocking`?
     pub(crate) blocking: AtomicBool,
+    /// Live pinned fibers whose home is this worker (owner-written,
+    /// Relaxed): a worker with any never retires, so they can resume.
+    pub(crate) homed: AtomicU64,
 }
 
 /// State shared by every worker, the monitor and the runtime handle.
@@ -139,6 +142,7 @@ impl Shared {
                     futex: AtomicU32::new(0),
                     heartbeat: AtomicU64::new(0),
                     running: AtomicU64::new(0),
+                    homed: AtomicU64::new(0),
                     running_at: AtomicPtr::new(std::ptr::null_mut()),
                     stalled: AtomicBool::new(false),
                     inbox: SegQueue::new(),
@@ -227,6 +231,17 @@ impl Shared {
         }
     }
 
+    /// Push a pinned fiber to its home worker's inbox; gives it back if
+    /// that worker no longer takes work (the runtime is shutting down).
+    pub(crate) fn send_home(&self, home: usize, fiber: Runnable) -> Option<Runnable> {
+        let slot = &self.slots[home];
+        if !accepts_inbox(slot.state.load(Ordering::Relaxed)) {
+            return Some(fiber);
+        }
+        self.push_inbox(home, fiber);
+        None
+    }
+
     /// Placement of a fiber scheduled from outside the workers.
     fn schedule_external(&self, fiber: Runnable) {
         self.external_enqueued.fetch_add(1, Ordering::Relaxed);
@@ -274,7 +289,14 @@ impl Schedule for Shared {
             // use it on this thread.
             let ctx = unsafe { &*ctx };
             if ctx.shared_id == self.id {
-                ctx.push_local(self, fiber);
+                match fiber.home() {
+                    Some(home) if home != ctx.index => {
+                        if let Some(fiber) = self.send_home(home, fiber) {
+                            ctx.push_local(self, fiber);
+                        }
+                    }
+                    _ => ctx.push_local(self, fiber),
+                }
                 return;
             }
         }
@@ -292,6 +314,10 @@ impl Schedule for Shared {
 
     fn frames(&self) -> &FramePool {
         &self.pool
+    }
+
+    fn pins_fibers(&self) -> bool {
+        self.config.pinned
     }
 }
 
@@ -608,7 +634,9 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     }
     slot.heartbeat.fetch_add(1, Ordering::Relaxed);
     shared.counters.sleeps.fetch_add(1, Ordering::Relaxed);
-    let extra = ctx.index >= shared.config.workers;
+    // An extra worker retires after its idle timeout, unless pinned fibers
+    // call it home.
+    let extra = ctx.index >= shared.config.workers && slot.homed.load(Ordering::Relaxed) == 0;
     let timeout = extra.then_some(shared.config.idle_timeout);
     if wait_notified(slot, timeout) {
         return true;
@@ -742,7 +770,20 @@ impl fiber_core::Worker for WorkerSide<'_> {
     /// The next fiber, already RUNNING (`Runnable::into_running`), found in
     /// the loop's order (module docs), or `None` to go idle.
     fn worker_next(&mut self) -> Option<Running> {
-        find_work(self.shared, self.ctx).map(Runnable::into_running)
+        loop {
+            let fiber = find_work(self.shared, self.ctx)?;
+            match fiber.home() {
+                // A pinned fiber found here (stolen, or woken from this
+                // worker) goes back to its home worker's inbox.
+                Some(home) if home != self.ctx.index => {
+                    if let Some(fiber) = self.shared.send_home(home, fiber) {
+                        // Its home is gone (shutdown): run it here.
+                        return Some(fiber.into_running());
+                    }
+                }
+                _ => return Some(fiber.into_running()),
+            }
+        }
     }
 }
 
@@ -755,8 +796,20 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
         Ordering::Relaxed,
     );
     bump(&slot.heartbeat);
+    let first_pinned_run = running.is_pinned() && !running.has_run();
+    let pinned = running.is_pinned();
     let outcome = running.resume(ctx.index);
     slot.running.store(0, Ordering::Relaxed);
+    match (&outcome, first_pinned_run) {
+        (RunOutcome::Finished, true) => {}
+        (_, true) => {
+            slot.homed.fetch_add(1, Ordering::Relaxed);
+        }
+        (RunOutcome::Finished, false) if pinned => {
+            slot.homed.fetch_sub(1, Ordering::Relaxed);
+        }
+        _ => {}
+    }
     match outcome {
         RunOutcome::Yielded(fiber) => {
             // Behind everything this worker has queued (the local deque is

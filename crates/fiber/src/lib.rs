@@ -69,7 +69,22 @@ fn outside(function: &str) -> ! {
 }
 
 /// Spawn a fiber on the current runtime. Dropping the handle detaches the
-/// fiber, as with `std::thread::spawn`.
+/// fiber, as with `std::thread::spawn`. Inside a [`scope`], `fiber::spawn`
+/// still makes a detached fiber (as `std::thread::spawn` does inside
+/// `std::thread::scope`); use the scope's `s.spawn` for a child the scope
+/// waits for.
+///
+/// # Thread-locals
+///
+/// A fiber may resume on another worker thread after any park or yield
+/// (sleep, channel operations, joins, locks, `yield_now`). Holding a
+/// reference into a `thread_local!`, an `Rc` taken from one, a
+/// `std::sync::MutexGuard`, or any other `!Send` value across such a point
+/// is a bug the compiler cannot see through a stackful switch. Use
+/// `fiber_local!` for per-fiber state, `fiber::sync` locks instead of
+/// `std::sync` ones across a park, and [`spawn_pinned`] (or
+/// `Runtime::builder().pinned(true)`) for code that must keep thread-local
+/// caches: a pinned fiber always resumes on the worker it first ran on.
 ///
 /// # Panics
 ///
@@ -84,6 +99,33 @@ where
         outside("spawn");
     }
     fiber_core::spawn(f)
+}
+
+/// Spawn a pinned fiber: once it has run, it resumes only on the worker
+/// thread it first ran on (it may still be taken by an idle worker before
+/// its first run). Thread-local state it holds across a park therefore
+/// stays on its thread (see [`spawn`]'s "Thread-locals").
+///
+/// # Panics
+///
+/// Panics outside a runtime, or if the fiber cannot be spawned.
+#[track_caller]
+pub fn spawn_pinned<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let Some(sched) = fiber_core::current_scheduler() else {
+        outside("spawn_pinned")
+    };
+    let options = fiber_core::SpawnOptions {
+        pinned: true,
+        ..Default::default()
+    };
+    match fiber_core::try_spawn_with(&sched, options, f) {
+        Ok(handle) => handle,
+        Err(e) => panic!("fiber::spawn_pinned: {e}"),
+    }
 }
 
 /// A handle to the running fiber (its id and `unpark`), like

@@ -468,3 +468,50 @@ fn a_plain_thread_borrowing_a_scope_can_spawn_into_it() {
     });
     assert_eq!(total, 10);
 }
+
+fn resumes_on_one_thread(pinned_runtime: bool) -> bool {
+    let rt = fiber::Runtime::builder()
+        .workers(2)
+        .max_workers(4)
+        .pinned(pinned_runtime)
+        .build()
+        .unwrap();
+    rt.block_on(move || {
+        let mut handles = Vec::new();
+        for i in 0..64u64 {
+            let body = move || {
+                thread_local! {
+                    static CACHE: std::rc::Rc<std::cell::Cell<u64>> = std::rc::Rc::new(std::cell::Cell::new(0));
+                }
+                let home = std::thread::current().id();
+                // An Rc out of a thread-local, held across parks: sound
+                // only because the fiber never changes threads.
+                let cache = CACHE.with(|c| c.clone());
+                let mut same = true;
+                for k in 0..50 {
+                    if k % 3 == 0 {
+                        fiber::sleep(Duration::from_micros(50 + i));
+                    } else {
+                        fiber::yield_now();
+                    }
+                    cache.set(cache.get() + 1);
+                    same &= std::thread::current().id() == home;
+                }
+                drop(cache);
+                same
+            };
+            handles.push(if pinned_runtime {
+                fiber::spawn(body)
+            } else {
+                fiber::spawn_pinned(body)
+            });
+        }
+        handles.into_iter().all(|h| h.join().unwrap())
+    })
+}
+
+#[test]
+fn pinned_fibers_always_resume_on_the_worker_they_first_ran_on() {
+    assert!(resumes_on_one_thread(false), "fiber::spawn_pinned");
+    assert!(resumes_on_one_thread(true), "Builder::pinned(true)");
+}
