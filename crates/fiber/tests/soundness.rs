@@ -302,23 +302,44 @@ fn a_destructor_that_sends_on_a_rendezvous_channel_at_shutdown_does_not_abort() 
 }
 
 #[test]
-fn a_fiber_parked_in_a_scope_when_the_root_panics_does_not_abort() {
-    in_child("a_fiber_parked_in_a_scope_when_the_root_panics_does_not_abort", || {
-        let r = std::panic::catch_unwind(|| {
-            fiber::run(|| {
-                let (tx, rx) = chan::bounded::<u8>(0);
-                fiber::spawn(move || {
-                    fiber::scope(|s| {
-                        s.spawn(|| rx.recv().map(|_| ()));
+fn a_fiber_parked_in_a_failed_scope_when_the_root_panics_does_not_abort() {
+    in_child(
+        "a_fiber_parked_in_a_failed_scope_when_the_root_panics_does_not_abort",
+        || {
+            let r = std::panic::catch_unwind(|| {
+                fiber::run(|| {
+                    let (tx, rx) = chan::bounded::<u8>(0);
+                    let (ready_tx, ready_rx) = chan::bounded::<()>(2);
+                    // Outside any scope: not cancelled when the scope fails.
+                    let outsider = fiber::spawn(move || {
+                        let _ = rx.recv();
                     });
-                });
-                fiber::yield_now();
-                drop(tx.clone());
-                panic!("root fails");
-            })
-        });
-        assert!(r.is_err());
-    });
+                    fiber::spawn(move || {
+                        fiber::scope(|s| {
+                            let ready = ready_tx.clone();
+                            s.spawn(move || {
+                                ready.send(()).unwrap();
+                                // Parked in a join the scope's failure does not end.
+                                let _ = outsider.join();
+                            });
+                            s.spawn(move || {
+                                ready_tx.send(()).unwrap();
+                                panic!("a child fails");
+                            });
+                        });
+                    });
+                    ready_rx.recv().unwrap();
+                    ready_rx.recv().unwrap();
+                    for _ in 0..10 {
+                        fiber::yield_now();
+                    }
+                    let _keep = tx;
+                    panic!("root fails");
+                })
+            });
+            assert!(r.is_err());
+        },
+    );
 }
 
 #[test]
@@ -332,19 +353,23 @@ fn many_scopes_with_failures_and_a_panicking_root_do_not_abort() {
                     let rx = rx.clone();
                     handles.push(fiber::spawn(move || {
                         fiber::scope(|s| {
+                            let child_rx = rx.clone();
                             s.spawn(move || {
                                 if i % 4 == 0 {
                                     panic!("child {i} fails");
                                 }
-                                let _ = rx.recv();
+                                let _ = child_rx.recv();
                             });
+                            let _ = rx.recv();
                         })
                     }));
                 }
-                drop(tx);
+                // The channel stays open: the other scopes stay parked
+                // while the root panics.
                 for h in handles {
                     h.join().expect("root panics on the first failed join");
                 }
+                drop(tx);
             })
         });
         assert!(r.is_err());
