@@ -611,24 +611,30 @@ pub fn current_spawn_location() -> Option<&'static Location<'static>> {
 }
 
 /// Yield the running fiber to its scheduler (it becomes RUNNABLE and is
-/// enqueued again). On a plain thread this is `std::thread::yield_now`.
-pub fn yield_now() {
+/// enqueued again). A cancellation point: `Err(Cancelled)` once the fiber's
+/// task or job is cancelled (the yield still happens). On a plain thread
+/// this is `std::thread::yield_now` and always `Ok`.
+pub fn yield_now() -> Result<(), crate::Cancelled> {
     let fiber = current::get();
     if fiber.is_null() {
         std::thread::yield_now();
-        return;
+        return Ok(());
     }
-    // SAFETY: the running fiber suspends itself on its own stack; `fiber` is
-    // its frame (see `current_id`). The pointer is re-read after resume only
-    // through `current::get`, never cached from the thread-local.
-    // SAFETY: as above; the running fiber reads its own slots.
+    // SAFETY: the running fiber suspends itself on its own stack and reads
+    // its own slots; `fiber` is its frame (see `current_id`). The pointer is
+    // re-read after resume only through `current::get`, never cached from
+    // the thread-local.
     unsafe {
         if (*fiber).phase() == Phase::Teardown {
             teardown_unwind(&*fiber);
-            return;
+            return Err(crate::Cancelled);
         }
-        (*fiber).suspend(Suspend::Yield)
+        (*fiber).suspend(Suspend::Yield);
+        if (*fiber).is_cancel_requested() {
+            return Err(crate::Cancelled);
+        }
     }
+    Ok(())
 }
 
 /// The panic payload of a teardown unwind (see [`is_shutdown_unwind`]).
@@ -681,6 +687,49 @@ pub(crate) unsafe fn teardown_unwind(fiber: &Fiber) {
 pub trait CancelScope: Send + Sync + std::any::Any {
     /// Has this scope been cancelled?
     fn is_cancelled(&self) -> bool;
+
+    /// Cancel this scope (called by `JoinHandle::cancel` on a fiber's root
+    /// scope). The default does nothing.
+    fn cancel(&self) {}
+
+    /// The fiber whose root scope this is has finished its body (`panicked`
+    /// says how), called on that fiber. The default does nothing.
+    fn fiber_finished(self: Arc<Self>, panicked: bool) {
+        let _ = panicked;
+    }
+}
+
+/// Make `scope` the running fiber's root cancellation scope: it becomes the
+/// fiber's current scope, `JoinHandle::cancel` cancels it, and it hears
+/// `fiber_finished` when the body ends. Returns `Ok(true)` if the fiber's
+/// task was already cancelled (the caller should cancel the scope), and
+/// gives the scope back on a plain thread or when the fiber already runs in
+/// a scope.
+pub fn install_root_scope(scope: Arc<dyn CancelScope>) -> Result<bool, Arc<dyn CancelScope>> {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return Err(scope);
+    }
+    // SAFETY: the running fiber reads and writes its own slots.
+    unsafe {
+        if (*fiber).cancel_scope().is_some() {
+            return Err(scope);
+        }
+        let Some(task) = (*fiber).task() else {
+            return Err(scope);
+        };
+        (*fiber).swap_cancel_scope(Some(scope.clone()));
+        Ok(task.install_root_scope(scope))
+    }
+}
+
+/// Has the running fiber been asked to stop: its task cancelled
+/// (`JoinHandle::cancel`), the job it runs in cancelled, or its runtime
+/// shutting down? `false` on a plain thread.
+pub fn is_cancel_requested() -> bool {
+    let fiber = current::get();
+    // SAFETY: the running fiber reads its own slots.
+    !fiber.is_null() && unsafe { (*fiber).is_cancel_requested() }
 }
 
 /// Replace the running fiber's cancellation scope, returning the previous

@@ -90,7 +90,8 @@ mod wait;
 #[cfg(not(loom))]
 pub use fiber::{
     current_cancel_scope, current_fiber, current_id, current_name, current_spawn_location, current_worker, in_fiber,
-    is_shutdown_unwind, swap_cancel_scope, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, RunOutcome,
+    install_root_scope, is_cancel_requested, is_shutdown_unwind, swap_cancel_scope, with_fiber_local, yield_now,
+    CancelScope, FiberId, FiberRef, RunOutcome,
 };
 #[cfg(not(loom))]
 pub use park::{current_handle, park, park_timeout, FiberHandle};

@@ -7,7 +7,6 @@ use crate::sched::{Runnable, Schedule};
 use crate::state::Actor;
 use crate::sync::{fence, lock, Arc, AtomicBool, Mutex, Ordering, UnsafeCell};
 use crate::wait::{fiber_wait, fiber_wake, wake_current_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
-use crate::Interrupt;
 use std::any::Any;
 use std::fmt;
 use std::io;
@@ -17,6 +16,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe, Location};
 pub(crate) trait TaskControl: Send + Sync {
     fn is_cancel_requested(&self) -> bool;
     fn park_token(&self) -> &crate::park::ParkToken;
+    /// Make `scope` the task's root cancellation scope (a layer's job for
+    /// this fiber): `JoinHandle::cancel` then cancels it too. Returns
+    /// `true` if the task was already cancelled (the caller cancels the
+    /// scope itself).
+    fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> bool;
+    /// Take the root scope back (the fiber's body has ended).
+    fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>>;
 }
 
 /// Why a join did not produce the fiber's value.
@@ -147,6 +153,8 @@ struct Joiners {
     /// The `JoinHandle` is gone: the fiber drops its own outcome.
     detached: bool,
     waiters: Vec<Waiter>,
+    /// The fiber's root job, once a layer made one (see `install_root_scope`).
+    root_scope: Option<Arc<dyn crate::CancelScope>>,
 }
 
 /// The block shared by a spawned fiber and its [`JoinHandle`].
@@ -183,6 +191,16 @@ impl<T: Send> TaskControl for Task<T> {
     fn park_token(&self) -> &crate::park::ParkToken {
         &self.park
     }
+
+    fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> bool {
+        let mut joiners = lock(&self.joiners);
+        joiners.root_scope = Some(scope);
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>> {
+        lock(&self.joiners).root_scope.take()
+    }
 }
 
 impl<T: Send> Task<T> {
@@ -191,8 +209,17 @@ impl<T: Send> Task<T> {
     /// its own stack, so user `Drop` code never runs bare on a worker.
     fn complete(&self, outcome: Result<T, JoinError>) -> Option<Result<T, JoinError>> {
         let mut outcome = Some(outcome);
+        let mut unwanted = None;
         let waiters = {
             let mut joiners = lock(&self.joiners);
+            // The outcome is decided here, under the lock that a cancel
+            // request takes too: a task cancelled before this point ends
+            // cancelled even if its closure returned a value (the value goes
+            // back to the fiber, which drops it once); a later cancel is a
+            // no-op.
+            if self.cancel.load(Ordering::Relaxed) && matches!(outcome, Some(Ok(_))) {
+                unwanted = outcome.replace(Err(JoinError::cancelled(self.id)));
+            }
             if !joiners.detached {
                 // SAFETY: only the fiber writes, once, before `finished`;
                 // the handle reads only after it (under this lock or after
@@ -208,11 +235,25 @@ impl<T: Send> Task<T> {
         for waiter in &waiters {
             fiber_wake(waiter);
         }
-        outcome
+        match unwanted {
+            Some(value) => {
+                drop_quietly(outcome);
+                Some(value)
+            }
+            None => outcome,
+        }
     }
 
     fn request_cancel(&self) {
-        self.cancel.store(true, Ordering::Relaxed);
+        let root_scope = {
+            let joiners = lock(&self.joiners);
+            if joiners.finished {
+                // Cancelling a finished task is a no-op: it keeps its outcome.
+                return;
+            }
+            self.cancel.store(true, Ordering::Relaxed);
+            joiners.root_scope.clone()
+        };
         // SeqCst fence: Dekker pair with the fence in `fiber_wait_slow`
         // (store cancel; fence; read state) vs (enter PARKING; fence; read
         // cancel). Either the fiber sees the flag before parking, or we see
@@ -220,6 +261,11 @@ impl<T: Send> Task<T> {
         fence(Ordering::SeqCst);
         if !self.finished.load(Ordering::Acquire) {
             wake_current_wait(&self.fiber);
+        }
+        // The fiber's job (and its subtree: scopes it opened) is cancelled
+        // too: one cancellation model.
+        if let Some(scope) = root_scope {
+            scope.cancel();
         }
     }
 }
@@ -321,12 +367,15 @@ impl<T> Drop for JoinHandle<T> {
 impl<T: Send> JoinHandle<T> {
     /// Wait for the fiber to finish and take its result. In a fiber this
     /// parks the fiber; on a plain thread it blocks the thread.
+    ///
+    /// A cancellation point: if the joining fiber is cancelled while it
+    /// waits, this returns an error whose `is_cancelled()` is true, and the
+    /// joined fiber runs on, detached (check `fiber::is_cancelled()` to tell
+    /// the two cancellations apart).
     pub fn join(self) -> Result<T, JoinError> {
-        let result = fiber_wait(
-            &*self.task,
-            &mut (),
-            WaitOptions::new().interrupt(Interrupt::NotCancellable),
-        );
+        // A cancellation point: a joiner cancelled while it waits gets
+        // `Cancelled`, and the fiber it joined runs on, detached.
+        let result = fiber_wait(&*self.task, &mut (), WaitOptions::new());
         if result != WaitResult::Ok {
             return Err(JoinError::cancelled(self.task.id));
         }
@@ -465,6 +514,7 @@ where
             finished: false,
             detached: false,
             waiters: Vec::new(),
+            root_scope: None,
         }),
         result: UnsafeCell::new(None),
         park: crate::park::ParkToken::default(),
@@ -491,13 +541,19 @@ where
             return Exit::Cancelled;
         }
         let outcome = catch_unwind(AssertUnwindSafe(f));
+        // SAFETY: as above. A fiber whose task or job was cancelled before
+        // its closure returned ends cancelled (its value is dropped), and so
+        // does one still running when its runtime began to shut down.
+        let cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).is_cancel_requested() };
+        // The fiber's root job learns how the body ended, on the fiber.
+        if let Some(root) = completion.task.take_root_scope() {
+            let panicked = outcome.is_err();
+            drop_quietly(catch_unwind(AssertUnwindSafe(move || root.fiber_finished(panicked))));
+        }
         // Fiber-locals and the job the fiber ran in die with the body, on
         // the fiber's own stack.
         let _ = catch_unwind(crate::fiber::drop_fiber_locals);
         drop_quietly(crate::fiber::swap_cancel_scope(None));
-        // SAFETY: as above. A fiber still running when its runtime began
-        // to shut down was cancelled before it finished (every job is).
-        let cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).phase() != crate::pool::Phase::Open };
         match outcome {
             Ok(value) if cancel_seen => {
                 // The value of a fiber that acknowledged its cancellation is

@@ -489,4 +489,20 @@ impl fiber_core::CancelScope for JobCore {
     fn is_cancelled(&self) -> bool {
         JobCore::is_cancelled(self)
     }
+
+    /// `JoinHandle::cancel` of the fiber whose root job this is.
+    fn cancel(&self) {
+        JobCore::cancel(self, CancelReason::Cancelled);
+    }
+
+    /// The root job of a fiber ends with its body: failed if it panicked.
+    fn fiber_finished(self: Arc<Self>, panicked: bool) {
+        if let Some(me) = fiber_core::current_id() {
+            self.remove_fiber(me);
+        }
+        if panicked {
+            self.fail(Failure::Panic(Arc::new(Mutex::new(None))), CancelReason::Cancelled);
+        }
+        self.body_done();
+    }
 }

@@ -27,8 +27,29 @@ impl fmt::Debug for Job {
 }
 
 impl Job {
-    /// The job of the running fiber (`None` outside any scope or job).
-    pub fn current() -> Option<Job> {
+    /// The job of the running fiber. Every fiber runs in a job: a scoped
+    /// child in its scope's child job, any other fiber in a root job of its
+    /// own (made on first use, detached like Kotlin's `GlobalScope.launch`;
+    /// `JoinHandle::cancel` cancels it).
+    ///
+    /// # Panics
+    ///
+    /// Panics on a plain thread (use [`Job::try_current`] there), and in a
+    /// fiber that runs in a cancellation scope of another layer.
+    #[track_caller]
+    pub fn current() -> Job {
+        match Job::try_current() {
+            Some(job) => job,
+            None => panic!(
+                "fiber::Job::current called outside a fiber: plain threads have no job; use Job::try_current \
+                 where the code may run on a thread"
+            ),
+        }
+    }
+
+    /// The job of the running fiber, or `None` on a plain thread (or in a
+    /// fiber running in another layer's cancellation scope).
+    pub fn try_current() -> Option<Job> {
         current_job().map(|core| Job { core })
     }
 
@@ -94,11 +115,32 @@ impl Job {
     }
 }
 
-/// The running fiber's job.
+/// The running fiber's job: the one it runs in, or (for a fiber outside
+/// any job) a root job made now and installed as the fiber's root scope.
 fn current_job() -> Option<Arc<JobCore>> {
-    let scope: Arc<dyn std::any::Any + Send + Sync> = fiber_core::current_cancel_scope()?;
-    // A checked downcast: a scope of any other type is not a job.
-    scope.downcast::<JobCore>().ok()
+    match fiber_core::current_cancel_scope() {
+        Some(scope) => {
+            let scope: Arc<dyn std::any::Any + Send + Sync> = scope;
+            // A checked downcast: a scope of any other type is not a job.
+            scope.downcast::<JobCore>().ok()
+        }
+        None if fiber_core::in_fiber() => {
+            let root = JobCore::new(None, false, false);
+            match fiber_core::install_root_scope(root.clone()) {
+                Ok(already_cancelled) => {
+                    if let Some(me) = fiber_core::current_fiber() {
+                        root.add_fiber(me);
+                    }
+                    if already_cancelled {
+                        root.cancel(CancelReason::Cancelled);
+                    }
+                    Some(root)
+                }
+                Err(_) => None,
+            }
+        }
+        None => None,
+    }
 }
 
 pub use fiber_core::Cancelled;
@@ -115,9 +157,13 @@ impl fmt::Display for TimedOut {
 
 impl std::error::Error for TimedOut {}
 
-/// Has the running fiber's job been cancelled?
+/// Has the running fiber been cancelled: its job (or an ancestor's), its
+/// `JoinHandle::cancel`, or its runtime's shutdown? `false` on a plain
+/// thread. This is how a caller tells an operation that failed because the
+/// fiber was cancelled (a channel operation, a join) from one that failed
+/// on its own (a disconnected channel).
 pub fn is_cancelled() -> bool {
-    current_job().is_some_and(|j| j.is_cancelled())
+    fiber_core::is_cancel_requested()
 }
 
 /// `Err(Cancelled)` if the running fiber's job was cancelled: a cheap
@@ -336,12 +382,16 @@ impl<T> ScopedJoinHandle<'_, T> {
         crate::stats::COUNTERS
             .joins
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if self.job.join().is_none() {
+        let Some(state) = self.job.join() else {
             // The joining fiber was cancelled while it waited.
             return Err(JoinError::cancelled(self.id));
-        }
+        };
         let outcome = lock(&self.slot.state).outcome.take();
         match outcome {
+            // A job cancelled before its body ended ends CANCELLED even if
+            // its closure returned a value (decided once, under the job's
+            // lock); the value is dropped here, once.
+            Some(Outcome::Value(_)) if state == JobState::Cancelled => Err(JoinError::cancelled(self.id)),
             Some(Outcome::Value(v)) => Ok(v),
             Some(Outcome::Panicked(payload)) => {
                 let payload = lock(&payload)
@@ -631,6 +681,12 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
         })
     };
     let body = run_in_job(&job, f);
+    // Did the deadline pass before `f` returned? Decided here, not by the
+    // watchdog fiber, which may not have run yet (a busy worker).
+    let late = deadline.is_some_and(|d| Instant::now() >= d);
+    if late {
+        job.cancel(CancelReason::TimedOut);
+    }
     let waiter = {
         let mut d = lock(&done.0);
         d.0 = true;
@@ -646,23 +702,4 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
         Ok(v) => Ok(v),
         Err(_) => unreachable!("with_timeout has no fallible children"),
     }
-}
-
-/// Spawn a detached fiber: it runs in a job of its own, is not waited for by
-/// any scope, and its failure does not affect the spawner's job.
-#[track_caller]
-pub fn spawn_detached<F, T>(f: F) -> fiber_core::JoinHandle<T>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    fiber_core::spawn(move || {
-        let job = JobCore::new(None, false, false);
-        let result = run_in_job(&job, f);
-        job.body_done();
-        match result {
-            Ok(v) => v,
-            Err(p) => resume_unwind(p),
-        }
-    })
 }

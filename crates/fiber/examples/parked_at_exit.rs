@@ -29,7 +29,7 @@ fn main() {
             });
         }
         for _ in 0..8 {
-            fiber::yield_now();
+            let _ = fiber::yield_now();
         }
         42
     });

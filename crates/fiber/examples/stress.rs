@@ -78,7 +78,7 @@ fn produce(mut rng: Rng, tx: Sender<u64>, first: u64, count: u64, ledger: Arc<Mu
                 default(Duration::from_micros(rng.below(500))) => Err(v),
             },
             _ => {
-                fiber::yield_now();
+                let _ = fiber::yield_now();
                 tx.send(v).map_err(|e| e.into_inner())
             }
         };
@@ -108,7 +108,7 @@ fn consume(mut rng: Rng, rx: Receiver<u64>, ledger: Arc<Mutex<Ledger>>) {
             },
             _ => {
                 if rng.below(4) == 0 {
-                    fiber::sleep(Duration::from_micros(rng.below(300)));
+                    let _ = fiber::sleep(Duration::from_micros(rng.below(300)));
                 }
                 rx.recv_timeout(Duration::from_millis(2))
                     .map_err(|e| e.is_disconnected())
@@ -121,7 +121,7 @@ fn consume(mut rng: Rng, rx: Receiver<u64>, ledger: Arc<Mutex<Ledger>>) {
                 if fiber::is_cancelled() {
                     return;
                 }
-                fiber::yield_now();
+                let _ = fiber::yield_now();
             }
         }
     }
@@ -160,7 +160,7 @@ fn round(seed: u64, totals: Arc<Totals>) {
                 s.spawn(move || consume(r, rx, ledger));
             }
             for _ in 0..r2.below(20) {
-                fiber::yield_now();
+                let _ = fiber::yield_now();
             }
             s.job().cancel();
             t2.cancellations.fetch_add(1, Ordering::Relaxed);
@@ -178,7 +178,7 @@ fn round(seed: u64, totals: Arc<Totals>) {
             let _keep = _keep;
             never.recv()
         });
-        fiber::sleep(Duration::from_micros(200));
+        let _ = fiber::sleep(Duration::from_micros(200));
         h.cancel();
         totals.cancellations.fetch_add(1, Ordering::Relaxed);
         h
@@ -319,7 +319,7 @@ fn shutdown_round(seed: u64) {
                 })),
                 3 => drop(fiber::spawn(move || {
                     let _guard = Guard::new(&g, None, on_drop);
-                    fiber::sleep(Duration::from_secs(3600));
+                    let _ = fiber::sleep(Duration::from_secs(3600));
                 })),
                 _ => drop(fiber::spawn(move || {
                     // Ignores cancellation: only teardown's unwind ends it,
@@ -334,7 +334,7 @@ fn shutdown_round(seed: u64) {
             }
         }
         for _ in 0..4 {
-            fiber::yield_now();
+            let _ = fiber::yield_now();
         }
         // Kept open until the runtime is gone, so the fibers stay parked.
         keep_tx

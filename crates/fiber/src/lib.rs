@@ -31,8 +31,8 @@ pub use fiber_chan::select;
 pub use fiber_core as core;
 pub use fiber_core::{park, park_timeout, yield_now, FiberHandle, FiberId, JoinError, JoinHandle};
 pub use fiber_jobs::{
-    check_cancelled, is_cancelled, scope, spawn_detached, supervisor_scope, try_scope, with_timeout, CancelReason,
-    Cancelled, Job, JobState, JobStats, Scope, ScopedJoinHandle, TimedOut, TryScope,
+    check_cancelled, is_cancelled, scope, supervisor_scope, try_scope, with_timeout, CancelReason, Cancelled, Job,
+    JobState, JobStats, Scope, ScopedJoinHandle, TimedOut, TryScope,
 };
 pub use fiber_sched::{blocking, Builder, Config, ConfigError, Runtime};
 
@@ -61,6 +61,7 @@ where
     runtime.block_on(f)
 }
 
+#[track_caller]
 fn outside(function: &str) -> ! {
     panic!(
         "fiber::{function} called outside a fiber: there is no runtime here; start one with \
@@ -141,30 +142,34 @@ pub fn current() -> FiberHandle {
     }
 }
 
-/// Park the running fiber for at least `duration`. Returns early (without
-/// error) if the fiber's job is cancelled; check with [`is_cancelled`].
+/// Park the running fiber for at least `duration` (`Duration::MAX`: until
+/// cancelled). A cancellation point: returns `Err(Cancelled)` early once
+/// the fiber's job is cancelled, so `loop { work(); fiber::sleep(d)?; }`
+/// ends when cancelled.
 ///
 /// # Panics
 ///
 /// Panics outside a runtime (use `std::thread::sleep` there).
-pub fn sleep(duration: Duration) {
+#[track_caller]
+pub fn sleep(duration: Duration) -> Result<(), Cancelled> {
     if !fiber_core::in_fiber() {
         outside("sleep");
     }
-    let _ = fiber_sched::sleep(duration);
+    fiber_sched::sleep(duration).map_err(|_| Cancelled)
 }
 
-/// Park the running fiber until `deadline` (at least). Returns early
-/// (without error) if the fiber's job is cancelled.
+/// Park the running fiber until `deadline` (at least). A cancellation
+/// point, like [`sleep`].
 ///
 /// # Panics
 ///
 /// Panics outside a runtime.
-pub fn sleep_until(deadline: std::time::Instant) {
+#[track_caller]
+pub fn sleep_until(deadline: std::time::Instant) -> Result<(), Cancelled> {
     if !fiber_core::in_fiber() {
         outside("sleep_until");
     }
-    let _ = fiber_sched::sleep_until(deadline);
+    fiber_sched::sleep_until(deadline).map_err(|_| Cancelled)
 }
 
 /// A snapshot of the current runtime's counters and of the job counters.

@@ -42,7 +42,7 @@ struct Late<'a> {
 
 impl Drop for Late<'_> {
     fn drop(&mut self) {
-        fiber::sleep(ms(30));
+        let _ = fiber::sleep(ms(30));
         // Reading the borrow here is only sound if the scope has not
         // returned yet; the log proves the order.
         self.log.push(format!("late dropped, saw {}", self.borrowed.len()));
@@ -141,7 +141,7 @@ fn a_detached_fibers_value_is_dropped_inside_the_fiber() {
             drop(fiber::spawn(|| PanicsOnDrop));
         }
         for _ in 0..20 {
-            fiber::yield_now();
+            let _ = fiber::yield_now();
         }
         // The workers survived: more fibers still run.
         fiber::spawn(|| 42).join().unwrap()
@@ -192,11 +192,11 @@ fn a_user_cancel_scope_is_not_mistaken_for_a_job() {
         fiber::scope(|_| {
             let job_scope = fiber::core::current_cancel_scope();
             let previous = fiber::core::swap_cancel_scope(Some(Arc::new(Liar)));
-            assert!(fiber::Job::current().is_none(), "a foreign scope is not a job");
+            assert!(fiber::Job::try_current().is_none(), "a foreign scope is not a job");
             assert!(!fiber::is_cancelled());
             fiber::core::swap_cancel_scope(previous);
             assert!(job_scope.is_some());
-            assert!(fiber::Job::current().is_some());
+            assert!(fiber::Job::try_current().is_some());
         });
     });
 }
@@ -235,7 +235,7 @@ fn duration_max_means_forever_and_never_overflows() {
     rt.block_on(move || {
         // A forever-sleeper: ended by shutdown's cancellation.
         fiber::spawn(move || {
-            fiber::sleep(Duration::MAX);
+            let _ = fiber::sleep(Duration::MAX);
             w.fetch_add(1, Ordering::Relaxed);
         });
         let r = fiber::with_timeout(Duration::MAX, || 5);
@@ -295,7 +295,7 @@ fn a_destructor_that_sends_on_a_rendezvous_channel_at_shutdown_does_not_abort() 
                         }
                     });
                 }
-                fiber::yield_now();
+                let _ = fiber::yield_now();
             });
         },
     );
@@ -331,7 +331,7 @@ fn a_fiber_parked_in_a_failed_scope_when_the_root_panics_does_not_abort() {
                     ready_rx.recv().unwrap();
                     ready_rx.recv().unwrap();
                     for _ in 0..10 {
-                        fiber::yield_now();
+                        let _ = fiber::yield_now();
                     }
                     let _keep = tx;
                     panic!("root fails");
@@ -392,7 +392,7 @@ fn a_fiber_that_refuses_to_unwind_is_abandoned_not_looped_on() {
                     }
                 }
             });
-            fiber::yield_now();
+            let _ = fiber::yield_now();
         });
         drop(rt);
         let n = caught.load(Ordering::Relaxed);
@@ -436,7 +436,7 @@ fn shutdown_with_scope_owners_and_children_parked_in_recv_unwinds_them_all() {
             });
         }
         for _ in 0..4 {
-            fiber::yield_now();
+            let _ = fiber::yield_now();
         }
         keep_tx
     });
@@ -515,9 +515,9 @@ fn resumes_on_one_thread(pinned_runtime: bool) -> bool {
                 let mut same = true;
                 for k in 0..50 {
                     if k % 3 == 0 {
-                        fiber::sleep(Duration::from_micros(50 + i));
+                        let _ = fiber::sleep(Duration::from_micros(50 + i));
                     } else {
-                        fiber::yield_now();
+                        let _ = fiber::yield_now();
                     }
                     cache.set(cache.get() + 1);
                     same &= std::thread::current().id() == home;

@@ -165,7 +165,7 @@ fn yield_interleaves_fibers_in_fifo_order() {
         sched.spawn(move || {
             for i in 0..3 {
                 log.lock().unwrap().push(format!("{name}{i}"));
-                yield_now();
+                let _ = yield_now();
             }
         });
     }

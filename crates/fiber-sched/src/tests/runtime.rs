@@ -110,7 +110,7 @@ fn a_cpu_bound_fiber_does_not_starve_the_others_and_the_pool_shrinks_back() {
         .map(|_| {
             let finished = finished.clone();
             rt.spawn(move || {
-                yield_now();
+                let _ = yield_now();
                 finished.fetch_add(1, Ordering::Relaxed);
             })
         })
@@ -194,7 +194,7 @@ fn retirement_loses_no_runnable_fiber() {
                 let finished = finished.clone();
                 rt.spawn(move || {
                     for _ in 0..3 {
-                        yield_now();
+                        let _ = yield_now();
                     }
                     sleep(Duration::from_millis((i % 40) as u64)).unwrap();
                     finished.fetch_add(1, Ordering::Relaxed);
