@@ -247,18 +247,19 @@ impl<T> Slot<T> {
 /// dropped unrun because the runtime shut down or the spawn failed), it
 /// drops everything it owns and only then tells the scope it is done, so
 /// the scope cannot return while the child still holds a borrow.
-struct ChildBody<F, T> {
+struct ChildBody<F, T, E> {
     f: Option<F>,
     job: Arc<JobCore>,
     slot: Arc<Slot<T>>,
-    error: Arc<Mutex<Option<Box<dyn Any + Send>>>>,
+    /// `try_scope`'s first error (`None` for plain scopes, whose children
+    /// cannot fail with an error).
+    error: Option<Arc<Mutex<Option<E>>>>,
     done: bool,
 }
 
-impl<F, T, E> ChildBody<F, T>
+impl<F, T, E> ChildBody<F, T, E>
 where
     F: FnOnce() -> Result<T, E>,
-    E: Send + 'static,
 {
     fn run(mut self) {
         let f = self.f.take().expect("a child body runs once");
@@ -272,11 +273,12 @@ where
             match run_in_job(&self.job, f) {
                 Ok(Ok(value)) => Outcome::Value(value),
                 Ok(Err(e)) => {
-                    let mut slot = lock(&self.error);
-                    if slot.is_none() {
-                        *slot = Some(Box::new(e));
+                    if let Some(error) = &self.error {
+                        let mut slot = lock(error);
+                        if slot.is_none() {
+                            *slot = Some(e);
+                        }
                     }
-                    drop(slot);
                     self.job.fail(Failure::Error, CancelReason::ChildFailed);
                     Outcome::Failed
                 }
@@ -288,7 +290,7 @@ where
     }
 }
 
-impl<F, T> ChildBody<F, T> {
+impl<F, T, E> ChildBody<F, T, E> {
     fn panicked(&self, payload: Box<dyn Any + Send>) -> Outcome<T> {
         let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
         self.job.fail(Failure::Panic(shared.clone()), CancelReason::ChildFailed);
@@ -308,7 +310,7 @@ impl<F, T> ChildBody<F, T> {
     }
 }
 
-impl<F, T> Drop for ChildBody<F, T> {
+impl<F, T, E> Drop for ChildBody<F, T, E> {
     fn drop(&mut self) {
         if self.done {
             return;
@@ -330,8 +332,6 @@ pub struct Scope<'scope, 'env: 'scope> {
     /// The runtime the scope's children run on (its owner's), so that a
     /// plain thread borrowing the scope can spawn into it too.
     sched: Arc<dyn fiber_core::Schedule>,
-    /// For `try_scope`: where the first child error goes (type-erased `E`).
-    error: Arc<Mutex<Option<Box<dyn Any + Send>>>>,
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
 }
@@ -429,15 +429,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         F: FnOnce() -> T + Send + 'scope,
         T: Send + 'scope,
     {
-        self.spawn_child(move || Ok::<T, ()>(f()))
+        self.spawn_child(move || Ok::<T, ()>(f()), None)
     }
 
     #[track_caller]
-    fn spawn_child<F, T, E>(&'scope self, f: F) -> ScopedJoinHandle<'scope, T>
+    fn spawn_child<F, T, E>(&'scope self, f: F, error: Option<Arc<Mutex<Option<E>>>>) -> ScopedJoinHandle<'scope, T>
     where
         F: FnOnce() -> Result<T, E> + Send + 'scope,
         T: Send + 'scope,
-        E: Send + 'static,
+        E: Send + 'scope,
     {
         let child = JobCore::new(Some(self.job.clone()), false, true);
         let slot = Arc::new(Slot {
@@ -450,7 +450,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             f: Some(f),
             job: child.clone(),
             slot: slot.clone(),
-            error: self.error.clone(),
+            error,
             done: false,
         };
         let body: Box<dyn FnOnce() + Send + 'scope> = Box::new(move || body.run());
@@ -483,7 +483,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 /// A `try_scope`: children return `Result<_, E>`.
 pub struct TryScope<'scope, 'env: 'scope, E> {
     inner: Scope<'scope, 'env>,
-    _error: PhantomData<fn() -> E>,
+    /// The first error (a child's, or the body's own).
+    error: Arc<Mutex<Option<E>>>,
 }
 
 impl<E> fmt::Debug for TryScope<'_, '_, E> {
@@ -492,7 +493,7 @@ impl<E> fmt::Debug for TryScope<'_, '_, E> {
     }
 }
 
-impl<'scope, 'env, E: Send + 'static> TryScope<'scope, 'env, E> {
+impl<'scope, 'env, E: Send> TryScope<'scope, 'env, E> {
     /// Spawn a fallible child: its first `Err` fails the scope, cancels the
     /// siblings and is what `try_scope` returns.
     #[track_caller]
@@ -501,7 +502,7 @@ impl<'scope, 'env, E: Send + 'static> TryScope<'scope, 'env, E> {
         F: FnOnce() -> Result<T, E> + Send + 'scope,
         T: Send + 'scope,
     {
-        self.inner.spawn_child(f)
+        self.inner.spawn_child(f, Some(self.error.clone()))
     }
 
     /// The scope's job.
@@ -567,7 +568,6 @@ where
     let scope = Scope {
         job: job.clone(),
         sched: fiber_core::current_scheduler().expect("a scope is opened in a fiber"),
-        error: Arc::new(Mutex::new(None)),
         _scope: PhantomData,
         _env: PhantomData,
     };
@@ -596,7 +596,7 @@ where
 pub fn try_scope<'env, F, T, E>(f: F) -> Result<T, E>
 where
     F: for<'scope> FnOnce(&'scope TryScope<'scope, 'env, E>) -> Result<T, E>,
-    E: Send + 'static,
+    E: Send,
 {
     require_fiber("try_scope");
     let job = open_scope(Kind::Regular);
@@ -605,11 +605,10 @@ where
         inner: Scope {
             job: job.clone(),
             sched: fiber_core::current_scheduler().expect("a scope is opened in a fiber"),
-            error: error.clone(),
             _scope: PhantomData,
             _env: PhantomData,
         },
-        _error: PhantomData,
+        error: error.clone(),
     };
     let body = run_in_job(&job, || f(&scope));
     let body = match body {
@@ -618,7 +617,7 @@ where
             job.cancel(CancelReason::Cancelled);
             let mut slot = lock(&error);
             if slot.is_none() {
-                *slot = Some(Box::new(e));
+                *slot = Some(e);
             }
             drop(slot);
             Ok(None)
@@ -629,7 +628,7 @@ where
     let result = close_scope(&job, body);
     let first_error = lock(&error).take();
     match (result, first_error) {
-        (_, Some(e)) => Err(*e.downcast::<E>().expect("try_scope errors all have the scope's type")),
+        (_, Some(e)) => Err(e),
         (Ok(Some(v)), None) => Ok(v),
         (Ok(None), None) | (Err(_), None) => unreachable!("a failed try_scope recorded its error"),
     }
