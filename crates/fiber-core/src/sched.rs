@@ -92,6 +92,29 @@ impl Runnable {
         self.fiber.last_worker()
     }
 
+    /// Give up the token as a raw pointer, to keep it in a lock-free slot.
+    /// The fiber stays RUNNABLE and owned by whoever turns the pointer back
+    /// into a token ([`Runnable::from_raw`]), exactly once.
+    pub fn into_raw(self) -> std::ptr::NonNull<()> {
+        let ptr = Arc::into_raw(self.fiber) as *mut ();
+        // SAFETY: `Arc::into_raw` never returns null.
+        unsafe { std::ptr::NonNull::new_unchecked(ptr) }
+    }
+
+    /// Take back a token given up with [`Runnable::into_raw`].
+    ///
+    /// # Safety
+    ///
+    /// `ptr` came from `into_raw` and is turned back into a token exactly
+    /// once (a second token for the same fiber would let two workers run
+    /// it).
+    pub unsafe fn from_raw(ptr: std::ptr::NonNull<()>) -> Runnable {
+        // SAFETY: see the function's contract: the pointer is an
+        // `Arc<Fiber>` from `into_raw`, reclaimed once.
+        let fiber = unsafe { Arc::from_raw(ptr.as_ptr() as *const Fiber) };
+        Runnable { fiber }
+    }
+
     /// The worker this fiber must resume on: `Some` for a pinned fiber
     /// that has run (hard affinity), `None` when any worker may run it.
     pub fn home(&self) -> Option<usize> {

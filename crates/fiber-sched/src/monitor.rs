@@ -18,6 +18,7 @@
 use crate::config::STALL_THRESHOLD;
 use crate::sync::{lock, Ordering};
 use crate::worker::{pressure, spawn_worker, Shared, ACTIVE, DEAD};
+use fiber_core::Runnable;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,6 +92,32 @@ fn sample_pressure(shared: &Shared, pressure: i64, neg_streak: &mut u64) {
     }
 }
 
+/// Move a stuck worker's runnext and inbox to the global queue (pinned
+/// fibers homed there go back to its inbox). Returns how many moved.
+fn rescue_waiting(shared: &Shared, index: usize) -> usize {
+    let slot = &shared.slots[index];
+    let mut moved = 0;
+    let mut keep = Vec::new();
+    let mut divert = |fiber: Runnable| {
+        if fiber.home() == Some(index) {
+            keep.push(fiber);
+        } else {
+            shared.global.push(fiber);
+            moved += 1;
+        }
+    };
+    if let Some(fiber) = slot.runnext.take() {
+        divert(fiber);
+    }
+    while let Some(fiber) = slot.inbox.pop() {
+        divert(fiber);
+    }
+    for fiber in keep {
+        slot.inbox.push(fiber);
+    }
+    moved
+}
+
 /// Update heartbeat views; return the stuck workers. Also the stall report.
 fn scan_workers(shared: &Shared, views: &mut [WorkerView], now: Instant) -> Vec<usize> {
     let mut stuck = Vec::new();
@@ -110,13 +137,19 @@ fn scan_workers(shared: &Shared, views: &mut [WorkerView], now: Instant) -> Vec<
             continue;
         }
         let still = now.duration_since(view.since);
-        if still >= STUCK_AFTER && !slot.blocking.load(Ordering::Relaxed) {
-            stuck.push(index);
-            if !slot.stalled.swap(true, Ordering::Relaxed) {
-                // Divert what waits in its inbox: inboxes are not stolen from.
-                while let Some(fiber) = slot.inbox.pop() {
-                    shared.global.push(fiber);
-                }
+        if still >= STUCK_AFTER {
+            // The worker runs one fiber without a yield point (or blocks):
+            // what waits only for it (its runnext slot and its inbox, which
+            // other workers do not steal from) moves to the global queue,
+            // so no runnable fiber stays invisible for longer than this
+            // threshold. Pinned fibers homed here stay.
+            let moved = rescue_waiting(shared, index);
+            if moved > 0 {
+                shared.notify_one();
+            }
+            if !slot.blocking.load(Ordering::Relaxed) {
+                stuck.push(index);
+                slot.stalled.store(true, Ordering::Relaxed);
             }
         }
         if still >= STALL_THRESHOLD && shared.config.stall_report && view.stall_reported_for != running {

@@ -95,9 +95,60 @@ pub(crate) struct Slot {
     pub(crate) wakes: AtomicU64,
     /// Is the worker inside `blocking`?
     pub(crate) blocking: AtomicBool,
+    /// The fiber this worker runs next (its latest spawn or wake). Only the
+    /// owner fills it; the owner takes it, and so does the monitor when the
+    /// owner is stuck (it moves the fiber to the global queue).
+    pub(crate) runnext: RunnextSlot,
     /// Live pinned fibers whose home is this worker (owner-written,
     /// Relaxed): a worker with any never retires, so they can resume.
     pub(crate) homed: AtomicU64,
+}
+
+/// A one-fiber slot that the owner fills and any thread may empty (a
+/// `Runnable` kept as a raw pointer).
+#[derive(Default)]
+pub(crate) struct RunnextSlot(std::sync::atomic::AtomicPtr<()>);
+
+impl RunnextSlot {
+    /// Put `fiber` in, returning the one it displaced.
+    pub(crate) fn put(&self, fiber: Runnable) -> Option<Runnable> {
+        // AcqRel: Release hands the fiber to whoever takes it (their
+        // Acquire swap); Acquire takes the displaced one from its putter.
+        let old = self
+            .0
+            .swap(fiber.into_raw().as_ptr(), std::sync::atomic::Ordering::AcqRel);
+        // SAFETY: every non-null value in the slot came from `into_raw`, and
+        // the swap moved it out of the slot to us alone.
+        std::ptr::NonNull::new(old).map(|p| unsafe { Runnable::from_raw(p) })
+    }
+
+    /// Take the fiber out, if any.
+    pub(crate) fn take(&self) -> Option<Runnable> {
+        if self.0.load(std::sync::atomic::Ordering::Relaxed).is_null() {
+            return None;
+        }
+        // AcqRel: Acquire pairs with the Release of `put`.
+        let old = self.0.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::AcqRel);
+        // SAFETY: as in `put`: the swap gave us the only copy.
+        std::ptr::NonNull::new(old).map(|p| unsafe { Runnable::from_raw(p) })
+    }
+
+    /// Is a fiber in the slot (a snapshot)?
+    pub(crate) fn is_occupied(&self) -> bool {
+        !self.0.load(std::sync::atomic::Ordering::Relaxed).is_null()
+    }
+}
+
+impl Drop for RunnextSlot {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
+
+impl std::fmt::Debug for RunnextSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RunnextSlot").field(&self.is_occupied()).finish()
+    }
 }
 
 /// State shared by every worker, the monitor and the runtime handle.
@@ -143,6 +194,7 @@ impl Shared {
                     heartbeat: AtomicU64::new(0),
                     running: AtomicU64::new(0),
                     homed: AtomicU64::new(0),
+                    runnext: RunnextSlot::default(),
                     running_at: AtomicPtr::new(std::ptr::null_mut()),
                     stalled: AtomicBool::new(false),
                     inbox: SegQueue::new(),
@@ -202,6 +254,7 @@ impl Shared {
         }
         self.slots.iter().enumerate().any(|(i, slot)| {
             (Some(i) == me && !slot.inbox.is_empty())
+                || (slot.stalled.load(Ordering::Relaxed) && slot.runnext.is_occupied())
                 || !slot.stealer.is_empty()
                 || !slot.yield_stealer.is_empty()
                 || (!accepts_inbox(slot.state.load(Ordering::Relaxed)) && !slot.inbox.is_empty())
@@ -327,7 +380,6 @@ pub(crate) struct WorkerCtx {
     shared: Arc<Shared>,
     pub(crate) index: usize,
     local: Deque<Runnable>,
-    runnext: Cell<Option<Runnable>>,
     runnext_streak: Cell<u32>,
     /// Fibers that yielded, in order, behind everything else (stealable).
     yielded: Deque<Runnable>,
@@ -354,13 +406,15 @@ impl WorkerCtx {
         } else {
             &slot.wakes
         });
-        if let Some(previous) = self.runnext.replace(Some(fiber)) {
+        if let Some(previous) = slot.runnext.put(fiber) {
             self.local.push(previous);
         }
         bump(&slot.enqueued);
-        // A cheap look first: a missed sleeper here costs parallelism, not
-        // liveness (this worker is awake and runs the fiber itself; the
-        // monitor wakes sleepers when pressure stays positive).
+        // SeqCst fence: the notifier's half of the idle handshake (publish
+        // work; fence; read sleepers) against a sleeper's (announce; fence;
+        // look for work), as in `Idle::notify_one`: a worker going to sleep
+        // either sees this fiber or is counted here.
+        fence(Ordering::SeqCst);
         if shared.idle.sleeping() > 0 {
             shared.notify_one();
         }
@@ -518,7 +572,6 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         shared: shared.clone(),
         index,
         local: deque,
-        runnext: Cell::new(None),
         runnext_streak: Cell::new(0),
         yielded: yields,
         tick: Cell::new(0),
@@ -549,7 +602,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
 
 fn drain_to_global(shared: &Shared, ctx: &WorkerCtx) -> usize {
     let mut moved = 0;
-    if let Some(fiber) = ctx.runnext.take() {
+    if let Some(fiber) = shared.slots[ctx.index].runnext.take() {
         shared.global.push(fiber);
         moved += 1;
     }
@@ -620,12 +673,7 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     shared.idle.prepare_sleep(ctx.index, &slot.futex);
     // Our own runnext counts too (only this thread can fill it, but it must
     // never be left behind while we sleep).
-    let own_runnext = {
-        let fiber = ctx.runnext.take();
-        let some = fiber.is_some();
-        ctx.runnext.set(fiber);
-        some || !ctx.yielded.is_empty()
-    };
+    let own_runnext = slot.runnext.is_occupied() || !ctx.yielded.is_empty();
     if own_runnext || shared.has_work(Some(ctx.index)) || shared.is_shutdown() {
         if shared.idle.retract(ctx.index) == Retract::Notified {
             wait_notified(slot, None);
@@ -696,11 +744,11 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         }
     }
     if ctx.runnext_streak.get() < RUNNEXT_STREAK {
-        if let Some(fiber) = ctx.runnext.take() {
+        if let Some(fiber) = shared.slots[ctx.index].runnext.take() {
             ctx.runnext_streak.set(ctx.runnext_streak.get() + 1);
             return Some(fiber);
         }
-    } else if let Some(fiber) = ctx.runnext.take() {
+    } else if let Some(fiber) = shared.slots[ctx.index].runnext.take() {
         // Let the local queue go first this time.
         ctx.local.push(fiber);
     }
