@@ -157,6 +157,19 @@ impl Waiter {
         self.ticket
     }
 
+    /// Has the wait this record names ended (its waiter has parked again
+    /// since, or is no longer parked for it)? A snapshot: `false` may turn
+    /// `true` at any time, never back. Structures that keep records after
+    /// the wait may have ended (timers) use it to purge dead ones.
+    pub fn is_stale(&self) -> bool {
+        let now = self.state().load(Ordering::Relaxed);
+        now.ticket() != self.ticket
+            || !matches!(
+                now.state(),
+                crate::state::FiberState::Parking | crate::state::FiberState::Parked
+            )
+    }
+
     /// Do two records name the same wait (same waiter, same ticket)?
     pub fn same_wait(&self, other: &Waiter) -> bool {
         self.ticket == other.ticket

@@ -2,9 +2,11 @@
 //!
 //! One min-heap under a lock (O(log n) per insert and expiry, whatever the
 //! number of sleepers), drained by the monitor thread at each deadline and by
-//! idle workers before they sleep. Entries whose wait already ended stay until
-//! their deadline and then wake nobody (their ticket is stale), which keeps
-//! inserts cheap.
+//! idle workers before they sleep. An entry whose wait ended early (a
+//! `recv_timeout(1h)` that completed at once) is dead: it would wake nobody
+//! (its ticket is stale). Dead entries are purged in bulk whenever the heap
+//! has doubled since the last purge, so at most about as many dead entries
+//! as live ones are kept, at O(1) amortized cost per insert.
 
 use crate::sync::{lock, AtomicU64, Mutex, Ordering};
 use fiber_core::{fiber_wake, Waiter};
@@ -41,7 +43,12 @@ impl Ord for Entry {
 struct Heap {
     entries: BinaryHeap<Entry>,
     seq: u64,
+    /// Entries left by the last purge (the next purge runs at twice this).
+    after_purge: usize,
 }
+
+/// Below this many entries the heap is never purged.
+const PURGE_FLOOR: usize = 1024;
 
 /// The timer structure of one runtime.
 pub(crate) struct Timers {
@@ -58,6 +65,7 @@ impl Timers {
             heap: Mutex::new(Heap {
                 entries: BinaryHeap::new(),
                 seq: 0,
+                after_purge: 0,
             }),
             base: Instant::now(),
             next: AtomicU64::new(u64::MAX),
@@ -75,6 +83,11 @@ impl Timers {
         let mut heap = lock(&self.heap);
         heap.seq += 1;
         let seq = heap.seq;
+        if heap.entries.len() >= PURGE_FLOOR.max(2 * heap.after_purge) {
+            // Drop the entries whose wait already ended.
+            heap.entries.retain(|e| !e.waiter.is_stale());
+            heap.after_purge = heap.entries.len();
+        }
         heap.entries.push(Entry { deadline, seq, waiter });
         let nanos = self.to_nanos(deadline);
         let earliest = nanos < self.next.load(Ordering::Relaxed);

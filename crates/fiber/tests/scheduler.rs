@@ -90,3 +90,27 @@ fn a_woken_fiber_starts_while_its_waker_computes_growth_off() {
 fn a_woken_fiber_starts_while_its_waker_computes_growth_on() {
     woken_fiber_starts_while_its_waker_computes(4);
 }
+
+#[test]
+fn timers_of_waits_that_ended_early_do_not_accumulate() {
+    let rt = runtime(2);
+    let pending = rt.block_on(|| {
+        let (tx, rx) = chan::bounded::<u32>(1);
+        for i in 0..100_000u32 {
+            tx.send(i).unwrap();
+            // Completes at once; its one-hour timer is dead from here on.
+            assert_eq!(rx.recv_timeout(Duration::from_secs(3600)).unwrap(), i);
+            // A receive that has to park, so a timer is really armed.
+            if i % 2 == 0 {
+                let tx = tx.clone();
+                fiber::spawn(move || tx.send(u32::MAX).unwrap());
+                assert_eq!(rx.recv_timeout(Duration::from_secs(3600)).unwrap(), u32::MAX);
+            }
+        }
+        fiber::stats().runtime.timers_pending
+    });
+    assert!(
+        pending <= 4096,
+        "{pending} timers pending after 100,000 early-ended waits"
+    );
+}
