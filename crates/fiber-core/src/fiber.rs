@@ -113,9 +113,15 @@ pub(crate) struct Fiber {
     /// Hard affinity: once it has run, this incarnation resumes only on the
     /// worker it first ran on (written at prepare, read by schedulers).
     pinned: std::sync::atomic::AtomicBool,
-    /// The incarnation's name, if it was given one (owner-written at
-    /// prepare; read by diagnostics while the fiber is alive).
-    name: UnsafeCell<Option<std::sync::Arc<str>>>,
+    /// The incarnation's name, if it was given one (written at prepare,
+    /// read by the fiber and by the dump; locked only when a name is or was
+    /// set, see `has_name`).
+    name: std::sync::Mutex<Option<std::sync::Arc<str>>>,
+    has_name: std::sync::atomic::AtomicBool,
+    /// Diagnostics (Relaxed): what the fiber parked on, where, and when.
+    wait_kind: std::sync::atomic::AtomicU8,
+    park_site: std::sync::atomic::AtomicPtr<Location<'static>>,
+    parked_tick: std::sync::atomic::AtomicU64,
 }
 
 /// Fiber-local values by key (the address of their static).
@@ -152,7 +158,11 @@ impl Fiber {
             teardown_raises: UnsafeCell::new(0),
             abandoned: std::sync::atomic::AtomicBool::new(false),
             pinned: std::sync::atomic::AtomicBool::new(false),
-            name: UnsafeCell::new(None),
+            name: std::sync::Mutex::new(None),
+            has_name: std::sync::atomic::AtomicBool::new(false),
+            wait_kind: std::sync::atomic::AtomicU8::new(0),
+            park_site: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+            parked_tick: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -289,25 +299,67 @@ impl Fiber {
         self.pinned.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Set the incarnation's name.
-    ///
-    /// # Safety
-    ///
-    /// The caller owns the frame (INIT, being prepared).
-    pub(crate) unsafe fn set_name(&self, name: Option<std::sync::Arc<str>>) {
-        // SAFETY: see the function's contract.
-        self.name.with_mut(|n| unsafe { *n = name });
+    /// Set the incarnation's name (at prepare). Unnamed spawns after
+    /// unnamed spawns take no lock.
+    pub(crate) fn set_name(&self, name: Option<std::sync::Arc<str>>) {
+        let named = name.is_some();
+        if named || self.has_name.load(std::sync::atomic::Ordering::Relaxed) {
+            *self.name.lock().unwrap_or_else(|e| e.into_inner()) = name;
+            self.has_name.store(named, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// The incarnation's name.
-    ///
-    /// # Safety
-    ///
-    /// Called by the running fiber itself (the slot is written only while
-    /// the frame is INIT).
-    pub(crate) unsafe fn name(&self) -> Option<std::sync::Arc<str>> {
-        // SAFETY: see the function's contract.
-        self.name.with(|n| unsafe { (*n).clone() })
+    pub(crate) fn name(&self) -> Option<std::sync::Arc<str>> {
+        if !self.has_name.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        self.name.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Record a park (diagnostics): what, where, when.
+    pub(crate) fn note_park(&self, kind: crate::dump::WaitKind, site: &'static Location<'static>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.wait_kind.store(kind as u8, Relaxed);
+        self.park_site.store(site as *const _ as *mut _, Relaxed);
+        self.parked_tick.store(crate::dump::coarse_now(), Relaxed);
+    }
+
+    /// The park is over (diagnostics).
+    pub(crate) fn note_unpark(&self) {
+        self.wait_kind.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// This frame as the dump shows it, if it runs a fiber.
+    pub(crate) fn info(&self) -> Option<crate::dump::FiberInfo> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let state = self.state.load(Relaxed).state();
+        if matches!(state, FiberState::Init | FiberState::Done | FiberState::Cancelled) {
+            return None;
+        }
+        let parked = matches!(state, FiberState::Parked | FiberState::Parking | FiberState::Waking);
+        let waiting = if parked {
+            crate::dump::WaitKind::from_u8(self.wait_kind.load(Relaxed))
+        } else {
+            crate::dump::WaitKind::None
+        };
+        let site = self.park_site.load(Relaxed);
+        let since = if parked {
+            let ticks = crate::dump::coarse_now().saturating_sub(self.parked_tick.load(Relaxed));
+            std::time::Duration::from_millis(ticks)
+        } else {
+            std::time::Duration::ZERO
+        };
+        Some(crate::dump::FiberInfo {
+            id: self.id(),
+            name: self.name(),
+            state,
+            waiting,
+            since,
+            // SAFETY: the slot only ever holds `&'static Location`s (or null).
+            parked_at: (parked && !site.is_null()).then(|| unsafe { &*site }),
+            spawned_at: self.spawned_at(),
+        })
     }
 
     pub(crate) fn mark_abandoned(&self) {
@@ -594,7 +646,7 @@ pub fn current_name() -> Option<std::sync::Arc<str>> {
     if fiber.is_null() {
         return None;
     }
-    // SAFETY: as in `current_id`; the running fiber reads its own slot.
+    // SAFETY: as in `current_id`.
     unsafe { (*fiber).name() }
 }
 

@@ -30,6 +30,10 @@ impl ParkToken {
 impl Waitable for ParkToken {
     type Io = ();
 
+    fn kind(&self) -> crate::WaitKind {
+        crate::WaitKind::Park
+    }
+
     fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
         let mut token = lock(&self.0);
         std::mem::take(&mut token.0).then_some(WaitResult::Ok)
@@ -93,6 +97,7 @@ pub fn current_handle() -> Option<FiberHandle> {
     Some(FiberHandle::new(unsafe { (*fiber).id() }, task))
 }
 
+#[track_caller]
 fn park_inner(deadline: Option<Instant>) {
     let Some(handle) = current_handle() else {
         match deadline {
@@ -112,11 +117,13 @@ fn park_inner(deadline: Option<Instant>) {
 /// Block until the fiber's park token is available, then consume it (like
 /// `std::thread::park`). May return spuriously. On a plain thread this is
 /// `std::thread::park`.
+#[track_caller]
 pub fn park() {
     park_inner(None)
 }
 
 /// [`park`] with a timeout (like `std::thread::park_timeout`).
+#[track_caller]
 pub fn park_timeout(timeout: Duration) {
     park_inner(Instant::now().checked_add(timeout))
 }

@@ -254,6 +254,13 @@ impl FramePool {
         live > 0
     }
 
+    /// Every live fiber of this pool, with what it waits on and where (a
+    /// racy snapshot; see [`Dump`](crate::Dump)).
+    pub fn dump(&self) -> crate::Dump {
+        let all = lock(&self.all).clone();
+        crate::Dump::new(all.iter().filter_map(|f| f.info()).collect())
+    }
+
     /// The shutdown phase of this pool's runtime.
     pub fn phase(&self) -> Phase {
         // Acquire: pairs with the Release half of the SeqCst swap in

@@ -273,6 +273,10 @@ impl<T: Send> Task<T> {
 impl<T: Send> Waitable for Task<T> {
     type Io = ();
 
+    fn kind(&self) -> crate::WaitKind {
+        crate::WaitKind::Join
+    }
+
     fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
         // Acquire: pairs with the Release in `complete`.
         self.finished.load(Ordering::Acquire).then_some(WaitResult::Ok)
@@ -372,6 +376,7 @@ impl<T: Send> JoinHandle<T> {
     /// waits, this returns an error whose `is_cancelled()` is true, and the
     /// joined fiber runs on, detached (check `fiber::is_cancelled()` to tell
     /// the two cancellations apart).
+    #[track_caller]
     pub fn join(self) -> Result<T, JoinError> {
         // A cancellation point: a joiner cancelled while it waits gets
         // `Cancelled`, and the fiber it joined runs on, detached.
@@ -585,8 +590,8 @@ where
     // `all` list keeps it alive for as long as the coroutine exists.
     unsafe {
         Fiber::prepare(&frame, id, sched.clone(), task.clone(), location, stack, body);
-        frame.set_name(options.name);
     }
+    frame.set_name(options.name);
     frame.set_pinned(options.pinned || sched.pins_fibers());
     frame.state.transition_to_runnable_from_init();
     sched.schedule(Runnable::new(frame, Actor::Spawner));

@@ -128,6 +128,11 @@ pub trait Waitable {
     /// must stay discoverable until a waker claims it or `unpublish` runs.
     fn publish(&self, waiter: &Waiter, io: &mut Self::Io) -> Publish;
 
+    /// What a fiber parked on this waits for, as the fiber dump names it.
+    fn kind(&self) -> crate::WaitKind {
+        crate::WaitKind::Other
+    }
+
     /// Remove `waiter` if it is still published. Idempotent, and safe when a
     /// waker already removed it. Returns `Some(result)` when a waker
     /// completed the operation for this waiter (the result wins over a
@@ -262,6 +267,11 @@ pub(crate) fn wake_current_wait(fiber: &Arc<Fiber>) {
 
 /// Wait on `waitable` (spec 4.2). In a fiber this parks the fiber; on a
 /// plain thread it blocks the thread. Returns how the wait ended.
+///
+/// The caller's location is what the fiber dump shows as the park site:
+/// layers put `#[track_caller]` on their public parking functions so that
+/// it is the user's call.
+#[track_caller]
 pub fn fiber_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: WaitOptions) -> WaitResult {
     if let Some(result) = waitable.try_complete(io) {
         return result;
@@ -269,11 +279,16 @@ pub fn fiber_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: W
     #[cfg(loom)]
     return thread_wait(waitable, io, options);
     #[cfg(not(loom))]
-    fiber_or_thread_wait(waitable, io, options)
+    fiber_or_thread_wait(waitable, io, options, std::panic::Location::caller())
 }
 
 #[cfg(not(loom))]
-fn fiber_or_thread_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: WaitOptions) -> WaitResult {
+fn fiber_or_thread_wait<W: Waitable + ?Sized>(
+    waitable: &W,
+    io: &mut W::Io,
+    options: WaitOptions,
+    site: &'static std::panic::Location<'static>,
+) -> WaitResult {
     let fiber = current::get();
     if fiber.is_null() {
         return thread_wait(waitable, io, options);
@@ -282,7 +297,7 @@ fn fiber_or_thread_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, opti
     // while it runs (its worker holds `Running`). After each resume we keep
     // using this pointer, never a thread-local read from before the switch.
     let fiber = unsafe { &*fiber };
-    fiber_wait_slow(fiber, waitable, io, options)
+    fiber_wait_slow(fiber, waitable, io, options, site)
 }
 
 #[cfg(not(loom))]
@@ -292,6 +307,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
     waitable: &W,
     io: &mut W::Io,
     options: WaitOptions,
+    site: &'static std::panic::Location<'static>,
 ) -> WaitResult {
     let this = frame_arc(fiber);
     let cancellable = options.interrupt == Interrupt::Cancellable;
@@ -324,9 +340,11 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             unsafe { fiber.scheduler() }.wake_at(deadline, waiter.clone());
         }
         fiber.set_waiting_on(Some(std::any::type_name::<W>));
+        fiber.note_park(waitable.kind(), site);
         // SAFETY: the running fiber suspends itself on its own stack.
         unsafe { fiber.suspend(Suspend::Park) };
         fiber.set_waiting_on(None);
+        fiber.note_unpark();
         // Resumed: RUNNING again (woken, or the commit was aborted).
         if let Some(result) = waitable.unpublish(&waiter, io) {
             return result;
@@ -514,11 +532,15 @@ impl Waitable for Deadline {
     fn unpublish(&self, _: &Waiter, _: &mut ()) -> Option<WaitResult> {
         None
     }
+    fn kind(&self) -> crate::WaitKind {
+        crate::WaitKind::Sleep
+    }
 }
 
 /// Wait until `deadline` (forever with `None`): park a fiber, block a
 /// thread. Returns `TimedOut` at the deadline, or `Cancelled` first if the
 /// wait is cancellable and the fiber's task or job is cancelled.
+#[track_caller]
 pub fn wait_until(deadline: Option<Instant>, interrupt: Interrupt) -> WaitResult {
     fiber_wait(
         &Deadline,

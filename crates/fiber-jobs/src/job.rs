@@ -423,6 +423,7 @@ impl JobCore {
 
     /// Wait until the job is terminal. A cancellable point: if the waiting
     /// fiber's own job is cancelled first, returns `None`.
+    #[track_caller]
     pub(crate) fn join(self: &Arc<Self>) -> Option<JobState> {
         match fiber_wait(&Join(self.clone()), &mut WaitSlot::default(), WaitOptions::new()) {
             WaitResult::Ok => Some(self.state()),
@@ -432,6 +433,7 @@ impl JobCore {
 
     /// Wait until no attached child is active (the scope's exit).
     #[cfg_attr(loom, allow(dead_code))]
+    #[track_caller]
     pub(crate) fn join_children(self: &Arc<Self>) {
         let result = fiber_wait(
             &Children(self.clone()),
@@ -496,6 +498,10 @@ struct Join(Arc<JobCore>);
 impl Waitable for Join {
     type Io = WaitSlot;
 
+    fn kind(&self) -> fiber_core::WaitKind {
+        fiber_core::WaitKind::Join
+    }
+
     fn try_complete(&self, _: &mut WaitSlot) -> Option<WaitResult> {
         self.0.state().is_terminal().then_some(WaitResult::Ok)
     }
@@ -533,6 +539,10 @@ struct Children(Arc<JobCore>);
 
 impl Waitable for Children {
     type Io = WaitSlot;
+
+    fn kind(&self) -> fiber_core::WaitKind {
+        fiber_core::WaitKind::Join
+    }
 
     fn try_complete(&self, _: &mut WaitSlot) -> Option<WaitResult> {
         (lock(&self.0.sync).active_children == 0).then_some(WaitResult::Ok)

@@ -100,6 +100,7 @@ impl Job {
     /// Wait until the job has ended and return its final state. A
     /// cancellable point: if the waiting fiber's own job is cancelled first,
     /// returns `Err(Cancelled)`.
+    #[track_caller]
     pub fn join(&self) -> Result<JobState, Cancelled> {
         self.core.join().ok_or(Cancelled)
     }
@@ -378,6 +379,7 @@ impl<T> ScopedJoinHandle<'_, T> {
     /// its `try_scope` took. The wait is a cancellable point: if the joining
     /// fiber's job is cancelled first, it returns `Cancelled` (and the
     /// child's value is dropped).
+    #[track_caller]
     pub fn join(self) -> Result<T, JoinError> {
         crate::stats::COUNTERS
             .joins
@@ -517,6 +519,7 @@ fn open_scope(kind: Kind) -> Arc<JobCore> {
 
 /// Finish a scope after its body: wait for the children, finalize, then
 /// re-raise a panic (the body's, or a child's) or report an error.
+#[track_caller]
 fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T, Option<Box<dyn Any + Send>>> {
     let body = match body {
         Ok(v) => Some(v),
@@ -560,6 +563,7 @@ where
 }
 
 /// Open a scope of `kind`, run the body in it, wait for the children.
+#[track_caller]
 fn run_scope<'env, F, T>(kind: Kind, f: F) -> T
 where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,

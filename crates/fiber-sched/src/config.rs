@@ -13,6 +13,7 @@
 //! | `FIBER_STATS` | `1`: print counters at shutdown | `0` |
 //! | `FIBER_DEBUG_STALL` | `0`: no stall report for fibers running > 5 s | `1` |
 //! | `FIBER_DEADLOCK_ABORT` | `1`: abort after a deadlock report | `0` |
+//! | `FIBER_DUMP_SIGNAL` | `SIGUSR1` or `SIGUSR2`: print the fiber dump on that signal | unset |
 
 use fiber_core::stack::{MAX_STACK_SIZE, MIN_STACK_SIZE};
 use fiber_core::StackConfig;
@@ -95,6 +96,9 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Pin every fiber to the worker it first runs on (hard affinity).
     pub pinned: bool,
+    /// Print the fiber dump when the process gets this signal
+    /// (`FIBER_DUMP_SIGNAL`: `SIGUSR1` or `SIGUSR2`).
+    pub dump_signal: Option<i32>,
 }
 
 /// Default grace time of a shutdown.
@@ -121,6 +125,7 @@ impl Default for Config {
             deadlock_abort: false,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             pinned: false,
+            dump_signal: None,
         }
     }
 }
@@ -243,6 +248,14 @@ impl Config {
         }
         if let Some(v) = var("FIBER_DEBUG_STALL") {
             config.stall_report = parse_bool("FIBER_DEBUG_STALL", &v)?;
+        }
+        if let Some(v) = var("FIBER_DUMP_SIGNAL") {
+            config.dump_signal = match v.trim().to_ascii_uppercase().as_str() {
+                "" | "0" | "OFF" => None,
+                "SIGUSR1" | "USR1" => Some(libc::SIGUSR1),
+                "SIGUSR2" | "USR2" => Some(libc::SIGUSR2),
+                _ => return Err(err("FIBER_DUMP_SIGNAL", &v, "expected SIGUSR1 or SIGUSR2")),
+            };
         }
         if let Some(v) = var("FIBER_DEADLOCK_ABORT") {
             config.deadlock_abort = parse_bool("FIBER_DEADLOCK_ABORT", &v)?;

@@ -30,6 +30,8 @@ mod idle;
 #[cfg(not(loom))]
 pub mod config;
 #[cfg(not(loom))]
+mod dumpsig;
+#[cfg(not(loom))]
 mod monitor;
 #[cfg(not(loom))]
 mod queue;

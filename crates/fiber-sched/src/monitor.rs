@@ -60,8 +60,12 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
             return;
         }
         let now = Instant::now();
+        fiber_core::advance_coarse_clock();
         if shared.timers.is_due(now) {
             shared.fire_timers_batched(now);
+        }
+        if crate::dumpsig::take_dump_request() {
+            eprintln!("{}", shared.pool.dump());
         }
         let pressure = pressure(&shared);
         sample_pressure(&shared, pressure, &mut neg_streak);
@@ -165,8 +169,9 @@ fn scan_workers(shared: &Shared, views: &mut [WorkerView], now: Instant) -> Vec<
             eprintln!(
                 "fiber: stall: fiber {running} has been running on worker {index} for {:.1} s without a \
                  yield point (spawned at {location}); other fibers on that worker wait. Set \
-                 FIBER_DEBUG_STALL=0 to silence this report.",
-                still.as_secs_f64()
+                 FIBER_DEBUG_STALL=0 to silence this report.\n{}",
+                still.as_secs_f64(),
+                shared.pool.dump()
             );
         }
     }
@@ -263,15 +268,7 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
         DEADLOCK_AFTER,
         parked.len()
     );
-    for p in parked.iter().take(64) {
-        report.push_str(&format!(
-            "  fiber {} waits on {} (spawned at {})\n",
-            p.id.0, p.waiting_on, p.spawned_at
-        ));
-    }
-    if parked.len() > 64 {
-        report.push_str(&format!("  ... and {} more\n", parked.len() - 64));
-    }
+    report.push_str(&shared.pool.dump().to_string());
     eprint!("{report}");
     if shared.config.deadlock_abort {
         eprintln!("fiber: FIBER_DEADLOCK_ABORT=1: aborting");

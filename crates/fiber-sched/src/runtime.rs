@@ -145,6 +145,9 @@ impl Runtime {
     /// A runtime with a validated configuration.
     pub fn with_config(config: Config) -> io::Result<Runtime> {
         config.validate()?;
+        if let Some(signal) = config.dump_signal {
+            crate::dumpsig::install(signal);
+        }
         let shared = Arc::new(Shared::new(config));
         for index in 0..shared.config.workers {
             if !spawn_worker(&shared, index) {
@@ -224,6 +227,14 @@ impl Runtime {
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(e) => panic!("block_on: the root fiber ended without a value: {e}"),
         }
+    }
+
+    /// Every live fiber of this runtime: its state, what it waits on, for
+    /// how long, and the call that parked it (a racy snapshot; `Display`
+    /// prints it like Go's goroutine dump).
+    pub fn dump(&self) -> fiber_core::Dump {
+        fiber_core::advance_coarse_clock();
+        self.shared.pool.dump()
     }
 
     /// A snapshot of the counters.
@@ -473,6 +484,7 @@ fn stats_of(shared: &Shared) -> Stats {
 /// Park the running fiber for `duration` (at least; timers fire late, never
 /// early). Returns `Err(WaitResult::Cancelled)` if the fiber's task was
 /// cancelled first. On a plain thread this is `std::thread::sleep`.
+#[track_caller]
 pub fn sleep(duration: Duration) -> Result<(), WaitResult> {
     // A deadline past the end of time (`Duration::MAX`) sleeps forever
     // (until cancelled).
@@ -480,10 +492,12 @@ pub fn sleep(duration: Duration) -> Result<(), WaitResult> {
 }
 
 /// Park the running fiber until `deadline` (see [`sleep`]).
+#[track_caller]
 pub fn sleep_until(deadline: Instant) -> Result<(), WaitResult> {
     sleep_deadline(Some(deadline))
 }
 
+#[track_caller]
 fn sleep_deadline(deadline: Option<Instant>) -> Result<(), WaitResult> {
     if !fiber_core::in_fiber() {
         match deadline {

@@ -29,7 +29,9 @@
 pub use fiber_chan as chan;
 pub use fiber_chan::select;
 pub use fiber_core as core;
-pub use fiber_core::{park, park_timeout, yield_now, FiberHandle, FiberId, JoinError, JoinHandle};
+pub use fiber_core::{
+    park, park_timeout, yield_now, Dump, FiberHandle, FiberId, FiberInfo, JoinError, JoinHandle, WaitKind,
+};
 pub use fiber_jobs::{
     check_cancelled, is_cancelled, scope, supervisor_scope, try_scope, with_timeout, CancelReason, Cancelled, Job,
     JobState, JobStats, Scope, ScopedJoinHandle, TimedOut, TryScope,
@@ -126,6 +128,27 @@ where
     match fiber_core::try_spawn_with(&sched, options, f) {
         Ok(handle) => handle,
         Err(e) => panic!("fiber::spawn_pinned: {e}"),
+    }
+}
+
+/// Every live fiber of the current runtime: its state, what it waits on
+/// (sleep, channel receive or send, select, join, park, lock, I/O), for how
+/// long, and the user's call that parked it. `Display` prints it like Go's
+/// goroutine dump, grouping fibers parked the same way at the same place.
+/// `Runtime::dump` does the same from outside; `FIBER_DUMP_SIGNAL=SIGUSR1`
+/// prints it when the process gets that signal.
+///
+/// # Panics
+///
+/// Panics outside a runtime.
+#[track_caller]
+pub fn dump() -> fiber_core::Dump {
+    match fiber_core::current_scheduler() {
+        Some(sched) => {
+            fiber_core::advance_coarse_clock();
+            sched.frames().dump()
+        }
+        None => outside("dump"),
     }
 }
 

@@ -404,8 +404,12 @@ fn deadlock_is_reported_like_go_and_aborts_on_request() {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{stderr}");
     assert!(stderr.contains("fiber: deadlock: all fibers are asleep"), "{stderr}");
+    // The report carries the fiber dump: the root parked on a join, the
+    // stuck fiber on its wait, each with its call site.
+    assert!(stderr.contains("fiber dump:"), "{stderr}");
+    assert!(stderr.contains("parked on join at"), "{stderr}");
     assert!(
-        stderr.contains("waits on fiber_sched::tests::runtime::Never"),
+        stderr.contains("parked on wait at crates/fiber-sched/src/tests/runtime.rs"),
         "{stderr}"
     );
     assert!(

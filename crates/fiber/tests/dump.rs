@@ -1,0 +1,63 @@
+//! The fiber dump names every wait and the user's call that parked it.
+
+use fiber::chan;
+use std::time::Duration;
+
+#[test]
+fn the_dump_names_each_wait_and_its_call_site() {
+    let (text, dump) = fiber::run(|| {
+        let (ready_tx, ready_rx) = chan::bounded::<()>(8);
+        let this_file = file!();
+        let sleep_line = line!() + 4;
+        let r = ready_tx.clone();
+        let _sleeper = fiber::spawn(move || {
+            r.send(()).unwrap();
+            let _ = fiber::sleep(Duration::from_secs(3600));
+        });
+        let r = ready_tx.clone();
+        let park_line = line!() + 3;
+        let parker = fiber::spawn(move || {
+            r.send(()).unwrap();
+            fiber::park();
+        });
+        let r = ready_tx.clone();
+        let (_gate_tx, gate_rx) = chan::bounded::<u8>(0);
+        let blocked = fiber::spawn(move || {
+            let _ = gate_rx.recv();
+        });
+        let join_line = line!() + 3;
+        let _joiner = fiber::spawn(move || {
+            r.send(()).unwrap();
+            let _ = blocked.join();
+        });
+        let r = ready_tx.clone();
+        let scope_line = line!() + 3;
+        let _scoper = fiber::spawn(move || {
+            r.send(()).unwrap();
+            fiber::scope(|s| {
+                s.spawn(|| fiber::park());
+            });
+        });
+        for _ in 0..4 {
+            ready_rx.recv().unwrap();
+        }
+        // Let every fiber reach its wait.
+        let _ = fiber::sleep(Duration::from_millis(50));
+        let dump = fiber::dump();
+        let text = dump.to_string();
+        parker.fiber().unpark();
+        let expect = [
+            ("sleep", sleep_line),
+            ("park", park_line),
+            ("join", join_line),
+            ("join", scope_line),
+        ];
+        for (kind, line) in expect {
+            let site = format!("on {kind} at {this_file}:{line}:");
+            assert!(text.contains(&site), "missing {site:?} in:\n{text}");
+        }
+        (text, dump)
+    });
+    assert!(dump.fibers.len() >= 6, "{text}");
+    assert!(text.starts_with("fiber dump:"), "{text}");
+}
