@@ -99,7 +99,7 @@ pub use pool::{FramePool, ParkedFiber, PoolStats};
 #[cfg(not(loom))]
 pub use sched::{Runnable, Running, Schedule, Worker};
 #[cfg(not(loom))]
-pub use stack::StackConfig;
+pub use stack::{StackConfig, UnguardedPolicy};
 #[cfg(not(loom))]
 pub use task::{current_scheduler, spawn, spawn_on, try_spawn_on, Canceller, JoinError, JoinHandle};
 pub use wait::{

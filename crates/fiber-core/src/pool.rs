@@ -18,6 +18,11 @@ use std::io;
 /// that idle workers do not hoard frames.
 pub const LOCAL_CACHE: usize = 64;
 
+/// Idle frames in the global queue that keep their stack's pages; a frame
+/// released beyond this gives its stack's pages back to the kernel
+/// (`StackAllocator::recycle`), and the stack is reused later.
+pub const IDLE_WATERMARK: usize = 256;
+
 fn next_pool_id() -> usize {
     // Not a protocol: a unique counter, never modeled.
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
@@ -151,6 +156,7 @@ impl FramePool {
         let stack = match unsafe { frame.take_stack() } {
             Some(stack) => stack,
             None => match self.stacks.allocate() {
+                Ok(stack) if stack.was_recycled() => stack,
                 Ok(stack) => {
                     let counter = if stack.is_guarded() {
                         &self.guarded
@@ -175,6 +181,12 @@ impl FramePool {
         frame.state.transition_to_init();
         self.in_use.fetch_sub(1, Ordering::Relaxed);
         if let Some(frame) = self.push_local(frame) {
+            if self.idle.len() >= IDLE_WATERMARK {
+                // SAFETY: the frame is INIT again and owned by us alone.
+                if let Some(stack) = unsafe { frame.take_stack() } {
+                    self.stacks.recycle(stack);
+                }
+            }
             self.idle.push(frame);
         }
     }
