@@ -18,10 +18,13 @@ use std::io;
 /// that idle workers do not hoard frames.
 pub const LOCAL_CACHE: usize = 64;
 
-/// Idle frames in the global queue that keep their stack's pages; a frame
-/// released beyond this gives its stack's pages back to the kernel
-/// (`StackAllocator::recycle`), and the stack is reused later.
-pub const IDLE_WATERMARK: usize = 256;
+/// Idle frames in the global queue that keep their stack's pages through a
+/// [`FramePool::trim`]; beyond them, stacks give their pages back.
+pub const IDLE_WATERMARK: usize = 32;
+
+/// Idle frames in the global queue kept through a [`FramePool::trim`];
+/// beyond them, frames are freed.
+pub const IDLE_CAP: usize = 1024;
 
 fn next_pool_id() -> usize {
     // Not a protocol: a unique counter, never modeled.
@@ -181,14 +184,44 @@ impl FramePool {
         frame.state.transition_to_init();
         self.in_use.fetch_sub(1, Ordering::Relaxed);
         if let Some(frame) = self.push_local(frame) {
-            if self.idle.len() >= IDLE_WATERMARK {
-                // SAFETY: the frame is INIT again and owned by us alone.
-                if let Some(stack) = unsafe { frame.take_stack() } {
-                    self.stacks.recycle(stack);
-                }
-            }
             self.idle.push(frame);
         }
+    }
+
+    /// Give idle memory back: idle frames in the global queue beyond
+    /// [`IDLE_WATERMARK`] hand their stack's pages to the kernel
+    /// (`MADV_DONTNEED`, guards stay), and frames beyond [`IDLE_CAP`] are
+    /// freed. Returns how many stacks gave their pages back. Safe at any
+    /// time (it touches only idle frames); not on the spawn path, so that
+    /// a burst that repeats keeps its warm stacks: the runtime's monitor and
+    /// tests call it when the pool has gone quiet.
+    pub fn trim(&self) -> usize {
+        let mut kept = Vec::new();
+        let mut retired = Vec::new();
+        let mut released = 0;
+        for _ in 0..self.idle.len() {
+            let Some(frame) = self.idle.pop() else { break };
+            if kept.len() < IDLE_WATERMARK {
+                kept.push(frame);
+                continue;
+            }
+            // SAFETY: an idle frame is INIT and, popped, owned by us alone.
+            if let Some(stack) = unsafe { frame.take_stack() } {
+                self.stacks.recycle(stack);
+                released += 1;
+            }
+            if kept.len() < IDLE_CAP {
+                kept.push(frame);
+            } else {
+                retired.push(frame);
+            }
+        }
+        kept.into_iter().for_each(|frame| self.idle.push(frame));
+        if !retired.is_empty() {
+            let gone: std::collections::HashSet<*const Fiber> = retired.iter().map(Arc::as_ptr).collect();
+            lock(&self.all).retain(|frame| !gone.contains(&Arc::as_ptr(frame)));
+        }
+        released
     }
 
     fn pop_local(&self) -> Option<Arc<Fiber>> {

@@ -37,7 +37,9 @@
 //! pages back to the kernel (`MADV_DONTNEED` on the usable part; guards are
 //! untouched) and keeps it on a free list that [`StackAllocator::allocate`]
 //! serves first, so the address range is reused and no new mapping is made.
-//! The frame pool calls it for frames released beyond its watermark.
+//! The frame pool's `trim` calls it for idle frames beyond its watermark;
+//! beyond [`FREE_CAP`] recycled stacks are dropped (a slab is unmapped with
+//! its last stack).
 //!
 //! # Layout
 //!
@@ -80,6 +82,9 @@ pub const RED_ZONE: usize = 16 * 1024;
 /// Bytes at the top of the red zone that must stay zero (checked at every
 /// switch of a fiber on an unguarded stack).
 const RED_ZONE_CHECK: usize = 64;
+
+/// Recycled stacks kept on the free list; beyond this they are dropped.
+const FREE_CAP: usize = 1024;
 
 /// Mappings kept for everything else in the process (heap arenas, thread
 /// stacks, libraries, the application's own maps).
@@ -485,7 +490,11 @@ impl StackAllocator {
     /// the stack waits on a free list for the next [`allocate`](Self::allocate).
     pub fn recycle(&self, stack: FiberStack) {
         stack.release_pages();
-        self.free.push(stack);
+        if self.free.len() < FREE_CAP {
+            self.free.push(stack);
+        }
+        // Beyond the cap the stack is dropped: its pages are gone already,
+        // and its slab is unmapped with the slab's last stack.
     }
 
     /// Recycled stacks waiting for reuse (diagnostics).
