@@ -9,7 +9,8 @@ use crate::testing::TestScheduler;
 use crate::{fiber_wait, yield_now, WaitOptions, WaitResult};
 use std::hint::black_box;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FIBER_CORE_OVERFLOW_CHILD";
 const STACK: usize = 64 * 1024;
@@ -17,11 +18,44 @@ const STACK: usize = 64 * 1024;
 const PAST_LIMIT: usize = 8 * 1024;
 
 fn run_child(test: &str, mode: &str) -> Output {
-    Command::new(std::env::current_exe().unwrap())
+    let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, mode)
-        .output()
-        .expect("re-run the test binary")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("re-run the test binary");
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
+    // Hang detection only (a handler that loops on a fault must fail the
+    // test, not hang it): the children finish in seconds.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{test} ({mode}): the child hung; stderr:\n{}",
+                String::from_utf8_lossy(&stderr.join().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
 }
 
 /// Overflows on purpose: there is no base case.
