@@ -198,7 +198,7 @@ impl FramePool {
     pub fn trim(&self) -> usize {
         let mut kept = Vec::new();
         let mut retired = Vec::new();
-        let mut released = 0;
+        let mut stacks = Vec::new();
         for _ in 0..self.idle.len() {
             let Some(frame) = self.idle.pop() else { break };
             if kept.len() < IDLE_WATERMARK {
@@ -207,8 +207,7 @@ impl FramePool {
             }
             // SAFETY: an idle frame is INIT and, popped, owned by us alone.
             if let Some(stack) = unsafe { frame.take_stack() } {
-                self.stacks.recycle(stack);
-                released += 1;
+                stacks.push(stack);
             }
             if kept.len() < IDLE_CAP {
                 kept.push(frame);
@@ -217,6 +216,8 @@ impl FramePool {
             }
         }
         kept.into_iter().for_each(|frame| self.idle.push(frame));
+        let released = stacks.len();
+        self.stacks.recycle_many(stacks);
         if !retired.is_empty() {
             let gone: std::collections::HashSet<*const Fiber> = retired.iter().map(Arc::as_ptr).collect();
             lock(&self.all).retain(|frame| !gone.contains(&Arc::as_ptr(frame)));

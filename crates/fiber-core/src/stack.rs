@@ -497,6 +497,45 @@ impl StackAllocator {
         // and its slab is unmapped with the slab's last stack.
     }
 
+    /// [`recycle`](Self::recycle) many stacks at once: neighbours carved
+    /// from the same page-table-guarded or unguarded slab give their pages
+    /// back in one `madvise` call (each call costs a TLB shootdown).
+    pub fn recycle_many(&self, mut stacks: Vec<FiberStack>) {
+        stacks.sort_unstable_by_key(|stack| stack.limit);
+        let mut i = 0;
+        while i < stacks.len() {
+            let first = &stacks[i];
+            // One mapping per such slab; an mprotect slab is many.
+            let one_mapping = first._slab.kind != Kind::Mprotect;
+            let mut j = i + 1;
+            while one_mapping
+                && j < stacks.len()
+                && Arc::ptr_eq(&stacks[j]._slab, &first._slab)
+                && stacks[j].limit == stacks[j - 1].base + self.gap
+            {
+                j += 1;
+            }
+            // SAFETY: `first.limit..stacks[j - 1].base` covers the usable
+            // parts of stacks i..j, all held by value here (no fiber runs on
+            // them), and the gaps between them, each the gap below one of
+            // those stacks (guard markers survive MADV_DONTNEED; a red zone
+            // is zero anyway).
+            unsafe {
+                libc::madvise(
+                    first.limit as *mut libc::c_void,
+                    stacks[j - 1].base - first.limit,
+                    libc::MADV_DONTNEED,
+                );
+            }
+            i = j;
+        }
+        for stack in stacks {
+            if self.free.len() < FREE_CAP {
+                self.free.push(stack);
+            }
+        }
+    }
+
     /// Recycled stacks waiting for reuse (diagnostics).
     pub fn free_stacks(&self) -> usize {
         self.free.len()

@@ -103,3 +103,34 @@ fn unguarded_policy_parses_its_two_spellings() {
     assert_eq!(UnguardedPolicy::parse("yes"), None);
     assert_eq!(StackConfig::default().unguarded, UnguardedPolicy::Refuse);
 }
+
+#[test]
+fn recycling_neighbours_in_one_call_keeps_their_guards_and_zeroes_their_pages() {
+    let alloc = StackAllocator::new(StackConfig {
+        size: 32 * 1024,
+        ..StackConfig::default()
+    });
+    let stacks: Vec<_> = (0..3).map(|_| alloc.allocate().unwrap()).collect();
+    let ranges: Vec<_> = stacks.iter().map(|s| (s.limit, s.base, s.is_guarded())).collect();
+    for &(limit, base, _) in &ranges {
+        // SAFETY: the stacks are ours and no fiber runs on them.
+        unsafe {
+            std::ptr::write_volatile((base - 8) as *mut u64, 7);
+            std::ptr::write_volatile(limit as *mut u64, 7);
+        }
+    }
+    alloc.recycle_many(stacks);
+    for &(limit, base, guarded) in &ranges {
+        assert_eq!(readable(limit - 1), !guarded, "the guard below {limit:#x} stays");
+        // SAFETY: the ranges are still mapped (the free list holds the
+        // stacks) and nothing else uses them.
+        let (top, bottom) = unsafe {
+            (
+                std::ptr::read_volatile((base - 8) as *const u64),
+                std::ptr::read_volatile(limit as *const u64),
+            )
+        };
+        assert_eq!((top, bottom), (0, 0), "pages went back");
+    }
+    assert_eq!(alloc.free_stacks(), 3);
+}
