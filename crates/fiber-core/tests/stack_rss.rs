@@ -3,6 +3,8 @@
 //! has finished. One test in its own process, so no other test's memory
 //! shows in the numbers.
 
+#![cfg(not(loom))]
+
 use fiber_core::testing::TestScheduler;
 use fiber_core::StackConfig;
 use std::hint::black_box;

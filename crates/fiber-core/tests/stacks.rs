@@ -1,5 +1,7 @@
 //! Fiber stacks at skynet scale: every stack guarded on default limits.
 
+#![cfg(not(loom))]
+
 use fiber_core::testing::TestScheduler;
 use fiber_core::{spawn, StackConfig};
 
