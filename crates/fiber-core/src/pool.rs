@@ -1,6 +1,6 @@
-//! The frame pool: fiber frames (and the stacks they keep) are recycled and
-//! never returned to the allocator before the pool itself is dropped at
-//! runtime shutdown (spec 1.1).
+//! The frame pool: fiber frames (and the stacks they keep) are recycled;
+//! only [`FramePool::trim`] gives idle stacks' pages and idle frames beyond a
+//! cap back before the pool itself is dropped at runtime shutdown (spec 1.1).
 //!
 //! A per-thread cache of [`LOCAL_CACHE`] frames sits in front of a global
 //! lock-free queue (crossbeam-queue's `SegQueue`): a worker that finishes a
@@ -39,9 +39,10 @@ pub struct PoolStats {
     pub allocated: usize,
     /// Frames currently running a fiber (spawned, not yet finished).
     pub in_use: usize,
-    /// Stacks mapped with a guard page.
+    /// Stacks made with a hardware guard (page-table guard region or
+    /// `mprotect` guard page).
     pub guarded_stacks: usize,
-    /// Stacks mapped without one (beyond the map-count budget).
+    /// Stacks made without one (only by opt-in, `UnguardedPolicy::Allow`).
     pub unguarded_stacks: usize,
 }
 
@@ -189,12 +190,13 @@ impl FramePool {
     }
 
     /// Give idle memory back: idle frames in the global queue beyond
-    /// [`IDLE_WATERMARK`] hand their stack's pages to the kernel
-    /// (`MADV_DONTNEED`, guards stay), and frames beyond [`IDLE_CAP`] are
+    /// `IDLE_WATERMARK` (32) hand their stack's pages to the kernel
+    /// (`MADV_DONTNEED`, guards stay), and frames beyond `IDLE_CAP` (1,024) are
     /// freed. Returns how many stacks gave their pages back. Safe at any
-    /// time (it touches only idle frames); not on the spawn path, so that
-    /// a burst that repeats keeps its warm stacks: the runtime's monitor and
-    /// tests call it when the pool has gone quiet.
+    /// time (it touches only idle frames). Not on the spawn or release
+    /// path, so that a burst that repeats keeps its warm stacks: it is
+    /// meant for a caller that sees the pool has gone quiet (a periodic
+    /// monitor, or the program after a burst).
     pub fn trim(&self) -> usize {
         let mut kept = Vec::new();
         let mut retired = Vec::new();

@@ -28,7 +28,7 @@
 //!    the switch-time check; a guarded stack relies on its guard.
 //!
 //! Every regime reports an overflow as `fiber <id> has overflowed its stack`
-//! and aborts: guard hits through the SIGSEGV handler in [`guard`], the
+//! and aborts: guard hits through the SIGSEGV handler in `guard`, the
 //! unguarded regime at the fiber's next switch.
 //!
 //! # Giving memory back
@@ -38,7 +38,7 @@
 //! untouched) and keeps it on a free list that [`StackAllocator::allocate`]
 //! serves first, so the address range is reused and no new mapping is made.
 //! The frame pool's `trim` calls it for idle frames beyond its watermark;
-//! beyond [`FREE_CAP`] recycled stacks are dropped (a slab is unmapped with
+//! beyond `FREE_CAP` (1,024) recycled stacks are dropped (a slab is unmapped with
 //! its last stack).
 //!
 //! # Layout
