@@ -649,8 +649,9 @@ mod guard {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::OnceLock;
 
-    /// Guarded slabs the table can hold. Each slab is at least one mapping,
-    /// so `vm.max_map_count` (65,530 by default) bounds how many can exist.
+    /// Guarded slabs the table can hold (about 4.2 million live stacks).
+    /// Past it, a newer stack's overflow still faults on its guard, but is
+    /// reported as a plain SIGSEGV (a one-time notice says so).
     const SLOTS: usize = 65_536;
 
     struct Entry {

@@ -293,12 +293,16 @@ fn without_page_table_guards_mprotect_guards_catch_a_large_zeroed_frame() {
 /// repaired.
 static REPAIRED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// The page size, for the repairing handler (set before it is installed).
+static PAGE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(4096);
+
 extern "C" fn repairing_handler(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo; the faulting page is the
     // test's own PROT_NONE page, made writable so the access can proceed.
     unsafe {
-        let page = ((*info).si_addr() as usize) & !4095;
-        libc::mprotect(page as *mut libc::c_void, 4096, libc::PROT_READ | libc::PROT_WRITE);
+        let size = PAGE.load(std::sync::atomic::Ordering::Relaxed);
+        let page = ((*info).si_addr() as usize) & !(size - 1);
+        libc::mprotect(page as *mut libc::c_void, size, libc::PROT_READ | libc::PROT_WRITE);
     }
     REPAIRED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
@@ -306,6 +310,9 @@ extern "C" fn repairing_handler(_: libc::c_int, info: *mut libc::siginfo_t, _: *
 #[test]
 fn foreign_faults_reach_the_previous_handler_and_ours_stays_installed() {
     if std::env::var(CHILD_ENV).is_ok() {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        PAGE.store(page, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: installing a SA_SIGINFO handler with a zeroed action.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
@@ -325,7 +332,7 @@ fn foreign_faults_reach_the_previous_handler_and_ours_stays_installed() {
             unsafe {
                 let page = libc::mmap(
                     std::ptr::null_mut(),
-                    4096,
+                    page,
                     libc::PROT_NONE,
                     libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                     -1,
