@@ -102,11 +102,11 @@ pub use kind::WaitKind;
 #[cfg(not(loom))]
 pub use park::{current_handle, park, park_timeout, FiberHandle};
 #[cfg(not(loom))]
-pub use pool::{FramePool, ParkedFiber, Phase, PoolStats, TeardownReport, TEARDOWN_WORKER};
+pub use pool::{FramePool, ParkedFiber, Phase, PoolStats, TeardownReport, IDLE_WATERMARK, TEARDOWN_WORKER};
 #[cfg(not(loom))]
 pub use sched::{Runnable, Running, Schedule, Worker};
 #[cfg(not(loom))]
-pub use stack::StackConfig;
+pub use stack::{StackConfig, UnguardedPolicy};
 #[cfg(not(loom))]
 pub use task::{
     current_scheduler, spawn, spawn_on, try_spawn_on, try_spawn_with, Canceller, JoinError, JoinHandle, SpawnOptions,

@@ -1,6 +1,6 @@
-//! The frame pool: fiber frames (and the stacks they keep) are recycled and
-//! never returned to the allocator before the pool itself is dropped at
-//! runtime shutdown (spec 1.1).
+//! The frame pool: fiber frames (and the stacks they keep) are recycled;
+//! only [`FramePool::trim`] gives idle stacks' pages and idle frames beyond a
+//! cap back before the pool itself is dropped at runtime shutdown (spec 1.1).
 //!
 //! A per-thread cache of [`LOCAL_CACHE`] frames sits in front of a global
 //! lock-free queue (crossbeam-queue's `SegQueue`): a worker that finishes a
@@ -21,6 +21,14 @@ use std::io;
 /// that idle workers do not hoard frames.
 pub const LOCAL_CACHE: usize = 64;
 
+/// Idle frames in the global queue that keep their stack's pages through a
+/// [`FramePool::trim`]; beyond them, stacks give their pages back.
+pub const IDLE_WATERMARK: usize = 32;
+
+/// Idle frames in the global queue kept through a [`FramePool::trim`];
+/// beyond them, frames are freed.
+pub const IDLE_CAP: usize = 1024;
+
 fn next_pool_id() -> usize {
     // Not a protocol: a unique counter, never modeled.
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
@@ -34,9 +42,10 @@ pub struct PoolStats {
     pub allocated: usize,
     /// Frames currently running a fiber (spawned, not yet finished).
     pub in_use: usize,
-    /// Stacks mapped with a guard page.
+    /// Stacks made with a hardware guard (page-table guard region or
+    /// `mprotect` guard page).
     pub guarded_stacks: usize,
-    /// Stacks mapped without one (beyond the map-count budget).
+    /// Stacks made without one (only by opt-in, `UnguardedPolicy::Allow`).
     pub unguarded_stacks: usize,
 }
 
@@ -157,6 +166,7 @@ impl FramePool {
         let stack = match unsafe { frame.take_stack() } {
             Some(stack) => stack,
             None => match self.stacks.allocate() {
+                Ok(stack) if stack.was_recycled() => stack,
                 Ok(stack) => {
                     let counter = if stack.is_guarded() {
                         &self.guarded
@@ -183,6 +193,44 @@ impl FramePool {
         if let Some(frame) = self.push_local(frame) {
             self.idle.push(frame);
         }
+    }
+
+    /// Give idle memory back: idle frames in the global queue beyond
+    /// `IDLE_WATERMARK` (32) hand their stack's pages to the kernel
+    /// (`MADV_DONTNEED`, guards stay), and frames beyond `IDLE_CAP` (1,024) are
+    /// freed. Returns how many stacks gave their pages back. Safe at any
+    /// time (it touches only idle frames). Not on the spawn or release
+    /// path, so that a burst that repeats keeps its warm stacks: it is
+    /// meant for a caller that sees the pool has gone quiet (a periodic
+    /// monitor, or the program after a burst).
+    pub fn trim(&self) -> usize {
+        let mut kept = Vec::new();
+        let mut retired = Vec::new();
+        let mut stacks = Vec::new();
+        for _ in 0..self.idle.len() {
+            let Some(frame) = self.idle.pop() else { break };
+            if kept.len() < IDLE_WATERMARK {
+                kept.push(frame);
+                continue;
+            }
+            // SAFETY: an idle frame is INIT and, popped, owned by us alone.
+            if let Some(stack) = unsafe { frame.take_stack() } {
+                stacks.push(stack);
+            }
+            if kept.len() < IDLE_CAP {
+                kept.push(frame);
+            } else {
+                retired.push(frame);
+            }
+        }
+        kept.into_iter().for_each(|frame| self.idle.push(frame));
+        let released = stacks.len();
+        self.stacks.recycle_many(stacks);
+        if !retired.is_empty() {
+            let gone: std::collections::HashSet<*const Fiber> = retired.iter().map(Arc::as_ptr).collect();
+            lock(&self.all).retain(|frame| !gone.contains(&Arc::as_ptr(frame)));
+        }
+        released
     }
 
     fn pop_local(&self) -> Option<Arc<Fiber>> {

@@ -1,34 +1,59 @@
-//! Fiber stacks: carved from large slabs, guard-paged while the kernel's
-//! mapping budget allows, overflow-checked at every switch beyond it.
+//! Fiber stacks: carved from large slabs, each with a hardware guard below
+//! it (page-table guard regions where the kernel has them, `mprotect` guard
+//! pages within the mapping budget where it does not), and a deliberate,
+//! configurable policy beyond that.
 //!
-//! # The map-count budget
+//! # Guard regimes
 //!
-//! Linux limits a process to `vm.max_map_count` mappings (65,530 by
-//! default). A stack with a guard page is two mappings (the guard and the
-//! usable part differ in protection), so guard pages alone stop near 32,000
-//! live fibers. At start-up we read the limit and the mappings already in
-//! use, keep [`MAP_HEADROOM`] for the rest of the process, and allow
-//! `(limit - used - headroom) / 2` guarded stacks, process-wide. Past that,
-//! stacks come from unguarded slabs (one mapping per slab) with a
-//! [`RED_ZONE`] below each stack, and every switch checks the stack pointer
-//! and the red zone's top cache line; a violation aborts with a message.
-//! A one-time notice says when the runtime leaves the guard-page regime.
+//! 1. **Page-table guards** (Linux 6.13 and later). `madvise(MADV_GUARD_INSTALL)`
+//!    marks the gap below each stack as a guard region in the page tables:
+//!    touching it raises SIGSEGV, and it needs no mapping (VMA) of its own,
+//!    so `vm.max_map_count` does not limit how many stacks are guarded. A
+//!    slab is one read-write mapping; the gap below each stack is guarded
+//!    when the stack is carved. Support is detected once per process, on a
+//!    scratch mapping (`EINVAL` means the kernel does not know the advice).
+//!    Guard markers survive `MADV_DONTNEED` (checked by
+//!    `guard_markers_survive_dontneed`), so giving a stack's pages back keeps
+//!    its guard.
+//! 2. **`mprotect` guard pages** (older kernels). Linux limits a process to
+//!    `vm.max_map_count` mappings (65,530 by default); a stack whose gap is
+//!    `PROT_NONE` costs two. At first use we read the limit and the mappings
+//!    in use, keep [`MAP_HEADROOM`] for the rest of the process, and allow
+//!    `(limit - used - headroom) / 2` such stacks, process-wide.
+//! 3. **Beyond the budget on an older kernel**, [`UnguardedPolicy`] decides:
+//!    `Refuse` (the default) fails the spawn with an [`io::Error`] saying
+//!    why; `Allow` carves stacks from plain read-write slabs with a
+//!    [`RED_ZONE`] below each, prints a one-time notice, and checks the stack
+//!    pointer and the red zone's top at every switch. Only this regime uses
+//!    the switch-time check; a guarded stack relies on its guard.
+//!
+//! Every regime reports an overflow as `fiber <id> has overflowed its stack`
+//! and aborts: guard hits through the SIGSEGV handler in `guard`, the
+//! unguarded regime at the fiber's next switch.
+//!
+//! # Giving memory back
+//!
+//! [`StackAllocator::recycle`] takes a stack whose fiber finished, hands its
+//! pages back to the kernel (`MADV_DONTNEED` on the usable part; guards are
+//! untouched) and keeps it on a free list that [`StackAllocator::allocate`]
+//! serves first, so the address range is reused and no new mapping is made.
+//! The frame pool's `trim` calls it for idle frames beyond its watermark;
+//! beyond `FREE_CAP` (1,024) recycled stacks are dropped (a slab is unmapped with
+//! its last stack).
 //!
 //! # Layout
 //!
 //! ```text
-//! guarded slab (PROT_NONE reserve; usable parts made RW as carved)
-//! | guard | usable (size) | guard | usable | ...      low -> high addresses
-//! unguarded slab (RW)
-//! | red zone | usable (size) | red zone | usable | ...
+//! | gap | usable (size) | gap | usable | ...      low -> high addresses
 //! ```
 //!
-//! Stacks grow down: `limit` is the low end of the usable part, `base` its
-//! high end.
+//! The gap is [`RED_ZONE`] bytes (at least a page): a guard region, a
+//! `PROT_NONE` guard, or (unguarded regime) a red zone. Stacks grow down:
+//! `limit` is the low end of the usable part, `base` its high end.
 
 use crate::sync::{lock, Arc, Mutex};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 /// Default usable stack size of a fiber: generous, because real code
@@ -47,13 +72,19 @@ pub const MAX_STACK_SIZE: usize = 1 << 30;
 /// on virtual machines); smaller ones less address space held per slab.
 const SLAB_STACKS: usize = 64;
 
-/// Unmapped-by-convention gap below each unguarded stack, so an overflow
-/// of less than this lands in the gap, not in a neighbour's stack.
+/// The gap below each stack (rounded up to a whole page): a guard region in
+/// the guarded regimes, a red zone in the unguarded one, so that an
+/// overflow of less than this lands in the gap, not in a neighbour's stack.
+/// (Rust's stack probes touch every page of a large frame, so a frame
+/// cannot jump a guard.)
 pub const RED_ZONE: usize = 16 * 1024;
 
 /// Bytes at the top of the red zone that must stay zero (checked at every
 /// switch of a fiber on an unguarded stack).
 const RED_ZONE_CHECK: usize = 64;
+
+/// Recycled stacks kept on the free list; beyond this they are dropped.
+const FREE_CAP: usize = 1024;
 
 /// Mappings kept for everything else in the process (heap arenas, thread
 /// stacks, libraries, the application's own maps).
@@ -61,6 +92,10 @@ pub const MAP_HEADROOM: usize = 8192;
 
 /// Kernel default for `vm.max_map_count`, used when `/proc` is unreadable.
 const DEFAULT_MAX_MAP_COUNT: usize = 65_530;
+
+/// `madvise` advice installing guard regions (Linux 6.13; the same value on
+/// every architecture). Defined here because older `libc` releases lack it.
+const MADV_GUARD_INSTALL: libc::c_int = 102;
 
 fn page_size() -> usize {
     static PAGE: OnceLock<usize> = OnceLock::new();
@@ -75,7 +110,65 @@ fn page_size() -> usize {
     })
 }
 
-/// Process-wide count of guarded stacks still allowed.
+/// The gap below each stack: [`RED_ZONE`] rounded up to whole pages.
+fn gap_size() -> usize {
+    RED_ZONE.div_ceil(page_size()) * page_size()
+}
+
+/// Page-table guard support: 0 unknown, 1 supported, 2 not supported.
+static GUARD_INSTALL: AtomicU8 = AtomicU8::new(0);
+
+/// Does the kernel support `MADV_GUARD_INSTALL`? Probed once per process
+/// on a scratch mapping.
+pub fn page_table_guards_supported() -> bool {
+    // Relaxed: a cached probe result; both racers compute the same answer.
+    match GUARD_INSTALL.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let supported = probe_guard_install();
+            let _ =
+                GUARD_INSTALL.compare_exchange(0, if supported { 1 } else { 2 }, Ordering::Relaxed, Ordering::Relaxed);
+            GUARD_INSTALL.load(Ordering::Relaxed) == 1
+        }
+    }
+}
+
+fn probe_guard_install() -> bool {
+    let page = page_size();
+    // SAFETY: an anonymous private mapping at an address of the kernel's
+    // choosing aliases no existing memory; it is unmapped below.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            2 * page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return false;
+    }
+    // SAFETY: the advice applies to the first page of our own scratch
+    // mapping, which nothing else uses.
+    let rc = unsafe { libc::madvise(ptr, page, MADV_GUARD_INSTALL) };
+    // SAFETY: exactly the mapping made above.
+    unsafe {
+        libc::munmap(ptr, 2 * page);
+    }
+    rc == 0
+}
+
+/// Tests: behave as on a kernel without `MADV_GUARD_INSTALL` from now on
+/// (the `mprotect` and unguarded regimes). Affects stacks carved later.
+#[cfg(test)]
+pub(crate) fn pretend_old_kernel() {
+    GUARD_INSTALL.store(2, Ordering::Relaxed);
+}
+
+/// Process-wide count of `mprotect`-guarded stacks still allowed.
 fn guard_budget() -> &'static AtomicIsize {
     static BUDGET: OnceLock<AtomicIsize> = OnceLock::new();
     BUDGET.get_or_init(|| {
@@ -91,8 +184,12 @@ fn guard_budget() -> &'static AtomicIsize {
     })
 }
 
-/// How many more guarded stacks the process may create (diagnostics).
+/// How many more guarded stacks the process may create (diagnostics):
+/// `usize::MAX` with page-table guards, else the `mprotect` budget left.
 pub fn guarded_stacks_left() -> usize {
+    if page_table_guards_supported() {
+        return usize::MAX;
+    }
     guard_budget().load(Ordering::Relaxed).max(0) as usize
 }
 
@@ -101,10 +198,38 @@ static NOTICE_PRINTED: AtomicBool = AtomicBool::new(false);
 fn print_unguarded_notice() {
     if !NOTICE_PRINTED.swap(true, Ordering::Relaxed) {
         eprintln!(
-            "fiber: notice: the guard-page budget (vm.max_map_count, or the configured cap) is used up; further fiber \
-             stacks have no guard page and are overflow-checked at every switch instead. \
-             Raise the limit (sysctl -w vm.max_map_count=<larger>) to keep guard pages."
+            "fiber: notice: no hardware guard is available for further fiber stacks (this kernel lacks \
+             MADV_GUARD_INSTALL and the guard-page budget of vm.max_map_count, or the configured cap, \
+             is used up); FIBER_UNGUARDED=allow is set, so they run unguarded and are overflow-checked \
+             at every switch instead. Raise the limit (sysctl -w vm.max_map_count=<larger>) or use \
+             Linux 6.13 or later to keep every stack guarded."
         );
+    }
+}
+
+/// What happens to a spawn that would need a stack when no hardware guard
+/// is available: only on kernels without `MADV_GUARD_INSTALL`, once the
+/// `vm.max_map_count` budget (or [`StackConfig::max_guarded`]) is used up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UnguardedPolicy {
+    /// The spawn fails with an [`io::Error`] saying why (the default): no
+    /// fiber ever runs without a hardware guard.
+    #[default]
+    Refuse,
+    /// The stack has a red zone instead, checked at every switch of its
+    /// fiber; a one-time notice says so. An overflow that skips the red zone
+    /// and returns before the next switch can corrupt a neighbouring stack.
+    Allow,
+}
+
+impl UnguardedPolicy {
+    /// Parse `refuse` or `allow` (the `FIBER_UNGUARDED` spelling).
+    pub fn parse(s: &str) -> Option<UnguardedPolicy> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "refuse" => Some(UnguardedPolicy::Refuse),
+            "allow" => Some(UnguardedPolicy::Allow),
+            _ => None,
+        }
     }
 }
 
@@ -113,10 +238,12 @@ fn print_unguarded_notice() {
 pub struct StackConfig {
     /// Usable bytes per stack (rounded up to whole pages).
     pub size: usize,
-    /// Cap on guarded stacks for this allocator, below the process budget
-    /// (`None`: only the process budget applies). `Some(0)` forces the
-    /// unguarded regime, which tests use.
+    /// Cap on guarded stacks for this allocator (`None`: no cap beyond the
+    /// kernel's). `Some(0)` means no stack is guarded, which tests use to
+    /// exercise the unguarded policy.
     pub max_guarded: Option<usize>,
+    /// What to do when a stack cannot be guarded.
+    pub unguarded: UnguardedPolicy,
 }
 
 impl Default for StackConfig {
@@ -124,6 +251,7 @@ impl Default for StackConfig {
         StackConfig {
             size: DEFAULT_STACK_SIZE,
             max_guarded: None,
+            unguarded: UnguardedPolicy::Refuse,
         }
     }
 }
@@ -147,17 +275,28 @@ impl StackConfig {
     }
 }
 
+/// How the stacks of one slab are guarded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Read-write slab; each gap is a `MADV_GUARD_INSTALL` guard region.
+    PageTable = 0,
+    /// `PROT_NONE` reserve; each usable part made read-write when carved.
+    Mprotect = 1,
+    /// Read-write slab; each gap is a red zone.
+    Unguarded = 2,
+}
+
 /// One `mmap` region that stacks are carved from.
 #[derive(Debug)]
 struct Slab {
     start: usize,
     len: usize,
-    guarded: bool,
+    kind: Kind,
 }
 
 impl Drop for Slab {
     fn drop(&mut self) {
-        if self.guarded {
+        if self.kind != Kind::Unguarded {
             guard::unregister(self.start);
         }
         // SAFETY: `start..start+len` is exactly the mapping made in
@@ -166,15 +305,15 @@ impl Drop for Slab {
         unsafe {
             libc::munmap(self.start as *mut libc::c_void, self.len);
         }
-        if self.guarded {
+        if self.kind == Kind::Mprotect {
             guard_budget().fetch_add(SLAB_STACKS as isize, Ordering::Relaxed);
         }
     }
 }
 
 impl Slab {
-    fn map(len: usize, guarded: bool) -> io::Result<Slab> {
-        let prot = if guarded {
+    fn map(len: usize, kind: Kind) -> io::Result<Slab> {
+        let prot = if kind == Kind::Mprotect {
             libc::PROT_NONE
         } else {
             libc::PROT_READ | libc::PROT_WRITE
@@ -197,7 +336,7 @@ impl Slab {
         Ok(Slab {
             start: ptr as usize,
             len,
-            guarded,
+            kind,
         })
     }
 }
@@ -209,13 +348,24 @@ struct Cursor {
     next: usize,
 }
 
+/// The slabs being carved (one per kind) and how many guarded stacks this
+/// allocator made.
+#[derive(Debug, Default)]
+struct Carver {
+    cursors: [Cursor; 3],
+    guarded_made: usize,
+}
+
 /// Hands out fiber stacks for one runtime.
 #[derive(Debug)]
 pub struct StackAllocator {
     size: usize,
+    gap: usize,
     max_guarded: Option<usize>,
-    guarded: Mutex<(Cursor, usize)>,
-    unguarded: Mutex<Cursor>,
+    policy: UnguardedPolicy,
+    carver: Mutex<Carver>,
+    /// Recycled stacks (pages given back), served before carving.
+    free: crossbeam_queue::SegQueue<FiberStack>,
 }
 
 impl StackAllocator {
@@ -224,9 +374,11 @@ impl StackAllocator {
         let page = page_size();
         StackAllocator {
             size: config.size.div_ceil(page) * page,
+            gap: gap_size(),
             max_guarded: config.max_guarded,
-            guarded: Mutex::new((Cursor::default(), 0)),
-            unguarded: Mutex::new(Cursor::default()),
+            policy: config.unguarded,
+            carver: Mutex::new(Carver::default()),
+            free: crossbeam_queue::SegQueue::new(),
         }
     }
 
@@ -235,75 +387,158 @@ impl StackAllocator {
         self.size
     }
 
-    /// A new stack: guarded while the budget allows, unguarded after.
+    /// A stack: a recycled one if any, else a new one with a page-table
+    /// guard, else (older kernels) an `mprotect` guard within the budget,
+    /// else what the [`UnguardedPolicy`] says (an error, or an unguarded
+    /// stack after a one-time notice).
     pub fn allocate(&self) -> io::Result<FiberStack> {
-        if let Some(stack) = self.allocate_guarded()? {
+        if let Some(mut stack) = self.free.pop() {
+            stack.recycled = true;
             return Ok(stack);
         }
-        print_unguarded_notice();
-        self.allocate_unguarded()
+        let mut carver = lock(&self.carver);
+        let capped = self.max_guarded.is_some_and(|max| carver.guarded_made >= max);
+        if !capped {
+            let kind = if page_table_guards_supported() {
+                Kind::PageTable
+            } else {
+                Kind::Mprotect
+            };
+            if let Some(stack) = self.carve(&mut carver, kind)? {
+                carver.guarded_made += 1;
+                return Ok(stack);
+            }
+        }
+        match self.policy {
+            UnguardedPolicy::Refuse => Err(io::Error::other(format!(
+                "fiber stack refused: no hardware guard is available for another stack ({}); \
+                 raise vm.max_map_count, run on Linux 6.13 or later, or set FIBER_UNGUARDED=allow \
+                 to run further fibers on unguarded stacks checked at every switch",
+                if capped {
+                    "the configured cap on guarded stacks is reached"
+                } else {
+                    "this kernel lacks MADV_GUARD_INSTALL and the vm.max_map_count guard-page budget is used up"
+                }
+            ))),
+            UnguardedPolicy::Allow => {
+                print_unguarded_notice();
+                Ok(self
+                    .carve(&mut carver, Kind::Unguarded)?
+                    .expect("unguarded stacks need no budget"))
+            }
+        }
     }
 
-    fn allocate_guarded(&self) -> io::Result<Option<FiberStack>> {
-        let page = page_size();
-        let stride = self.size + page;
-        let mut guard = lock(&self.guarded);
-        let (cursor, made) = &mut *guard;
-        if self.max_guarded.is_some_and(|max| *made >= max) {
-            return Ok(None);
-        }
+    /// Carve the next stack of `kind`, mapping a new slab when needed;
+    /// `None` when the `mprotect` budget is used up.
+    fn carve(&self, carver: &mut Carver, kind: Kind) -> io::Result<Option<FiberStack>> {
+        let stride = self.size + self.gap;
+        let cursor = &mut carver.cursors[kind as usize];
         if cursor.slab.is_none() || cursor.next == SLAB_STACKS {
             let budget = guard_budget();
-            if budget.fetch_sub(SLAB_STACKS as isize, Ordering::Relaxed) < SLAB_STACKS as isize {
+            // Relaxed: a counter; the budget is advisory, never a protocol.
+            if kind == Kind::Mprotect
+                && budget.fetch_sub(SLAB_STACKS as isize, Ordering::Relaxed) < SLAB_STACKS as isize
+            {
                 budget.fetch_add(SLAB_STACKS as isize, Ordering::Relaxed);
                 return Ok(None);
             }
-            match Slab::map(stride * SLAB_STACKS, true) {
-                Ok(slab) => {
-                    guard::register(slab.start, slab.len, stride, self.size);
-                    cursor.slab = Some(Arc::new(slab));
-                    cursor.next = 0;
-                }
+            let slab = match Slab::map(stride * SLAB_STACKS, kind) {
+                Ok(slab) => slab,
                 Err(e) => {
-                    budget.fetch_add(SLAB_STACKS as isize, Ordering::Relaxed);
+                    if kind == Kind::Mprotect {
+                        budget.fetch_add(SLAB_STACKS as isize, Ordering::Relaxed);
+                    }
                     return Err(e);
                 }
+            };
+            if kind != Kind::Unguarded {
+                guard::register(slab.start, slab.len, stride, self.gap, self.size);
             }
+            cursor.slab = Some(Arc::new(slab));
+            cursor.next = 0;
         }
         let slab = cursor.slab.clone().expect("slab was just mapped");
-        let low = slab.start + cursor.next * stride + page;
-        // SAFETY: `low..low+size` lies inside the slab (index < SLAB_STACKS)
-        // and is carved exactly once, so no live stack uses it.
-        let rc = unsafe { libc::mprotect(low as *mut libc::c_void, self.size, libc::PROT_READ | libc::PROT_WRITE) };
+        let gap_start = slab.start + cursor.next * stride;
+        let low = gap_start + self.gap;
+        let rc = match kind {
+            // SAFETY: `gap_start..low` lies inside the slab (index <
+            // SLAB_STACKS) and is carved exactly once; no stack uses it.
+            Kind::PageTable => unsafe { libc::madvise(gap_start as *mut libc::c_void, self.gap, MADV_GUARD_INSTALL) },
+            // SAFETY: `low..low+size` lies inside the slab and is carved
+            // exactly once, so no live stack uses it.
+            Kind::Mprotect => unsafe {
+                libc::mprotect(low as *mut libc::c_void, self.size, libc::PROT_READ | libc::PROT_WRITE)
+            },
+            Kind::Unguarded => 0,
+        };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
         cursor.next += 1;
-        *made += 1;
         Ok(Some(FiberStack {
             base: low + self.size,
             limit: low,
-            guarded: true,
+            guarded: kind != Kind::Unguarded,
+            recycled: false,
             _slab: slab,
         }))
     }
 
-    fn allocate_unguarded(&self) -> io::Result<FiberStack> {
-        let stride = self.size + RED_ZONE;
-        let mut cursor = lock(&self.unguarded);
-        if cursor.slab.is_none() || cursor.next == SLAB_STACKS {
-            cursor.slab = Some(Arc::new(Slab::map(stride * SLAB_STACKS, false)?));
-            cursor.next = 0;
+    /// Take back a stack no fiber runs on: its pages go back to the kernel
+    /// (`MADV_DONTNEED` on the usable part; a guard stays installed) and
+    /// the stack waits on a free list for the next [`allocate`](Self::allocate).
+    pub fn recycle(&self, stack: FiberStack) {
+        stack.release_pages();
+        if self.free.len() < FREE_CAP {
+            self.free.push(stack);
         }
-        let slab = cursor.slab.clone().expect("slab was just mapped");
-        let low = slab.start + cursor.next * stride + RED_ZONE;
-        cursor.next += 1;
-        Ok(FiberStack {
-            base: low + self.size,
-            limit: low,
-            guarded: false,
-            _slab: slab,
-        })
+        // Beyond the cap the stack is dropped: its pages are gone already,
+        // and its slab is unmapped with the slab's last stack.
+    }
+
+    /// [`recycle`](Self::recycle) many stacks at once: neighbours carved
+    /// from the same page-table-guarded or unguarded slab give their pages
+    /// back in one `madvise` call (each call costs a TLB shootdown).
+    pub fn recycle_many(&self, mut stacks: Vec<FiberStack>) {
+        stacks.sort_unstable_by_key(|stack| stack.limit);
+        let mut i = 0;
+        while i < stacks.len() {
+            let first = &stacks[i];
+            // One mapping per such slab; an mprotect slab is many.
+            let one_mapping = first._slab.kind != Kind::Mprotect;
+            let mut j = i + 1;
+            while one_mapping
+                && j < stacks.len()
+                && Arc::ptr_eq(&stacks[j]._slab, &first._slab)
+                && stacks[j].limit == stacks[j - 1].base + self.gap
+            {
+                j += 1;
+            }
+            // SAFETY: `first.limit..stacks[j - 1].base` covers the usable
+            // parts of stacks i..j, all held by value here (no fiber runs on
+            // them), and the gaps between them, each the gap below one of
+            // those stacks (guard markers survive MADV_DONTNEED; a red zone
+            // is zero anyway).
+            unsafe {
+                libc::madvise(
+                    first.limit as *mut libc::c_void,
+                    stacks[j - 1].base - first.limit,
+                    libc::MADV_DONTNEED,
+                );
+            }
+            i = j;
+        }
+        for stack in stacks {
+            if self.free.len() < FREE_CAP {
+                self.free.push(stack);
+            }
+        }
+    }
+
+    /// Recycled stacks waiting for reuse (diagnostics).
+    pub fn free_stacks(&self) -> usize {
+        self.free.len()
     }
 }
 
@@ -313,13 +548,19 @@ pub struct FiberStack {
     base: usize,
     limit: usize,
     guarded: bool,
+    recycled: bool,
     _slab: Arc<Slab>,
 }
 
 impl FiberStack {
-    /// Does this stack have a guard page below it?
+    /// Does this stack have a hardware guard below it?
     pub fn is_guarded(&self) -> bool {
         self.guarded
+    }
+
+    /// Did this stack come from the free list rather than a fresh carve?
+    pub fn was_recycled(&self) -> bool {
+        self.recycled
     }
 
     /// Bounds used by the switch-time overflow check.
@@ -327,6 +568,23 @@ impl FiberStack {
         StackBounds {
             limit: self.limit,
             guarded: self.guarded,
+        }
+    }
+
+    /// Give the usable part's pages back to the kernel; they read as zero
+    /// when touched again. Guard regions survive `MADV_DONTNEED`, and
+    /// `mprotect` guards and red zones lie outside the range.
+    fn release_pages(&self) {
+        // SAFETY: `limit..base` is this stack's own read-write range; holding
+        // the `FiberStack` by reference outside any coroutine means no fiber
+        // runs on it (a coroutine owns its stack while it exists), so nothing
+        // reads the discarded contents.
+        unsafe {
+            libc::madvise(
+                self.limit as *mut libc::c_void,
+                self.base - self.limit,
+                libc::MADV_DONTNEED,
+            );
         }
     }
 }
@@ -353,8 +611,9 @@ pub(crate) struct StackBounds {
 
 impl StackBounds {
     /// Has the fiber running on this stack overflowed it? `sp` is an address
-    /// on the current stack. Guarded stacks fault on overflow instead, so
-    /// they always pass.
+    /// on the current stack. Only the unguarded regime checks (stack
+    /// pointer below the limit, or the red zone's top no longer zero);
+    /// guarded stacks fault on their guard instead, so they always pass.
     #[inline]
     pub(crate) fn overflowed(&self, sp: usize) -> bool {
         if self.guarded || self.limit == 0 {
@@ -367,33 +626,39 @@ impl StackBounds {
         let top = (self.limit - RED_ZONE_CHECK) as *const u64;
         (0..words).any(|i| {
             // SAFETY: the red zone lies inside the unguarded slab's RW mapping
-            // (`allocate_unguarded` leaves RED_ZONE bytes below `limit`), so
-            // this read is in bounds; volatile because other code never
+            // (`carve` leaves a gap of at least RED_ZONE bytes below `limit`),
+            // so this read is in bounds; volatile because other code never
             // writes it legitimately and the compiler must not assume so.
             unsafe { std::ptr::read_volatile(top.add(i)) != 0 }
         })
     }
 }
 
-/// Reporting a hit on a fiber's guard page (PITFALLS 7): a SIGSEGV/SIGBUS
+/// Reporting a hit on a fiber's guard (PITFALLS 7): a SIGSEGV/SIGBUS
 /// handler, running on the thread's alternate signal stack (std gives every
 /// thread one), looks the faulting address up in a fixed table of guarded
-/// slabs; on a guard page it prints `fiber <id> has overflowed its stack`
-/// with the stack size and how to raise it, and aborts. Any other fault goes
-/// to the handler that was installed before ours. Everything the handler
-/// touches is async-signal-safe: atomics, a stack buffer and `write(2)`.
+/// slabs; in the gap below a stack (a page-table guard region or an
+/// `mprotect` guard) it prints `fiber <id> has overflowed its stack` with the
+/// stack size and how to raise it, and aborts. Every other fault is passed
+/// to the handler that was installed before ours, called directly, so ours
+/// stays installed; when that was the default action, the default action is
+/// restored and the fault re-executes (the process dies of it, as it would
+/// without us). Everything the handler touches is async-signal-safe:
+/// atomics, a stack buffer, `write(2)` and `sigaction(2)`.
 mod guard {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::OnceLock;
 
-    /// Guarded slabs the table can hold (each holds SLAB_STACKS stacks; the
-    /// default map-count budget needs about 450).
-    const SLOTS: usize = 4096;
+    /// Guarded slabs the table can hold (about 4.2 million live stacks).
+    /// Past it, a newer stack's overflow still faults on its guard, but is
+    /// reported as a plain SIGSEGV (a one-time notice says so).
+    const SLOTS: usize = 65_536;
 
     struct Entry {
         start: AtomicUsize,
         len: AtomicUsize,
         stride: AtomicUsize,
+        gap: AtomicUsize,
         size: AtomicUsize,
     }
 
@@ -402,9 +667,14 @@ mod guard {
         start: AtomicUsize::new(0),
         len: AtomicUsize::new(0),
         stride: AtomicUsize::new(0),
+        gap: AtomicUsize::new(0),
         size: AtomicUsize::new(0),
     };
     static TABLE: [Entry; SLOTS] = [EMPTY; SLOTS];
+    /// One past the highest slot ever claimed (the handler scans up to it).
+    static HIGH: AtomicUsize = AtomicUsize::new(0);
+    /// Where `register` starts looking for a free slot.
+    static HINT: AtomicUsize = AtomicUsize::new(0);
     static INSTALLED: OnceLock<()> = OnceLock::new();
     static FULL_WARNED: AtomicBool = AtomicBool::new(false);
 
@@ -421,11 +691,15 @@ mod guard {
 
     static PREVIOUS: OnceLock<Previous> = OnceLock::new();
 
-    pub(super) fn register(start: usize, len: usize, stride: usize, size: usize) {
+    pub(super) fn register(start: usize, len: usize, stride: usize, gap: usize, size: usize) {
         install();
-        for entry in &TABLE {
-            // The `len` slot claims the entry; Release publishes the fields
-            // to the handler's Acquire load of `len`.
+        // Relaxed: a search hint only.
+        let hint = HINT.load(Ordering::Relaxed);
+        for i in (hint..SLOTS).chain(0..hint) {
+            let entry = &TABLE[i];
+            // The `len` slot claims the entry (usize::MAX: being written);
+            // the Release store of the real length publishes the fields to
+            // the handler's Acquire load of `len`.
             if entry
                 .len
                 .compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed)
@@ -433,21 +707,31 @@ mod guard {
             {
                 entry.start.store(start, Ordering::Relaxed);
                 entry.stride.store(stride, Ordering::Relaxed);
+                entry.gap.store(gap, Ordering::Relaxed);
                 entry.size.store(size, Ordering::Relaxed);
+                // Release: pairs with the handler's Acquire load of HIGH, so
+                // a handler that scans up to this slot sees it claimed.
+                HIGH.fetch_max(i + 1, Ordering::Release);
                 entry.len.store(len, Ordering::Release);
+                HINT.store((i + 1) % SLOTS, Ordering::Relaxed);
                 return;
             }
         }
         if !FULL_WARNED.swap(true, Ordering::Relaxed) {
-            eprintln!("fiber: notice: guard-page table full; overflows of newer stacks fault without a fiber message");
+            eprintln!("fiber: notice: guard table full; overflows of newer stacks fault without a fiber message");
         }
     }
 
     pub(super) fn unregister(start: usize) {
-        for entry in &TABLE {
+        // Acquire: pairs with `register`'s Release of HIGH.
+        let high = HIGH.load(Ordering::Acquire);
+        for (i, entry) in TABLE[..high].iter().enumerate() {
+            // Acquire: pairs with `register`'s Release store of `len`.
             let len = entry.len.load(Ordering::Acquire);
             if len != 0 && len != usize::MAX && entry.start.load(Ordering::Relaxed) == start {
+                // Release: the slot is free for the next `register`'s CAS.
                 entry.len.store(0, Ordering::Release);
+                HINT.store(i, Ordering::Relaxed);
                 return;
             }
         }
@@ -458,7 +742,7 @@ mod guard {
             // SAFETY: plain sigaction calls with zeroed, then filled, structs;
             // the previous actions are stored before our handler is active
             // (it is installed by the same calls, and reads PREVIOUS only
-            // after a fault in a registered slab, which cannot exist yet).
+            // after a fault, which it handles via the defaults if unset).
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = handler as *const () as usize;
@@ -475,10 +759,13 @@ mod guard {
         });
     }
 
-    /// The guard hit's stack size, if `addr` is on a registered guard page.
-    fn lookup(addr: usize) -> Option<usize> {
-        let page = super::page_size();
-        for entry in &TABLE {
+    /// The overflowed stack's size, if `addr` lies in the gap below a stack
+    /// of a registered slab.
+    pub(super) fn lookup(addr: usize) -> Option<usize> {
+        // Acquire: pairs with `register`'s Release of HIGH.
+        let high = HIGH.load(Ordering::Acquire).min(SLOTS);
+        for entry in &TABLE[..high] {
+            // Acquire: pairs with `register`'s Release store of `len`.
             let len = entry.len.load(Ordering::Acquire);
             if len == 0 || len == usize::MAX {
                 continue;
@@ -488,7 +775,7 @@ mod guard {
                 continue;
             }
             let stride = entry.stride.load(Ordering::Relaxed);
-            if stride != 0 && (addr - start) % stride < page {
+            if stride != 0 && (addr - start) % stride < entry.gap.load(Ordering::Relaxed) {
                 return Some(entry.size.load(Ordering::Relaxed));
             }
         }
@@ -516,30 +803,63 @@ mod guard {
         write_all(&buf[i..]);
     }
 
-    extern "C" fn handler(signum: libc::c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
+    extern "C" fn handler(signum: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
         // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-        let addr = unsafe { (*info).si_addr() } as usize;
-        if let Some(size) = lookup(addr) {
-            let id = crate::fiber::current_id_for_signal();
-            write_all(b"\nfiber ");
-            write_number(id);
-            write_all(b" has overflowed its stack\nfatal runtime error: stack overflow (fiber stack size ");
-            write_number(size as u64);
-            write_all(b" bytes; raise it with Builder::stack_size or FIBER_STACK_SIZE)\n");
-            std::process::abort();
-        }
-        // Not ours: restore the previous action and return; the fault
-        // happens again and goes to it (std's handler, or the default).
-        if let Some(previous) = PREVIOUS.get() {
-            let old = if signum == libc::SIGBUS {
-                &previous.bus
-            } else {
-                &previous.segv
-            };
-            // SAFETY: re-installing a previously valid action.
-            unsafe {
-                libc::sigaction(signum, old, std::ptr::null_mut());
+        let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
+        // A fault (si_code > 0) at a guard is a fiber overflow; a signal
+        // sent by kill(2) or raise(3) (si_code <= 0) never is.
+        if code > 0 {
+            if let Some(size) = lookup(addr) {
+                let id = crate::fiber::current_id_for_signal();
+                write_all(b"\nfiber ");
+                write_number(id);
+                write_all(b" has overflowed its stack\nfatal runtime error: stack overflow (fiber stack size ");
+                write_number(size as u64);
+                write_all(b" bytes; raise it with Builder::stack_size or FIBER_STACK_SIZE)\n");
+                std::process::abort();
             }
+        }
+        chain(signum, info, context, code);
+    }
+
+    /// Pass a fault that is not ours to the action installed before ours.
+    fn chain(signum: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void, code: libc::c_int) {
+        let previous = PREVIOUS
+            .get()
+            .map(|p| if signum == libc::SIGBUS { p.bus } else { p.segv });
+        let action = previous.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
+        if action == libc::SIG_IGN && code <= 0 {
+            // A sent signal the program ignores.
+            return;
+        }
+        if action == libc::SIG_DFL || action == libc::SIG_IGN {
+            // The default action: restore it and let the signal happen
+            // again (a fault re-executes on return; a sent signal is
+            // raised again). Either way the process ends here.
+            // SAFETY: installing SIG_DFL with a zeroed action is valid.
+            unsafe {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(signum, &default, std::ptr::null_mut());
+                if code <= 0 {
+                    libc::raise(signum);
+                }
+            }
+            return;
+        }
+        let previous = previous.expect("a handler other than the defaults was recorded");
+        if previous.sa_flags & libc::SA_SIGINFO != 0 {
+            // SAFETY: the previous action was installed with SA_SIGINFO, so
+            // its `sa_sigaction` is a three-argument handler; we pass it the
+            // kernel's own arguments.
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { std::mem::transmute::<usize, _>(action) };
+            f(signum, info, context);
+        } else {
+            // SAFETY: without SA_SIGINFO, `sa_handler` is a one-argument
+            // handler (libc overlays it with `sa_sigaction`).
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute::<usize, _>(action) };
+            f(signum);
         }
     }
 }

@@ -14,6 +14,7 @@
 //! | `FIBER_DEBUG_STALL` | `0`: no stall report for fibers running > 5 s | `1` |
 //! | `FIBER_DEADLOCK_ABORT` | `1`: abort after a deadlock report | `0` |
 //! | `FIBER_DUMP_SIGNAL` | `SIGUSR1` or `SIGUSR2`: print the fiber dump on that signal | unset |
+//! | `FIBER_UNGUARDED` | `refuse` or `allow` a stack without a hardware guard (only on kernels before 6.13, past the map-count budget) | `refuse` |
 
 use fiber_core::stack::{MAX_STACK_SIZE, MIN_STACK_SIZE};
 use fiber_core::StackConfig;
@@ -259,6 +260,10 @@ impl Config {
         }
         if let Some(v) = var("FIBER_DEADLOCK_ABORT") {
             config.deadlock_abort = parse_bool("FIBER_DEADLOCK_ABORT", &v)?;
+        }
+        if let Some(v) = var("FIBER_UNGUARDED") {
+            config.stacks.unguarded = fiber_core::UnguardedPolicy::parse(&v)
+                .ok_or_else(|| err("FIBER_UNGUARDED", &v, "expected `refuse` or `allow`"))?;
         }
         if let Some(n) = overrides.workers {
             config.workers = n;

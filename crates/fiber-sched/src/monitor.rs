@@ -43,6 +43,9 @@ struct WorkerView {
     stall_reported_for: u64,
 }
 
+/// How often the monitor looks at the pool's idle frames.
+const TRIM_INTERVAL: Duration = Duration::from_secs(1);
+
 pub(crate) fn monitor_main(shared: Arc<Shared>) {
     let mut views: Vec<WorkerView> = (0..shared.slots.len())
         .map(|_| WorkerView {
@@ -55,6 +58,8 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
     let mut neg_streak = 0u64;
     let mut quiet_since: Option<Instant> = None;
     let mut deadlock_reported = false;
+    let mut trim_check = Instant::now();
+    let mut idle_frames_seen = false;
     loop {
         if shared.is_shutdown() {
             return;
@@ -63,6 +68,16 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
         fiber_core::advance_coarse_clock();
         if shared.timers.is_due(now) {
             shared.fire_timers_batched(now);
+        }
+        // Give idle stack memory back once the pool has stayed quiet (more
+        // idle frames than the warm watermark) for two checks 1 s apart.
+        if now.duration_since(trim_check) >= TRIM_INTERVAL {
+            trim_check = now;
+            let idle = shared.pool.idle_in_global() > fiber_core::IDLE_WATERMARK;
+            if idle && idle_frames_seen {
+                shared.pool.trim();
+            }
+            idle_frames_seen = idle;
         }
         if crate::dumpsig::take_dump_request() {
             eprintln!("{}", shared.pool.dump());

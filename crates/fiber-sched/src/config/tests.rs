@@ -115,3 +115,18 @@ fn builder_values_win_over_the_environment() {
     let e = Config::resolve_with(&overrides, |_| None).unwrap_err();
     assert_eq!(e.setting, "max_workers");
 }
+
+#[test]
+fn fiber_unguarded_takes_refuse_or_allow() {
+    use fiber_core::UnguardedPolicy;
+    assert_eq!(resolve(&[]).unwrap().stacks.unguarded, UnguardedPolicy::Refuse);
+    let config = resolve(&[("FIBER_UNGUARDED", "allow")]).unwrap();
+    assert_eq!(config.stacks.unguarded, UnguardedPolicy::Allow);
+    let config = resolve(&[("FIBER_UNGUARDED", "refuse")]).unwrap();
+    assert_eq!(config.stacks.unguarded, UnguardedPolicy::Refuse);
+    let e = error_of(&[("FIBER_UNGUARDED", "yes")]);
+    assert_eq!(
+        e.to_string(),
+        "invalid FIBER_UNGUARDED=\"yes\": expected `refuse` or `allow`"
+    );
+}
