@@ -9,8 +9,8 @@
 //! has been running one fiber with no heartbeat progress for
 //! [`STUCK_AFTER`]. Growth happens only when runnable work is waiting
 //! (pressure > 0), no worker sleeps (else one is woken instead), some worker
-//! is stuck, the pool is below its ceiling, and [`SCALE_COOLDOWN`] has passed
-//! since the last growth. It adds up to 50% more workers (at least one).
+//! is stuck, the pool is below its ceiling, and the growth interval has passed
+//! since the last growth. It adds one worker; the interval starts at [`SCALE_COOLDOWN`] and doubles with each growth that follows within [`SCALE_BACKOFF_RESET`] (seed 003 backoff).
 //! Shrinking happens only when an extra worker has slept for the idle timeout
 //! (`worker.rs`), which is far longer than the cooldown: together these are
 //! the hysteresis that keeps the pool from oscillating.
@@ -31,8 +31,18 @@ pub const IDLE_TICK: Duration = Duration::from_millis(10);
 /// made the pool grow under ordinary CPU-bound fibers (a 128 KiB DEFLATE
 /// block takes about 4 ms here) and oversubscribe the cores.
 pub const STUCK_AFTER: Duration = Duration::from_millis(10);
-/// Minimum time between two growth events.
+/// Minimum time between two growth events (seed 003's `SCALE_INTERVAL`):
+/// each growth adds one worker, and each growth that follows the previous
+/// one within [`SCALE_BACKOFF_RESET`] doubles the interval, up to
+/// [`SCALE_COOLDOWN_MAX`].
 pub const SCALE_COOLDOWN: Duration = Duration::from_millis(10);
+/// Ceiling of the growth interval's backoff.
+pub const SCALE_COOLDOWN_MAX: Duration = Duration::from_millis(320);
+/// Growth-free time after which the interval is back to [`SCALE_COOLDOWN`].
+pub const SCALE_BACKOFF_RESET: Duration = Duration::from_secs(1);
+/// Consecutive negative pressure samples that debug builds treat as an
+/// accounting bug (about 5 s of busy ticks; seed 000 §7.1).
+const NEGATIVE_STREAK_LIMIT: u64 = 20_000;
 /// Quiet time (everything asleep, root fiber parked, no timer) before a
 /// deadlock report.
 pub const DEADLOCK_AFTER: Duration = Duration::from_secs(1);
@@ -54,7 +64,7 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
             stall_reported_for: 0,
         })
         .collect();
-    let mut last_growth: Option<Instant> = None;
+    let mut last_growth: Option<(Instant, Duration)> = None;
     let mut neg_streak = 0u64;
     let mut quiet_since: Option<Instant> = None;
     let mut deadlock_reported = false;
@@ -99,6 +109,7 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
 
 fn sample_pressure(shared: &Shared, pressure: i64, neg_streak: &mut u64) {
     let counters = &shared.counters;
+    counters.current_pressure.store(pressure, Ordering::Relaxed);
     if pressure > 0 {
         counters.positive_samples.fetch_add(1, Ordering::Relaxed);
     }
@@ -106,6 +117,11 @@ fn sample_pressure(shared: &Shared, pressure: i64, neg_streak: &mut u64) {
         counters.negative_samples.fetch_add(1, Ordering::Relaxed);
         *neg_streak += 1;
         counters.neg_streak_max.fetch_max(*neg_streak, Ordering::Relaxed);
+        debug_assert!(
+            *neg_streak < NEGATIVE_STREAK_LIMIT,
+            "pressure has stayed negative for {} samples: enqueue/dequeue accounting is off",
+            *neg_streak
+        );
     } else {
         *neg_streak = 0;
     }
@@ -199,7 +215,7 @@ fn decide_growth(
     pressure: i64,
     stuck: &[usize],
     now: Instant,
-    last_growth: &mut Option<Instant>,
+    last_growth: &mut Option<(Instant, Duration)>,
 ) -> bool {
     let counters = &shared.counters;
     let alive = shared.alive.load(Ordering::Relaxed);
@@ -231,23 +247,27 @@ fn decide_growth(
         counters.gate_at_max.fetch_add(1, Ordering::Relaxed);
         return busy;
     }
-    if last_growth.is_some_and(|t| now.duration_since(t) < SCALE_COOLDOWN) {
-        return busy;
-    }
-    let add = (alive / 2).max(1).min(shared.config.max_workers - alive);
-    let mut added = 0;
-    for index in 0..shared.slots.len() {
-        if added == add {
-            break;
-        }
-        if shared.slots[index].state.load(Ordering::Relaxed) == DEAD && spawn_worker(shared, index) {
-            added += 1;
+    if let Some((at, interval)) = *last_growth {
+        if now.duration_since(at) < interval {
+            counters.gate_cooldown.fetch_add(1, Ordering::Relaxed);
+            return busy;
         }
     }
-    if added > 0 {
-        *last_growth = Some(now);
+    counters.gate_passes.fetch_add(1, Ordering::Relaxed);
+    // One worker per growth (seed 003's backoff rule).
+    let added = (0..shared.slots.len())
+        .find(|&index| shared.slots[index].state.load(Ordering::Relaxed) == DEAD && spawn_worker(shared, index));
+    if let Some(index) = added {
+        let interval = match *last_growth {
+            Some((at, interval)) if now.duration_since(at) < SCALE_BACKOFF_RESET => {
+                (interval * 2).min(SCALE_COOLDOWN_MAX)
+            }
+            _ => SCALE_COOLDOWN,
+        };
+        *last_growth = Some((now, interval));
         counters.record_grow(format!(
-            "+{added} worker(s): worker(s) {stuck:?} stuck with {pressure} runnable fiber(s) waiting"
+            "+1 worker (slot {index}): worker(s) {stuck:?} stuck with {pressure} runnable fiber(s) waiting; \
+             next growth not before {interval:?}"
         ));
     }
     busy

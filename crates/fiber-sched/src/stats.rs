@@ -23,6 +23,9 @@ pub(crate) struct Counters {
     pub(crate) gate_idle_capacity: AtomicU64,
     pub(crate) gate_not_stuck: AtomicU64,
     pub(crate) gate_at_max: AtomicU64,
+    pub(crate) gate_cooldown: AtomicU64,
+    pub(crate) gate_passes: AtomicU64,
+    pub(crate) current_pressure: std::sync::atomic::AtomicI64,
     pub(crate) positive_samples: AtomicU64,
     pub(crate) negative_samples: AtomicU64,
     pub(crate) neg_streak_max: AtomicU64,
@@ -103,6 +106,16 @@ pub struct Stats {
     pub gate_not_stuck: u64,
     /// ... the pool was at its ceiling.
     pub gate_at_max: u64,
+    /// Growth blocked by the rate limit (one worker per scale interval,
+    /// with backoff).
+    pub gate_cooldown: u64,
+    /// Growth decisions that passed every gate (each adds one worker).
+    pub gate_passes: u64,
+    /// Workers added by growth (promoted to running fibers).
+    pub promoted_workers: u64,
+    /// Pressure at the last sample: runnable fibers enqueued minus dequeued,
+    /// signed (transiently negative under races).
+    pub current_pressure: i64,
     /// Pressure samples above zero.
     pub pressure_positive_samples: u64,
     /// Pressure samples below zero.
@@ -154,8 +167,18 @@ impl fmt::Display for Stats {
         }
         writeln!(
             f,
-            "  gate blocks: no_work {}, nonpositive {}, idle_capacity {}, not_stuck {}, at_max {}",
-            self.gate_no_work, self.gate_nonpositive, self.gate_idle_capacity, self.gate_not_stuck, self.gate_at_max
+            "  gate blocks: no_work {}, nonpositive {}, idle_capacity {}, not_stuck {}, at_max {}, cooldown {}",
+            self.gate_no_work,
+            self.gate_nonpositive,
+            self.gate_idle_capacity,
+            self.gate_not_stuck,
+            self.gate_at_max,
+            self.gate_cooldown
+        )?;
+        writeln!(
+            f,
+            "  gate passes {}, promoted workers {}, current pressure {}",
+            self.gate_passes, self.promoted_workers, self.current_pressure
         )?;
         writeln!(
             f,

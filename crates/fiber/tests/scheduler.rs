@@ -114,3 +114,71 @@ fn timers_of_waits_that_ended_early_do_not_accumulate() {
         "{pending} timers pending after 100,000 early-ended waits"
     );
 }
+
+#[test]
+fn growth_adds_one_worker_per_interval_and_the_telemetry_counts_it() {
+    let rt = fiber::Runtime::builder().workers(1).max_workers(4).build().unwrap();
+    let stats = rt.block_on(|| {
+        // Two fibers that run 300 ms without a yield point, and a third that
+        // waits behind them: the pool grows, one worker at a time.
+        let spin = || {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(300) {
+                std::hint::spin_loop();
+            }
+        };
+        let a = fiber::spawn(spin);
+        let b = fiber::spawn(spin);
+        let c = fiber::spawn(spin);
+        a.join().unwrap();
+        b.join().unwrap();
+        c.join().unwrap();
+        fiber::stats().runtime
+    });
+    assert!(stats.scale_ups >= 1, "{stats:?}");
+    assert_eq!(stats.promoted_workers, stats.scale_ups);
+    assert!(stats.gate_passes >= stats.scale_ups, "{stats:?}");
+    for event in &stats.scale_events {
+        if event.starts_with("grow") {
+            assert!(event.starts_with("grow: +1 worker"), "one worker per growth: {event}");
+        }
+    }
+    // Pressure is signed; this one sample is back near zero once idle.
+    assert!(stats.current_pressure.abs() < 1_000, "{stats:?}");
+}
+
+#[test]
+fn a_fiber_running_5_s_without_a_yield_point_is_named_by_the_stall_report() {
+    const CHILD: &str = "FIBER_STALL_CHILD";
+    if std::env::var(CHILD).is_ok() {
+        let rt = fiber::Runtime::builder().workers(2).max_workers(2).build().unwrap();
+        rt.block_on(|| {
+            fiber::spawn(|| {
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_millis(5600) {
+                    std::hint::spin_loop();
+                }
+            })
+            .join()
+            .unwrap()
+        });
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_fiber_running_5_s_without_a_yield_point_is_named_by_the_stall_report",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("fiber: stall: fiber "), "{stderr}");
+    assert!(
+        stderr.contains("without a yield point (spawned at crates/fiber/tests/scheduler.rs:"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("fiber dump:"), "{stderr}");
+}
