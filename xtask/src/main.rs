@@ -18,6 +18,7 @@ commands:
                           one process per measurement, systems interleaved; prints a table and
                           writes target/bench-report/{report.md,ratios.svg}
   bench --criterion [filter]  the criterion micro benches (fiber switch, park + wake)
+  loadtest [--duration S]  http_hello vs tokio (and Go) under wrk at 50 and 1,000 connections
 ";
 
 /// Default preemption bound for `cargo xtask loom` (loom docs recommend 2-3).
@@ -109,6 +110,7 @@ fn loom(krate: Option<&str>, filter: Option<&str>) -> Result<(), String> {
 }
 
 mod bench;
+mod loadtest;
 
 fn criterion(filter: Option<&str>) -> Result<(), String> {
     let mut cmd = cargo();
@@ -137,6 +139,7 @@ fn main() -> ExitCode {
                 bench::run(&rest)
             }
         }
+        Some("loadtest") => loadtest::run(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>()),
         Some("help" | "--help" | "-h") => {
             print!("{USAGE}");
             Ok(())
