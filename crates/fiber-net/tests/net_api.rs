@@ -356,3 +356,29 @@ fn one_fiber_per_connection_serves_every_slow_client() {
         c.join().unwrap();
     }
 }
+
+/// A fiber parked in a read wakes with end-of-file when the peer closes;
+/// dropping a `try_clone` duplicate leaves the other handle working (std
+/// semantics: each handle owns its fd).
+#[test]
+fn peer_close_wakes_a_parked_reader_and_clones_are_independent() {
+    rt().block_on(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let duplicate = server.try_clone().unwrap();
+        let reader = fiber_core::spawn(move || {
+            let mut buf = [0; 8];
+            let first = (&server).read(&mut buf).unwrap();
+            let second = (&server).read(&mut buf).unwrap();
+            (first, second)
+        });
+        while fiber_net::io_waiters() == 0 {
+            fiber_core::yield_now();
+        }
+        drop(duplicate);
+        (&client).write_all(b"abc").unwrap();
+        drop(client);
+        assert_eq!(reader.join().unwrap(), (3, 0));
+    });
+}
