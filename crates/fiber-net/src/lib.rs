@@ -61,6 +61,8 @@ mod source;
 mod tcp;
 #[cfg(not(loom))]
 mod udp;
+#[cfg(not(loom))]
+pub mod unix;
 
 pub use readiness::io_waiters;
 #[cfg(not(loom))]

@@ -382,3 +382,54 @@ fn peer_close_wakes_a_parked_reader_and_clones_are_independent() {
         assert_eq!(reader.join().unwrap(), (3, 0));
     });
 }
+
+#[test]
+fn unix_socket_calls() {
+    in_fiber_and_thread(|| {
+        use fiber_net::unix::{UnixDatagram, UnixListener, UnixStream};
+        let dir = std::env::temp_dir().join(format!(
+            "fiber-net-unix-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stream");
+        let listener = UnixListener::bind(&path).unwrap();
+        assert_eq!(listener.local_addr().unwrap().as_pathname(), Some(path.as_path()));
+        let clone = listener.try_clone().unwrap();
+        let p = path.clone();
+        let client = std::thread::spawn(move || {
+            let mut s = UnixStream::connect(&p).unwrap();
+            s.write_all(b"ping").unwrap();
+            let mut back = [0; 4];
+            s.read_exact(&mut back).unwrap();
+            back
+        });
+        let (conn, _) = clone.accept().unwrap();
+        let mut buf = [0; 4];
+        (&conn).read_exact(&mut buf).unwrap();
+        (&conn).write_all(&buf).unwrap();
+        assert_eq!(&client.join().unwrap(), b"ping");
+        let (a, b) = UnixStream::pair().unwrap();
+        b.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        assert_eq!((&b).read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+        b.set_read_timeout(None).unwrap();
+        (&a).write_all(b"x").unwrap();
+        a.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        (&b).read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"x");
+        let (da, db) = UnixDatagram::pair().unwrap();
+        da.send(b"dgram").unwrap();
+        let n = db.recv(&mut buf[..]).unwrap();
+        assert_eq!(&buf[..n], b"dgra");
+        let bound = UnixDatagram::bind(dir.join("dgram")).unwrap();
+        let sender = UnixDatagram::unbound().unwrap();
+        sender.send_to(b"to", dir.join("dgram")).unwrap();
+        let (n, _) = bound.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"to");
+        drop(listener.into_std().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+    });
+}
