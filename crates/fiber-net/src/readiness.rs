@@ -40,6 +40,24 @@ pub fn io_waiters() -> usize {
     IO_WAITERS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// What a waiter waits for, as a type: fiber-core names the waitable's type
+/// in fiber dumps and stall reports, so a fiber parked on a socket shows as
+/// e.g. `ReadyWait<fiber_net::readiness::op::Accept>`.
+pub(crate) mod op {
+    /// Waiting for an incoming connection.
+    pub(crate) struct Accept;
+    /// Waiting for an outgoing connection to complete.
+    pub(crate) struct Connect;
+    /// Waiting for bytes to read.
+    pub(crate) struct Read;
+    /// Waiting for room to write.
+    pub(crate) struct Write;
+    /// Waiting for a datagram.
+    pub(crate) struct Recv;
+    /// Waiting for room to send a datagram.
+    pub(crate) struct Send;
+}
+
 /// What an expired deadline turns into (std on Linux: a read or write
 /// timeout is `EAGAIN`, `connect_timeout` is `TimedOut`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,7 +178,7 @@ impl Readiness {
     /// Steps 1 to 3: run the non-blocking `op` until it does not report
     /// `WouldBlock`, parking between tries. `nonblocking` returns the
     /// `WouldBlock` to the caller instead (std's `set_nonblocking`).
-    pub(crate) fn poll_io<R>(
+    pub(crate) fn poll_io<K, R>(
         &self,
         dir: usize,
         deadline: Option<Instant>,
@@ -175,7 +193,11 @@ impl Readiness {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 other => return other,
             }
-            let wait = ReadyWait { io: self, dir };
+            let wait = ReadyWait::<K> {
+                io: self,
+                dir,
+                op: std::marker::PhantomData,
+            };
             match fiber_wait(&wait, &mut snapshot, WaitOptions::new().deadline(deadline)) {
                 WaitResult::Ok => {}
                 WaitResult::TimedOut => return Err(timeout_error(on_timeout)),
@@ -211,13 +233,14 @@ pub(crate) fn timeout_error(on_timeout: OnTimeout) -> io::Error {
 }
 
 /// The waitable of one direction of one socket; the per-wait data is the
-/// snapshot of step 1.
-struct ReadyWait<'a> {
+/// snapshot of step 1. `K` (an [`op`] marker) only names the operation.
+struct ReadyWait<'a, K> {
     io: &'a Readiness,
     dir: usize,
+    op: std::marker::PhantomData<fn() -> K>,
 }
 
-impl ReadyWait<'_> {
+impl<K> ReadyWait<'_, K> {
     /// Under the lock or not: has anything happened since the snapshot?
     fn changed(&self, snapshot: usize, order: Ordering) -> Option<WaitResult> {
         if self.io.closed.load(order) {
@@ -230,7 +253,7 @@ impl ReadyWait<'_> {
     }
 }
 
-impl Waitable for ReadyWait<'_> {
+impl<K> Waitable for ReadyWait<'_, K> {
     type Io = usize;
 
     fn try_complete(&self, snapshot: &mut usize) -> Option<WaitResult> {

@@ -53,20 +53,20 @@ impl<S: Source> Io<S> {
     /// Run `op` for reading until it does not block, honouring the read
     /// timeout (expiry: `WouldBlock`, as std on Linux).
     #[inline]
-    pub(crate) fn read<R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
+    pub(crate) fn read<K, R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
         let deadline = deadline(&self.read_timeout);
-        self.poll(READ, deadline, OnTimeout::WouldBlock, op)
+        self.poll::<K, R>(READ, deadline, OnTimeout::WouldBlock, op)
     }
 
     /// As [`read`](Self::read) for writing.
     #[inline]
-    pub(crate) fn write<R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
+    pub(crate) fn write<K, R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
         let deadline = deadline(&self.write_timeout);
-        self.poll(WRITE, deadline, OnTimeout::WouldBlock, op)
+        self.poll::<K, R>(WRITE, deadline, OnTimeout::WouldBlock, op)
     }
 
     /// Run `op` until it does not block, for `dir`, with an explicit deadline.
-    pub(crate) fn poll<R>(
+    pub(crate) fn poll<K, R>(
         &self,
         dir: usize,
         deadline: Option<Instant>,
@@ -77,7 +77,7 @@ impl<S: Source> Io<S> {
         let nonblocking = self.nonblocking.load(Ordering::Relaxed);
         self.registration
             .readiness
-            .poll_io(dir, deadline, on_timeout, nonblocking, || op(source))
+            .poll_io::<K, R>(dir, deadline, on_timeout, nonblocking, || op(source))
     }
 
     pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {

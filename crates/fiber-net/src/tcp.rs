@@ -1,6 +1,6 @@
 //! TCP: [`TcpListener`] and [`TcpStream`], with `std::net`'s API.
 
-use crate::readiness::{OnTimeout, WRITE};
+use crate::readiness::{op, OnTimeout, WRITE};
 use crate::source::Io;
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
@@ -60,7 +60,7 @@ impl TcpListener {
     /// a cancelled wait is an error of kind `Other` wrapping
     /// [`fiber_core::Cancelled`].
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        let (stream, addr) = self.io.read(|l| l.accept())?;
+        let (stream, addr) = self.io.read::<op::Accept, _>(|l| l.accept())?;
         Ok((TcpStream { io: Io::new(stream)? }, addr))
     }
 
@@ -204,16 +204,18 @@ impl TcpStream {
         };
         // The handshake is done when the socket turns writable; SO_ERROR
         // then tells how it ended. Before that, `peer_addr` is NotConnected.
-        stream.io.poll(WRITE, deadline, OnTimeout::TimedOut, |s| {
-            if let Some(e) = s.take_error()? {
-                return Err(e);
-            }
-            match s.peer_addr() {
-                Ok(_) => Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => Err(io::ErrorKind::WouldBlock.into()),
-                Err(e) => Err(e),
-            }
-        })?;
+        stream
+            .io
+            .poll::<op::Connect, _>(WRITE, deadline, OnTimeout::TimedOut, |s| {
+                if let Some(e) = s.take_error()? {
+                    return Err(e);
+                }
+                match s.peer_addr() {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::NotConnected => Err(io::ErrorKind::WouldBlock.into()),
+                    Err(e) => Err(e),
+                }
+            })?;
         Ok(stream)
     }
 
@@ -242,7 +244,7 @@ impl TcpStream {
 
     /// Read without consuming, parking until data (or end-of-file) is there.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.read(|s| s.peek(buf))
+        self.io.read::<op::Read, _>(|s| s.peek(buf))
     }
 
     /// Set the read timeout; an expired read is an error of kind
@@ -318,21 +320,21 @@ impl TcpStream {
 
 impl Read for &TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.read(|mut s| s.read(buf))
+        self.io.read::<op::Read, _>(|mut s| s.read(buf))
     }
 
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.io.read(|mut s| s.read_vectored(bufs))
+        self.io.read::<op::Read, _>(|mut s| s.read_vectored(bufs))
     }
 }
 
 impl Write for &TcpStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.io.write(|mut s| s.write(buf))
+        self.io.write::<op::Write, _>(|mut s| s.write(buf))
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.io.write(|mut s| s.write_vectored(bufs))
+        self.io.write::<op::Write, _>(|mut s| s.write_vectored(bufs))
     }
 
     fn flush(&mut self) -> io::Result<()> {

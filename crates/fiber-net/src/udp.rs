@@ -1,5 +1,6 @@
 //! UDP: [`UdpSocket`], with `std::net`'s API.
 
+use crate::readiness::op;
 use crate::source::Io;
 use crate::tcp::each_addr;
 use std::fmt;
@@ -41,17 +42,17 @@ impl UdpSocket {
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no addresses to send data to"))?;
-        self.io.write(|s| s.send_to(buf, target))
+        self.io.write::<op::Send, _>(|s| s.send_to(buf, target))
     }
 
     /// Receive one datagram, parking until one arrives.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.io.read(|s| s.recv_from(buf))
+        self.io.read::<op::Recv, _>(|s| s.recv_from(buf))
     }
 
     /// Receive one datagram without removing it from the queue.
     pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.io.read(|s| s.peek_from(buf))
+        self.io.read::<op::Recv, _>(|s| s.peek_from(buf))
     }
 
     /// Set the default peer (each resolved address in turn); `send` and
@@ -62,17 +63,17 @@ impl UdpSocket {
 
     /// Send to the connected peer.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        self.io.write(|s| s.send(buf))
+        self.io.write::<op::Send, _>(|s| s.send(buf))
     }
 
     /// Receive from the connected peer.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.read(|s| s.recv(buf))
+        self.io.read::<op::Recv, _>(|s| s.recv(buf))
     }
 
     /// Receive from the connected peer without removing the datagram.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.read(|s| s.peek(buf))
+        self.io.read::<op::Recv, _>(|s| s.peek(buf))
     }
 
     /// The local address.

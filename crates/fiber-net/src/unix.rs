@@ -3,7 +3,7 @@
 //! the calling fiber (or block the calling thread) and are cancellation
 //! points, as for TCP.
 
-use crate::readiness::{OnTimeout, WRITE};
+use crate::readiness::{op, OnTimeout, WRITE};
 use crate::source::Io;
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
@@ -47,7 +47,7 @@ impl UnixListener {
 
     /// Accept a connection, parking until one arrives.
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
-        let (stream, addr) = self.io.read(|l| l.accept())?;
+        let (stream, addr) = self.io.read::<op::Accept, _>(|l| l.accept())?;
         Ok((UnixStream { io: Io::new(stream)? }, addr))
     }
 
@@ -107,16 +107,18 @@ impl UnixStream {
         let stream = UnixStream {
             io: Io::new(mio::net::UnixStream::connect(path)?)?,
         };
-        stream.io.poll(WRITE, None, OnTimeout::TimedOut, |s| {
-            if let Some(e) = s.take_error()? {
-                return Err(e);
-            }
-            match s.peer_addr() {
-                Ok(_) => Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => Err(io::ErrorKind::WouldBlock.into()),
-                Err(e) => Err(e),
-            }
-        })?;
+        stream
+            .io
+            .poll::<op::Connect, _>(WRITE, None, OnTimeout::TimedOut, |s| {
+                if let Some(e) = s.take_error()? {
+                    return Err(e);
+                }
+                match s.peer_addr() {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::NotConnected => Err(io::ErrorKind::WouldBlock.into()),
+                    Err(e) => Err(e),
+                }
+            })?;
         Ok(stream)
     }
 
@@ -196,21 +198,21 @@ impl UnixStream {
 
 impl Read for &UnixStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.read(|mut s| s.read(buf))
+        self.io.read::<op::Read, _>(|mut s| s.read(buf))
     }
 
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.io.read(|mut s| s.read_vectored(bufs))
+        self.io.read::<op::Read, _>(|mut s| s.read_vectored(bufs))
     }
 }
 
 impl Write for &UnixStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.io.write(|mut s| s.write(buf))
+        self.io.write::<op::Write, _>(|mut s| s.write(buf))
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.io.write(|mut s| s.write_vectored(bufs))
+        self.io.write::<op::Write, _>(|mut s| s.write_vectored(bufs))
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -268,22 +270,22 @@ impl UnixDatagram {
     /// Send to `path`.
     pub fn send_to<P: AsRef<Path>>(&self, buf: &[u8], path: P) -> io::Result<usize> {
         let path = path.as_ref();
-        self.io.write(|s| s.send_to(buf, path))
+        self.io.write::<op::Send, _>(|s| s.send_to(buf, path))
     }
 
     /// Receive one datagram, parking until one arrives.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.io.read(|s| s.recv_from(buf))
+        self.io.read::<op::Recv, _>(|s| s.recv_from(buf))
     }
 
     /// Send to the connected peer.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        self.io.write(|s| s.send(buf))
+        self.io.write::<op::Send, _>(|s| s.send(buf))
     }
 
     /// Receive from the connected peer.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.read(|s| s.recv(buf))
+        self.io.read::<op::Recv, _>(|s| s.recv(buf))
     }
 
     /// The local address.

@@ -4,7 +4,7 @@
 //! buffer is a loom mutex (the socket lock); the poller is a thread that
 //! fills it and then delivers the edge, as epoll does.
 
-use crate::readiness::{OnTimeout, Readiness, READ};
+use crate::readiness::{op, OnTimeout, Readiness, READ};
 use crate::sync::{lock, Arc, Mutex};
 use loom::thread;
 use std::io;
@@ -36,7 +36,7 @@ fn loom_readiness_vs_park() {
                 readiness.set_ready(true, false);
             })
         };
-        let got = readiness.poll_io(READ, None, OnTimeout::WouldBlock, false, || try_read(&kernel));
+        let got = readiness.poll_io::<op::Read, _>(READ, None, OnTimeout::WouldBlock, false, || try_read(&kernel));
         assert_eq!(got.unwrap(), 1);
         poller.join().unwrap();
     });
@@ -53,7 +53,7 @@ fn loom_close_vs_park() {
             let readiness = readiness.clone();
             thread::spawn(move || readiness.close())
         };
-        let got = readiness.poll_io(READ, None, OnTimeout::WouldBlock, false, || try_read(&kernel));
+        let got = readiness.poll_io::<op::Read, _>(READ, None, OnTimeout::WouldBlock, false, || try_read(&kernel));
         assert_eq!(got.unwrap_err().kind(), io::ErrorKind::NotConnected);
         closer.join().unwrap();
     });

@@ -1,13 +1,13 @@
 //! Deregistration wakes waiters: a fiber and a thread parked on a socket's
 //! readiness when it is closed both wake with the "closed" error.
 
-use crate::readiness::{OnTimeout, Readiness, READ, WRITE};
+use crate::readiness::{op, OnTimeout, Readiness, READ, WRITE};
 use std::io;
 use std::sync::Arc;
 
 fn park_until_closed(readiness: &Readiness, dir: usize) -> io::Error {
     readiness
-        .poll_io(dir, None, OnTimeout::WouldBlock, false, || {
+        .poll_io::<op::Read, _>(dir, None, OnTimeout::WouldBlock, false, || {
             Err::<(), _>(io::ErrorKind::WouldBlock.into())
         })
         .unwrap_err()
