@@ -77,7 +77,10 @@ impl Pool {
     /// Returns the job back if no thread runs or can run it.
     fn submit(self: &Arc<Self>, job: Job) -> Result<(), Job> {
         let mut state = lock(&self.state);
-        if state.idle > 0 {
+        // An idle thread counts only if no queued job already claims it
+        // (`idle` drops when the woken thread takes the lock, not at the
+        // notify).
+        if state.idle > state.queue.len() {
             state.queue.push_back(job);
             drop(state);
             self.work.notify_one();
@@ -270,5 +273,50 @@ where
         Some(Ok(value)) => value,
         Some(Err(payload)) => resume_unwind(payload),
         None => unreachable!("blocking: the result was taken twice"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// Two jobs submitted back to back while one thread is idle: the second
+    /// must not count on the idle thread the first one already claimed
+    /// (both wait for each other, so queueing them behind one thread
+    /// would leave each waiting out its timeout).
+    #[test]
+    fn an_idle_thread_serves_one_queued_job() {
+        let pool = Arc::new(Pool {
+            state: Mutex::new(PoolState::default()),
+            work: Condvar::new(),
+            cap: 8,
+            name: "test-blocking".to_string(),
+        });
+        assert!(pool.submit(Box::new(|| ())).is_ok());
+        while lock(&pool.state).idle == 0 {
+            std::thread::yield_now();
+        }
+        let (a_tx, a_rx) = mpsc::channel::<()>();
+        let (b_tx, b_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel::<bool>();
+        let wait = Duration::from_secs(10);
+        let done_a = done_tx.clone();
+        assert!(pool
+            .submit(Box::new(move || {
+                a_tx.send(()).unwrap();
+                done_a.send(b_rx.recv_timeout(wait).is_ok()).unwrap();
+            }))
+            .is_ok());
+        assert!(pool
+            .submit(Box::new(move || {
+                b_tx.send(()).unwrap();
+                done_tx.send(a_rx.recv_timeout(wait).is_ok()).unwrap();
+            }))
+            .is_ok());
+        assert!(
+            done_rx.recv().unwrap() && done_rx.recv().unwrap(),
+            "the two jobs did not overlap"
+        );
     }
 }

@@ -115,3 +115,28 @@ fn cancellation_waits_for_the_running_call() {
     let _ = handle.join();
     assert_eq!(finished.load(Ordering::SeqCst), 1);
 }
+
+/// Two calls that must run at the same time (each waits for the other)
+/// while one idle thread is left from earlier: the second call gets a
+/// thread of its own instead of queueing behind the first.
+#[test]
+fn an_idle_thread_is_not_promised_to_two_calls() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    rt.block_on(|| blocking(|| ()));
+    let (a_tx, a_rx) = std::sync::mpsc::channel::<()>();
+    let (b_tx, b_rx) = std::sync::mpsc::channel::<()>();
+    let hang = Duration::from_secs(30);
+    let a = rt.spawn(move || {
+        blocking(move || {
+            a_tx.send(()).unwrap();
+            b_rx.recv_timeout(hang).is_ok()
+        })
+    });
+    let b = rt.spawn(move || {
+        blocking(move || {
+            b_tx.send(()).unwrap();
+            a_rx.recv_timeout(hang).is_ok()
+        })
+    });
+    assert!(a.join().unwrap() && b.join().unwrap(), "the two calls did not overlap");
+}
