@@ -140,3 +140,20 @@ fn an_idle_thread_is_not_promised_to_two_calls() {
     });
     assert!(a.join().unwrap() && b.join().unwrap(), "the two calls did not overlap");
 }
+
+/// The count the deadlock check needs: calls in flight per runtime.
+#[test]
+fn in_flight_counts_running_calls() {
+    let rt = Runtime::builder().workers(1).build().unwrap();
+    let id = rt.shared.id;
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let call = rt.spawn(move || blocking(move || release_rx.recv().unwrap()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while crate::blocking::in_flight(id) != 1 && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert_eq!(crate::blocking::in_flight(id), 1);
+    release_tx.send(()).unwrap();
+    call.join().unwrap();
+    assert_eq!(crate::blocking::in_flight(id), 0);
+}
