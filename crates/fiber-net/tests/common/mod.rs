@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Hang detection only: far above any healthy run on a loaded machine.
-pub const HANG: Duration = Duration::from_secs(60);
+pub const HANG: Duration = Duration::from_secs(120);
 
 /// Counters of a line-echo server.
 #[derive(Default, Debug)]
