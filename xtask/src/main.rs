@@ -19,13 +19,14 @@ commands:
                           one process per measurement, systems interleaved; prints a table and
                           writes target/bench-report/{report.md,ratios.svg}
   bench --criterion [filter]  the criterion micro benches (fiber switch, park + wake)
+  loadtest [--duration S]  http_hello vs tokio (and Go) under wrk at 50 and 1,000 connections
 ";
 
 /// Default preemption bound for `cargo xtask loom` (loom docs recommend 2-3).
 const LOOM_PREEMPTIONS: &str = "2";
 
 /// Crates that hold loom models.
-const LOOM_CRATES: &[&str] = &["fiber-core", "fiber-sched", "fiber-chan", "fiber-jobs"];
+const LOOM_CRATES: &[&str] = &["fiber-core", "fiber-sched", "fiber-chan", "fiber-jobs", "fiber-net"];
 
 fn cargo() -> Command {
     Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()))
@@ -157,6 +158,7 @@ fn loom(krate: Option<&str>, filter: Option<&str>) -> Result<(), String> {
 }
 
 mod bench;
+mod loadtest;
 
 fn criterion(filter: Option<&str>) -> Result<(), String> {
     let mut cmd = cargo();
@@ -189,6 +191,7 @@ fn main() -> ExitCode {
                 bench::run(&rest)
             }
         }
+        Some("loadtest") => loadtest::run(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>()),
         Some("help" | "--help" | "-h") => {
             print!("{USAGE}");
             Ok(())

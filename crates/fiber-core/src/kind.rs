@@ -26,6 +26,8 @@ pub enum WaitKind {
     Io = 8,
     /// Any other waitable.
     Other = 9,
+    /// A call running on the blocking pool (`fiber::blocking`).
+    Blocking = 10,
 }
 
 impl WaitKind {
@@ -40,6 +42,7 @@ impl WaitKind {
             7 => WaitKind::Lock,
             8 => WaitKind::Io,
             9 => WaitKind::Other,
+            10 => WaitKind::Blocking,
             _ => WaitKind::None,
         }
     }
@@ -57,6 +60,7 @@ impl WaitKind {
             WaitKind::Lock => "waiting for lock",
             WaitKind::Io => "I/O",
             WaitKind::Other => "wait",
+            WaitKind::Blocking => "blocking call",
         }
     }
 }

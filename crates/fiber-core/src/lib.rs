@@ -91,7 +91,9 @@ pub mod testing;
 mod wait;
 
 #[cfg(not(loom))]
-pub use dump::{advance_coarse_clock, Dump, FiberInfo};
+pub use dump::{
+    advance_coarse_clock, external_wait, external_waiters, note_external_wait, Dump, ExternalWait, FiberInfo,
+};
 #[cfg(not(loom))]
 pub use fiber::{
     current_cancel_scope, current_fiber, current_id, current_name, current_spawn_location, current_worker, in_fiber,

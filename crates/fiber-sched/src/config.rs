@@ -15,6 +15,7 @@
 //! | `FIBER_DEADLOCK_ABORT` | `1`: abort after a deadlock report | `0` |
 //! | `FIBER_DUMP_SIGNAL` | `SIGUSR1` or `SIGUSR2`: print the fiber dump on that signal | unset |
 //! | `FIBER_UNGUARDED` | `refuse` or `allow` a stack without a hardware guard (only on kernels before 6.13, past the map-count budget) | `refuse` |
+//! | `FIBER_MAX_BLOCKING` | cap on blocking-pool threads (1..=`MAX_BLOCKING_THREADS`) | 512 |
 
 use fiber_core::stack::{MAX_STACK_SIZE, MIN_STACK_SIZE};
 use fiber_core::StackConfig;
@@ -26,6 +27,12 @@ pub const MAX_WORKERS: usize = 1024;
 
 /// Default idle time before an extra worker retires.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default cap on the threads of the blocking pool (`fiber::blocking`).
+pub const DEFAULT_MAX_BLOCKING_THREADS: usize = 512;
+
+/// Hard ceiling on blocking-pool threads, to catch unit mistakes.
+pub const MAX_BLOCKING_THREADS: usize = 65_536;
 
 /// How long a fiber may run without a yield point before the stall report.
 pub const STALL_THRESHOLD: Duration = Duration::from_secs(5);
@@ -100,6 +107,9 @@ pub struct Config {
     /// Print the fiber dump when the process gets this signal
     /// (`FIBER_DUMP_SIGNAL`: `SIGUSR1` or `SIGUSR2`).
     pub dump_signal: Option<i32>,
+    /// Cap on the blocking pool's threads (not workers; they do not count
+    /// against `max_workers`).
+    pub max_blocking_threads: usize,
 }
 
 /// Default grace time of a shutdown.
@@ -127,6 +137,7 @@ impl Default for Config {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             pinned: false,
             dump_signal: None,
+            max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
         }
     }
 }
@@ -149,6 +160,20 @@ fn parse_count(setting: &str, value: &str) -> Result<usize, ConfigError> {
     }
     if n > MAX_WORKERS {
         return Err(err(setting, value, format!("must be at most {MAX_WORKERS}")));
+    }
+    Ok(n)
+}
+
+fn parse_blocking(setting: &str, value: &str) -> Result<usize, ConfigError> {
+    let n: usize = value
+        .trim()
+        .parse()
+        .map_err(|_| err(setting, value, "not a whole number"))?;
+    if n == 0 {
+        return Err(err(setting, value, "must be at least 1"));
+    }
+    if n > MAX_BLOCKING_THREADS {
+        return Err(err(setting, value, format!("must be at most {MAX_BLOCKING_THREADS}")));
     }
     Ok(n)
 }
@@ -207,6 +232,8 @@ pub struct Overrides {
     pub on_thread_start: Option<ThreadHook>,
     /// `on_thread_stop`
     pub on_thread_stop: Option<ThreadHook>,
+    /// `max_blocking_threads`
+    pub max_blocking_threads: Option<usize>,
 }
 
 impl Config {
@@ -264,6 +291,12 @@ impl Config {
         if let Some(v) = var("FIBER_UNGUARDED") {
             config.stacks.unguarded = fiber_core::UnguardedPolicy::parse(&v)
                 .ok_or_else(|| err("FIBER_UNGUARDED", &v, "expected `refuse` or `allow`"))?;
+        }
+        if let Some(v) = var("FIBER_MAX_BLOCKING") {
+            config.max_blocking_threads = parse_blocking("FIBER_MAX_BLOCKING", &v)?;
+        }
+        if let Some(n) = overrides.max_blocking_threads {
+            config.max_blocking_threads = n;
         }
         if let Some(n) = overrides.workers {
             config.workers = n;
@@ -332,6 +365,13 @@ impl Config {
                 "stack_size",
                 &self.stacks.size.to_string(),
                 format!("must be between {MIN_STACK_SIZE} and {MAX_STACK_SIZE} bytes"),
+            ));
+        }
+        if self.max_blocking_threads == 0 || self.max_blocking_threads > MAX_BLOCKING_THREADS {
+            return Err(err(
+                "max_blocking_threads",
+                &self.max_blocking_threads.to_string(),
+                format!("must be between 1 and {MAX_BLOCKING_THREADS}"),
             ));
         }
         if self.thread_name.contains('\0') {

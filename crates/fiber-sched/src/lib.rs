@@ -28,6 +28,8 @@ mod sync;
 mod idle;
 
 #[cfg(not(loom))]
+mod blocking;
+#[cfg(not(loom))]
 pub mod config;
 #[cfg(not(loom))]
 mod dumpsig;

@@ -280,7 +280,11 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
         && root != 0
         && shared.timers.next_deadline().is_none()
         && shared.global.is_empty()
-        && shared.slots.iter().all(|s| !s.blocking.load(Ordering::Relaxed));
+        && shared.slots.iter().all(|s| !s.blocking.load(Ordering::Relaxed))
+        // A fiber waiting for a blocking-pool call, or for a socket, may
+        // still be woken from outside: not a deadlock.
+        && crate::blocking::in_flight(shared.id) == 0
+        && fiber_core::external_waiters() == 0;
     if !quiet {
         *quiet_since = None;
         *reported = false;

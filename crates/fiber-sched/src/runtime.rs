@@ -97,6 +97,14 @@ impl Builder {
         self
     }
 
+    /// Cap on the threads of the blocking pool that runs
+    /// [`blocking`](crate::blocking) calls (default 512; they are not
+    /// workers and do not count against `max_workers`).
+    pub fn max_blocking_threads(&mut self, n: usize) -> &mut Self {
+        self.overrides.max_blocking_threads = Some(n);
+        self
+    }
+
     /// Cap on guard-paged stacks for this runtime (testing the unguarded
     /// regime); the process-wide `vm.max_map_count` budget always applies.
     #[doc(hidden)]
@@ -523,46 +531,30 @@ fn sleep_deadline(deadline: Option<Instant>) -> Result<(), WaitResult> {
     }
 }
 
-/// Run a blocking call (a blocking read, `std::thread::sleep`, a lock held
-/// by a thread) from a fiber. The fiber keeps its worker thread for the
-/// call; if that leaves fewer than `workers` threads running fibers, the pool
-/// adds a worker at once so the other fibers keep their cores. Outside a
-/// runtime it just calls `f`.
-pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
+/// Run a blocking call (a blocking read, file I/O, `std::thread::sleep`, a
+/// lock held by a thread, a long computation) from a fiber: `f` runs on the
+/// runtime's blocking pool, threads that are not workers, while the calling
+/// fiber parks, so other fibers keep every worker. `f` may borrow from the
+/// caller (the call returns only after `f` ran and was dropped); a panic in
+/// `f` is re-raised here. The wait is not cancellable: a running `f` cannot
+/// be abandoned. Outside a runtime's fiber it just calls `f`.
+///
+/// Sockets do not need this (`fiber::net` parks on readiness); files do:
+/// Linux reports regular files as always ready, so a read from a slow disk
+/// would hold a worker in the kernel.
+pub fn blocking<F, R>(f: F) -> R
+where
+    F: FnOnce() -> R + Send,
+    R: Send,
+{
     let Some(sched) = fiber_core::current_scheduler() else {
         return f();
     };
     let Some(shared) = as_shared(&sched) else { return f() };
-    let Some(index) = current_worker_index(shared.id) else {
+    if current_worker_index(shared.id).is_none() {
         return f();
-    };
-    let slot = &shared.slots[index];
-    slot.blocking.store(true, Ordering::Relaxed);
-    let blocked = shared
-        .slots
-        .iter()
-        .filter(|s| s.blocking.load(Ordering::Relaxed))
-        .count();
-    let alive = shared.alive.load(Ordering::Relaxed);
-    if alive.saturating_sub(blocked) < shared.config.workers && alive < shared.config.max_workers {
-        let added = (0..shared.slots.len())
-            .find(|&i| shared.slots[i].state.load(Ordering::Relaxed) == crate::worker::DEAD && spawn_worker(shared, i));
-        if let Some(i) = added {
-            shared
-                .counters
-                .record_grow(format!("+1 worker ({i}): worker {index} entered blocking()"));
-        }
-    } else {
-        shared.notify_one();
     }
-    struct Unblock<'a>(&'a crate::worker::Slot);
-    impl Drop for Unblock<'_> {
-        fn drop(&mut self) {
-            self.0.blocking.store(false, Ordering::Relaxed);
-        }
-    }
-    let _unblock = Unblock(slot);
-    f()
+    crate::blocking::run(shared, f)
 }
 
 /// Downcast the contract's scheduler to this crate's runtime, if it is one.

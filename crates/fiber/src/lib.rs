@@ -36,6 +36,7 @@ pub use fiber_jobs::{
     check_cancelled, is_cancelled, scope, supervisor_scope, try_scope, with_timeout, CancelReason, Cancelled, Job,
     JobState, JobStats, Scope, ScopedJoinHandle, TimedOut, TryScope,
 };
+pub use fiber_net as net;
 pub use fiber_sched::{blocking, Builder, Config, ConfigError, Runtime};
 
 use std::fmt;

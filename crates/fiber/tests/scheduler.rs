@@ -174,7 +174,12 @@ fn a_fiber_running_5_s_without_a_yield_point_is_named_by_the_stall_report() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
     assert!(stderr.contains("fiber: stall: fiber "), "{stderr}");
     assert!(
         stderr.contains("without a yield point (spawned at crates/fiber/tests/scheduler.rs:"),

@@ -130,3 +130,31 @@ fn fiber_unguarded_takes_refuse_or_allow() {
         "invalid FIBER_UNGUARDED=\"yes\": expected `refuse` or `allow`"
     );
 }
+
+#[test]
+fn fiber_max_blocking_is_validated_and_the_builder_wins() {
+    assert_eq!(resolve(&[]).unwrap().max_blocking_threads, DEFAULT_MAX_BLOCKING_THREADS);
+    assert_eq!(resolve(&[("FIBER_MAX_BLOCKING", "8")]).unwrap().max_blocking_threads, 8);
+    let e = error_of(&[("FIBER_MAX_BLOCKING", "0")]);
+    assert_eq!(e.to_string(), "invalid FIBER_MAX_BLOCKING=\"0\": must be at least 1");
+    let e = error_of(&[("FIBER_MAX_BLOCKING", "many")]);
+    assert_eq!(e.to_string(), "invalid FIBER_MAX_BLOCKING=\"many\": not a whole number");
+    let e = error_of(&[("FIBER_MAX_BLOCKING", "1000000")]);
+    assert_eq!(e.setting, "FIBER_MAX_BLOCKING");
+    let overrides = Overrides {
+        max_blocking_threads: Some(3),
+        ..Overrides::default()
+    };
+    let config = Config::resolve_with(&overrides, |name| {
+        (name == "FIBER_MAX_BLOCKING").then(|| "9".to_string())
+    });
+    assert_eq!(config.unwrap().max_blocking_threads, 3);
+    let bad = Overrides {
+        max_blocking_threads: Some(0),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        Config::resolve_with(&bad, |_| None).unwrap_err().setting,
+        "max_blocking_threads"
+    );
+}

@@ -5,3 +5,6 @@ mod loom_idle;
 
 #[cfg(not(loom))]
 mod runtime;
+
+#[cfg(not(loom))]
+mod blocking;

@@ -1,0 +1,74 @@
+//! `std::net` for fibers: TCP and UDP sockets whose blocking calls park the
+//! calling fiber instead of its worker thread (and block a plain thread as
+//! std does). Porting a `std::net` program is an import change.
+//!
+//! Sockets are non-blocking underneath and registered once, edge-triggered,
+//! with a process-wide I/O driver: a poller thread (started on first use)
+//! that waits in `epoll_wait` and wakes parked fibers through fiber-core's
+//! `fiber_wake`. The crate depends on fiber-core's contract only, so it
+//! works on any scheduler that implements it. The protocol is in
+//! `spec/net.md`.
+//!
+//! Every blocking call is a cancellation point: when the fiber's task or
+//! job is cancelled, the call returns an `io::Error` of kind
+//! [`Other`](std::io::ErrorKind::Other) whose inner error downcasts to
+//! [`fiber_core::Cancelled`] (not `Interrupted`, which `read_exact` and
+//! `write_all` would retry forever).
+//!
+//! File I/O has no readiness on Linux (a regular file is always "ready"
+//! and a read from a slow disk blocks in the kernel), so it stays on the
+//! scheduler's blocking pool (`fiber::blocking`).
+//!
+//! # Examples
+//!
+//! ```
+//! use fiber_net::{TcpListener, TcpStream};
+//! use std::io::{Read, Write};
+//!
+//! let rt = fiber_sched::Runtime::builder().workers(2).build().unwrap();
+//! let echoed = rt.block_on(|| {
+//!     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+//!     let addr = listener.local_addr().unwrap();
+//!     let server = fiber_core::spawn(move || {
+//!         let (mut conn, _) = listener.accept().unwrap();
+//!         let mut buf = [0; 5];
+//!         conn.read_exact(&mut buf).unwrap();
+//!         conn.write_all(&buf).unwrap();
+//!     });
+//!     let mut client = TcpStream::connect(addr).unwrap();
+//!     client.write_all(b"hello").unwrap();
+//!     let mut back = String::new();
+//!     client.read_to_string(&mut back).unwrap();
+//!     server.join().unwrap();
+//!     back
+//! });
+//! assert_eq!(echoed, "hello");
+//! ```
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
+mod sync;
+
+mod readiness;
+
+#[cfg(not(loom))]
+mod driver;
+#[cfg(not(loom))]
+mod source;
+#[cfg(not(loom))]
+mod tcp;
+#[cfg(not(loom))]
+mod udp;
+#[cfg(not(loom))]
+pub mod unix;
+
+pub use readiness::io_waiters;
+#[cfg(not(loom))]
+pub use tcp::{Incoming, TcpListener, TcpStream};
+#[cfg(not(loom))]
+pub use udp::UdpSocket;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,299 @@
+//! Per-socket readiness: the part of the I/O protocol that fibers, threads
+//! and the poller race on (spec/net.md, "Readiness vs park").
+//!
+//! Each registered socket has one [`Readiness`]. For each direction (read,
+//! write) it keeps a *readiness sequence*: the number of readiness events
+//! the poller has delivered for that direction. An operation:
+//!
+//! 1. takes a snapshot of the sequence,
+//! 2. tries the non-blocking system call,
+//! 3. on `WouldBlock`, waits through `fiber_wait` with the snapshot; the
+//!    waitable's `publish` compares the sequence with the snapshot **under
+//!    the same lock the poller bumps it with**: if an event arrived since
+//!    step 1 the wait ends at once (retry), otherwise the waiter is stored
+//!    and the next bump wakes it.
+//!
+//! The sockets are registered edge-triggered, so an event that arrives
+//! between the `WouldBlock` of step 2 and the publication of step 3 is
+//! never repeated by the kernel: without the re-check in `publish` that
+//! event would be lost and the waiter would sleep forever (the loom model
+//! `loom_readiness_vs_park` shows it).
+
+use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering};
+use fiber_core::{fiber_wait, fiber_wake, Cancelled, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use std::io;
+use std::time::Instant;
+
+/// Index of the read direction.
+pub(crate) const READ: usize = 0;
+/// Index of the write direction.
+pub(crate) const WRITE: usize = 1;
+
+/// Waiters currently parked on a socket, process-wide (diagnostics only:
+/// not part of any protocol, so a plain std atomic).
+static IO_WAITERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Fibers and threads parked on a socket of this crate right now
+/// (published waiters). A wait that is being published or has just been
+/// woken may or may not be counted.
+pub fn io_waiters() -> usize {
+    IO_WAITERS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// What a waiter waits for, as a type: fiber-core names the waitable's type
+/// in fiber dumps and stall reports, so a fiber parked on a socket shows as
+/// e.g. `ReadyWait<fiber_net::readiness::op::Accept>`.
+pub(crate) mod op {
+    /// Waiting for an incoming connection.
+    pub(crate) struct Accept;
+    /// Waiting for an outgoing connection to complete.
+    pub(crate) struct Connect;
+    /// Waiting for bytes to read.
+    pub(crate) struct Read;
+    /// Waiting for room to write.
+    pub(crate) struct Write;
+    /// Waiting for a datagram.
+    pub(crate) struct Recv;
+    /// Waiting for room to send a datagram.
+    pub(crate) struct Send;
+}
+
+/// What an expired deadline turns into (std on Linux: a read or write
+/// timeout is `EAGAIN`, `connect_timeout` is `TimedOut`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnTimeout {
+    WouldBlock,
+    TimedOut,
+}
+
+/// The waiters of one direction. Usually one waiter (one reader, one
+/// writer); more when several fibers share `&TcpStream`.
+#[derive(Default)]
+struct Slot {
+    first: Option<Waiter>,
+    more: Vec<Waiter>,
+}
+
+impl Slot {
+    fn push(&mut self, waiter: Waiter) {
+        if self.first.is_none() {
+            self.first = Some(waiter);
+        } else {
+            self.more.push(waiter);
+        }
+    }
+
+    /// Remove `waiter` if present; returns whether it was.
+    fn remove(&mut self, waiter: &Waiter) -> bool {
+        if self.first.as_ref().is_some_and(|w| w.same_wait(waiter)) {
+            self.first = if self.more.is_empty() {
+                None
+            } else {
+                Some(self.more.swap_remove(0))
+            };
+            return true;
+        }
+        if let Some(i) = self.more.iter().position(|w| w.same_wait(waiter)) {
+            self.more.swap_remove(i);
+            return true;
+        }
+        false
+    }
+
+    fn take(&mut self) -> (Option<Waiter>, Vec<Waiter>) {
+        let more = if self.more.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.more)
+        };
+        (self.first.take(), more)
+    }
+}
+
+/// Readiness state of one registered socket.
+pub(crate) struct Readiness {
+    /// Readiness events delivered per direction. Written only under
+    /// `waiters`' lock (so `publish` sees a total order with the bumps);
+    /// read without it for the snapshot and the fast path.
+    seq: [AtomicUsize; 2],
+    /// Set once by [`Readiness::close`] (deregistration), under the lock.
+    closed: AtomicBool,
+    waiters: Mutex<[Slot; 2]>,
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Readiness::new()
+    }
+}
+
+impl Readiness {
+    pub(crate) fn new() -> Readiness {
+        Readiness {
+            seq: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            closed: AtomicBool::new(false),
+            waiters: Mutex::new([Slot::default(), Slot::default()]),
+        }
+    }
+
+    /// Step 1 of an operation: the readiness sequence of `dir`.
+    #[inline]
+    pub(crate) fn snapshot(&self, dir: usize) -> usize {
+        // Acquire: pairs with the Release bump in `set_ready`, so a system
+        // call made after this load sees what the event announced.
+        self.seq[dir].load(Ordering::Acquire)
+    }
+
+    /// The poller saw readiness: bump the sequence of each direction that
+    /// is ready and wake its waiters.
+    pub(crate) fn set_ready(&self, read: bool, write: bool) {
+        let mut woken = [(None, Vec::new()), (None, Vec::new())];
+        {
+            let mut slots = lock(&self.waiters);
+            for (dir, ready) in [(READ, read), (WRITE, write)] {
+                if ready {
+                    // Release: pairs with the Acquire in `snapshot` and in
+                    // `try_complete`; the lock orders it with `publish`.
+                    self.seq[dir].fetch_add(1, Ordering::Release);
+                    woken[dir] = slots[dir].take();
+                }
+            }
+        }
+        wake_all(woken);
+    }
+
+    /// Deregistration: every present and future wait on this socket ends
+    /// with `Closed`.
+    pub(crate) fn close(&self) {
+        let woken = {
+            let mut slots = lock(&self.waiters);
+            // Release: pairs with the Acquire in `try_complete`; the lock
+            // orders it with `publish`.
+            self.closed.store(true, Ordering::Release);
+            [slots[READ].take(), slots[WRITE].take()]
+        };
+        wake_all(woken);
+    }
+
+    /// Steps 1 to 3: run the non-blocking `op` until it does not report
+    /// `WouldBlock`, parking between tries. `nonblocking` returns the
+    /// `WouldBlock` to the caller instead (std's `set_nonblocking`).
+    pub(crate) fn poll_io<K, R>(
+        &self,
+        dir: usize,
+        deadline: Option<Instant>,
+        on_timeout: OnTimeout,
+        nonblocking: bool,
+        mut op: impl FnMut() -> io::Result<R>,
+    ) -> io::Result<R> {
+        loop {
+            let mut snapshot = self.snapshot(dir);
+            match op() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !nonblocking => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+            let wait = ReadyWait::<K> {
+                io: self,
+                dir,
+                op: std::marker::PhantomData,
+            };
+            match fiber_wait(&wait, &mut snapshot, WaitOptions::new().deadline(deadline)) {
+                WaitResult::Ok => {}
+                WaitResult::TimedOut => return Err(timeout_error(on_timeout)),
+                WaitResult::Cancelled => return Err(io::Error::other(Cancelled)),
+                WaitResult::Closed => return Err(closed_error()),
+            }
+        }
+    }
+}
+
+fn wake_all(woken: [(Option<Waiter>, Vec<Waiter>); 2]) {
+    for (first, more) in woken {
+        for waiter in first.iter().chain(more.iter()) {
+            {
+                IO_WAITERS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                fiber_core::note_external_wait(false);
+            }
+            fiber_wake(waiter);
+        }
+    }
+}
+
+/// The error of a wait that ended because the socket was deregistered.
+pub(crate) fn closed_error() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "the socket was closed while this call waited on it",
+    )
+}
+
+pub(crate) fn timeout_error(on_timeout: OnTimeout) -> io::Error {
+    match on_timeout {
+        OnTimeout::WouldBlock => io::Error::from_raw_os_error(libc::EAGAIN),
+        OnTimeout::TimedOut => io::Error::new(io::ErrorKind::TimedOut, "connection timed out"),
+    }
+}
+
+/// The waitable of one direction of one socket; the per-wait data is the
+/// snapshot of step 1. `K` (an [`op`] marker) only names the operation.
+struct ReadyWait<'a, K> {
+    io: &'a Readiness,
+    dir: usize,
+    op: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> ReadyWait<'_, K> {
+    /// Under the lock or not: has anything happened since the snapshot?
+    fn changed(&self, snapshot: usize, order: Ordering) -> Option<WaitResult> {
+        if self.io.closed.load(order) {
+            Some(WaitResult::Closed)
+        } else if self.io.seq[self.dir].load(order) != snapshot {
+            Some(WaitResult::Ok)
+        } else {
+            None
+        }
+    }
+}
+
+impl<K> Waitable for ReadyWait<'_, K> {
+    type Io = usize;
+
+    fn kind(&self) -> fiber_core::WaitKind {
+        fiber_core::WaitKind::Io
+    }
+
+    fn try_complete(&self, snapshot: &mut usize) -> Option<WaitResult> {
+        // Acquire: pairs with the Release bump in `set_ready` / store in
+        // `close`.
+        self.changed(*snapshot, Ordering::Acquire)
+    }
+
+    fn publish(&self, waiter: &Waiter, snapshot: &mut usize) -> Publish {
+        let mut slots = lock(&self.io.waiters);
+        // The re-check: the sequence only moves under this lock, so either
+        // the bump is visible here or the bump's `take` will find us.
+        // Relaxed: the lock orders this load after any bump made under it.
+        if let Some(result) = self.changed(*snapshot, Ordering::Relaxed) {
+            return Publish::Ready(result);
+        }
+        slots[self.dir].push(waiter.clone());
+        {
+            IO_WAITERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            fiber_core::note_external_wait(true);
+        }
+        Publish::Published
+    }
+
+    fn unpublish(&self, waiter: &Waiter, snapshot: &mut usize) -> Option<WaitResult> {
+        let mut slots = lock(&self.io.waiters);
+        if slots[self.dir].remove(waiter) {
+            {
+                IO_WAITERS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                fiber_core::note_external_wait(false);
+            }
+        }
+        // Relaxed: under the lock, as in `publish`.
+        self.changed(*snapshot, Ordering::Relaxed)
+    }
+}

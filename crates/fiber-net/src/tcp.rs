@@ -1,0 +1,402 @@
+//! TCP: [`TcpListener`] and [`TcpStream`], with `std::net`'s API.
+
+use crate::readiness::{op, OnTimeout, WRITE};
+use crate::source::Io;
+use std::fmt;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::net::{self, Shutdown, SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// Try `f` on each address `addr` resolves to, as std does; the last error
+/// wins. Name resolution (`getaddrinfo`) blocks the calling thread: pass a
+/// [`SocketAddr`] from fibers that must not block, or resolve on the
+/// blocking pool.
+pub(crate) fn each_addr<A: ToSocketAddrs, T>(addr: A, mut f: impl FnMut(SocketAddr) -> io::Result<T>) -> io::Result<T> {
+    let mut last = None;
+    for addr in addr.to_socket_addrs()? {
+        match f(addr) {
+            Ok(t) => return Ok(t),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "could not resolve to any addresses")))
+}
+
+/// A TCP socket server, listening for connections: `std::net::TcpListener`
+/// whose `accept` parks the calling fiber (or blocks the calling thread).
+///
+/// # Examples
+///
+/// ```
+/// use fiber_net::{TcpListener, TcpStream};
+/// use std::io::{Read, Write};
+///
+/// let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+/// let addr = listener.local_addr().unwrap();
+/// let client = std::thread::spawn(move || {
+///     let mut stream = TcpStream::connect(addr).unwrap();
+///     stream.write_all(b"ping").unwrap();
+/// });
+/// let (mut stream, _) = listener.accept().unwrap();
+/// let mut buf = [0; 4];
+/// stream.read_exact(&mut buf).unwrap();
+/// assert_eq!(&buf, b"ping");
+/// client.join().unwrap();
+/// ```
+pub struct TcpListener {
+    io: Io<mio::net::TcpListener>,
+}
+
+impl TcpListener {
+    /// Bind to `addr` (each resolved address in turn) and listen, with
+    /// `SO_REUSEADDR` as std sets it.
+    pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<TcpListener> {
+        let listener = each_addr(addr, mio::net::TcpListener::bind)?;
+        Ok(TcpListener { io: Io::new(listener)? })
+    }
+
+    /// Accept a connection, parking until one arrives. A cancellation point:
+    /// a cancelled wait is an error of kind `Other` wrapping
+    /// [`fiber_core::Cancelled`].
+    pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let (stream, addr) = self.io.read::<op::Accept, _>(|l| l.accept())?;
+        Ok((TcpStream { io: Io::new(stream)? }, addr))
+    }
+
+    /// An endless iterator over accepted connections.
+    pub fn incoming(&self) -> Incoming<'_> {
+        Incoming { listener: self }
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get().local_addr()
+    }
+
+    /// A second handle on the same socket (a duplicated fd with its own
+    /// registration): accepts on either handle take from one queue.
+    pub fn try_clone(&self) -> io::Result<TcpListener> {
+        let fd = self.io.get().as_fd().try_clone_to_owned()?;
+        TcpListener::from_std(net::TcpListener::from(fd))
+    }
+
+    /// Set `IP_TTL`.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.io.get().set_ttl(ttl)
+    }
+
+    /// `IP_TTL`.
+    pub fn ttl(&self) -> io::Result<u32> {
+        self.io.get().ttl()
+    }
+
+    /// Take the pending `SO_ERROR`.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.io.get().take_error()
+    }
+
+    /// With `true`, `accept` returns `WouldBlock` instead of parking.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.io.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
+    /// Adopt a std listener (switched to non-blocking mode internally).
+    pub fn from_std(listener: net::TcpListener) -> io::Result<TcpListener> {
+        listener.set_nonblocking(true)?;
+        Ok(TcpListener {
+            io: Io::new(mio::net::TcpListener::from_std(listener))?,
+        })
+    }
+
+    /// Back to a std listener, in blocking mode.
+    pub fn into_std(self) -> io::Result<net::TcpListener> {
+        let listener = net::TcpListener::from(self.io.into_inner());
+        listener.set_nonblocking(false)?;
+        Ok(listener)
+    }
+}
+
+impl fmt::Debug for TcpListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpListener")
+            .field("addr", &self.local_addr().ok())
+            .field("fd", &self.as_raw_fd())
+            .finish()
+    }
+}
+
+impl AsRawFd for TcpListener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.io.get().as_raw_fd()
+    }
+}
+
+impl AsFd for TcpListener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.io.get().as_fd()
+    }
+}
+
+impl TryFrom<net::TcpListener> for TcpListener {
+    type Error = io::Error;
+    fn try_from(listener: net::TcpListener) -> io::Result<TcpListener> {
+        TcpListener::from_std(listener)
+    }
+}
+
+impl From<TcpListener> for OwnedFd {
+    fn from(listener: TcpListener) -> OwnedFd {
+        listener.io.into_inner().into()
+    }
+}
+
+/// The iterator of [`TcpListener::incoming`]: never returns `None`.
+#[derive(Debug)]
+pub struct Incoming<'a> {
+    listener: &'a TcpListener,
+}
+
+impl Iterator for Incoming<'_> {
+    type Item = io::Result<TcpStream>;
+    fn next(&mut self) -> Option<io::Result<TcpStream>> {
+        Some(self.listener.accept().map(|(stream, _)| stream))
+    }
+}
+
+/// A TCP connection: `std::net::TcpStream` whose blocking calls park the
+/// calling fiber (or block the calling thread). `Read` and `Write` are
+/// implemented for `TcpStream` and `&TcpStream`, so one fiber can read
+/// while another writes (share a reference, or use [`try_clone`]).
+///
+/// Every blocking call is a cancellation point: a cancelled wait returns an
+/// error of kind `Other` whose inner error is [`fiber_core::Cancelled`]
+/// (never `Interrupted`, which `read_exact` and `write_all` would retry).
+///
+/// [`try_clone`]: TcpStream::try_clone
+pub struct TcpStream {
+    io: Io<mio::net::TcpStream>,
+}
+
+impl TcpStream {
+    /// Connect to `addr` (each resolved address in turn), parking until the
+    /// handshake completes.
+    pub fn connect<A: ToSocketAddrs>(addr: A) -> io::Result<TcpStream> {
+        each_addr(addr, |addr| TcpStream::connect_deadline(addr, None))
+    }
+
+    /// Connect with a timeout: an error of kind `TimedOut` when it expires
+    /// (a zero timeout is `InvalidInput`, as in std).
+    pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+        if timeout.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot set a 0 duration timeout",
+            ));
+        }
+        TcpStream::connect_deadline(*addr, Instant::now().checked_add(timeout))
+    }
+
+    fn connect_deadline(addr: SocketAddr, deadline: Option<Instant>) -> io::Result<TcpStream> {
+        let stream = TcpStream {
+            io: Io::new(mio::net::TcpStream::connect(addr)?)?,
+        };
+        // The handshake is done when the socket turns writable; SO_ERROR
+        // then tells how it ended. Before that, `peer_addr` is NotConnected.
+        stream
+            .io
+            .poll::<op::Connect, _>(WRITE, deadline, OnTimeout::TimedOut, |s| {
+                if let Some(e) = s.take_error()? {
+                    return Err(e);
+                }
+                match s.peer_addr() {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::NotConnected => Err(io::ErrorKind::WouldBlock.into()),
+                    Err(e) => Err(e),
+                }
+            })?;
+        Ok(stream)
+    }
+
+    /// The remote address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get().peer_addr()
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get().local_addr()
+    }
+
+    /// Shut down the read half, the write half or both. Fibers parked in a
+    /// read on this connection wake and read end-of-file.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.io.get().shutdown(how)
+    }
+
+    /// A second handle on the same connection (a duplicated fd with its own
+    /// registration), for a reader fiber and a writer fiber.
+    pub fn try_clone(&self) -> io::Result<TcpStream> {
+        let fd = self.io.get().as_fd().try_clone_to_owned()?;
+        TcpStream::from_std(net::TcpStream::from(fd))
+    }
+
+    /// Read without consuming, parking until data (or end-of-file) is there.
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.io.read::<op::Read, _>(|s| s.peek(buf))
+    }
+
+    /// Set the read timeout; an expired read is an error of kind
+    /// `WouldBlock` (`EAGAIN`, as std on Linux). `Some(0)` is
+    /// `InvalidInput`.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.io.set_read_timeout(timeout)
+    }
+
+    /// Set the write timeout (as [`set_read_timeout`](Self::set_read_timeout)).
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.io.set_write_timeout(timeout)
+    }
+
+    /// The read timeout.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.io.read_timeout())
+    }
+
+    /// The write timeout.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.io.write_timeout())
+    }
+
+    /// Set `TCP_NODELAY`.
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.io.get().set_nodelay(nodelay)
+    }
+
+    /// `TCP_NODELAY`.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        self.io.get().nodelay()
+    }
+
+    /// Set `IP_TTL`.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.io.get().set_ttl(ttl)
+    }
+
+    /// `IP_TTL`.
+    pub fn ttl(&self) -> io::Result<u32> {
+        self.io.get().ttl()
+    }
+
+    /// Take the pending `SO_ERROR`.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.io.get().take_error()
+    }
+
+    /// With `true`, reads and writes return `WouldBlock` instead of parking.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.io.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
+    /// Adopt a std stream (switched to non-blocking mode internally). The
+    /// stream should be connected.
+    pub fn from_std(stream: net::TcpStream) -> io::Result<TcpStream> {
+        stream.set_nonblocking(true)?;
+        Ok(TcpStream {
+            io: Io::new(mio::net::TcpStream::from_std(stream))?,
+        })
+    }
+
+    /// Back to a std stream, in blocking mode (the timeouts set here are
+    /// not carried over).
+    pub fn into_std(self) -> io::Result<net::TcpStream> {
+        let stream = net::TcpStream::from(self.io.into_inner());
+        stream.set_nonblocking(false)?;
+        Ok(stream)
+    }
+}
+
+impl Read for &TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.io.read::<op::Read, _>(|mut s| s.read(buf))
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.io.read::<op::Read, _>(|mut s| s.read_vectored(bufs))
+    }
+}
+
+impl Write for &TcpStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.io.write::<op::Write, _>(|mut s| s.write(buf))
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.io.write::<op::Write, _>(|mut s| s.write_vectored(bufs))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Read for TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        (&*self).read_vectored(bufs)
+    }
+}
+
+impl Write for TcpStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        (&*self).write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl fmt::Debug for TcpStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpStream")
+            .field("addr", &self.local_addr().ok())
+            .field("peer", &self.peer_addr().ok())
+            .field("fd", &self.as_raw_fd())
+            .finish()
+    }
+}
+
+impl AsRawFd for TcpStream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.io.get().as_raw_fd()
+    }
+}
+
+impl AsFd for TcpStream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.io.get().as_fd()
+    }
+}
+
+impl TryFrom<net::TcpStream> for TcpStream {
+    type Error = io::Error;
+    fn try_from(stream: net::TcpStream) -> io::Result<TcpStream> {
+        TcpStream::from_std(stream)
+    }
+}
+
+impl From<TcpStream> for OwnedFd {
+    fn from(stream: TcpStream) -> OwnedFd {
+        stream.io.into_inner().into()
+    }
+}

@@ -1,0 +1,5 @@
+#[cfg(loom)]
+mod loom_readiness;
+
+#[cfg(not(loom))]
+mod readiness;

@@ -1,0 +1,196 @@
+//! UDP: [`UdpSocket`], with `std::net`'s API.
+
+use crate::readiness::op;
+use crate::source::Io;
+use crate::tcp::each_addr;
+use std::fmt;
+use std::io;
+use std::net::{self, SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// A UDP socket: `std::net::UdpSocket` whose receives (and full-buffer
+/// sends) park the calling fiber (or block the calling thread). Every
+/// blocking call is a cancellation point (see [`crate::TcpStream`]).
+///
+/// # Examples
+///
+/// ```
+/// use fiber_net::UdpSocket;
+///
+/// let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// a.send_to(b"hi", b.local_addr().unwrap()).unwrap();
+/// let mut buf = [0; 8];
+/// let (n, from) = b.recv_from(&mut buf).unwrap();
+/// assert_eq!((&buf[..n], from), (&b"hi"[..], a.local_addr().unwrap()));
+/// ```
+pub struct UdpSocket {
+    io: Io<mio::net::UdpSocket>,
+}
+
+impl UdpSocket {
+    /// Bind to `addr` (each resolved address in turn).
+    pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<UdpSocket> {
+        let socket = each_addr(addr, mio::net::UdpSocket::bind)?;
+        Ok(UdpSocket { io: Io::new(socket)? })
+    }
+
+    /// Send `buf` to `addr` (its first resolved address).
+    pub fn send_to<A: ToSocketAddrs>(&self, buf: &[u8], addr: A) -> io::Result<usize> {
+        let target = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no addresses to send data to"))?;
+        self.io.write::<op::Send, _>(|s| s.send_to(buf, target))
+    }
+
+    /// Receive one datagram, parking until one arrives.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.io.read::<op::Recv, _>(|s| s.recv_from(buf))
+    }
+
+    /// Receive one datagram without removing it from the queue.
+    pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.io.read::<op::Recv, _>(|s| s.peek_from(buf))
+    }
+
+    /// Set the default peer (each resolved address in turn); `send` and
+    /// `recv` then use it and datagrams from other peers are dropped.
+    pub fn connect<A: ToSocketAddrs>(&self, addr: A) -> io::Result<()> {
+        each_addr(addr, |addr| self.io.get().connect(addr))
+    }
+
+    /// Send to the connected peer.
+    pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        self.io.write::<op::Send, _>(|s| s.send(buf))
+    }
+
+    /// Receive from the connected peer.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.io.read::<op::Recv, _>(|s| s.recv(buf))
+    }
+
+    /// Receive from the connected peer without removing the datagram.
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.io.read::<op::Recv, _>(|s| s.peek(buf))
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get().local_addr()
+    }
+
+    /// The connected peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get().peer_addr()
+    }
+
+    /// Set the receive timeout; an expired receive is an error of kind
+    /// `WouldBlock` (`EAGAIN`, as std on Linux). `Some(0)` is `InvalidInput`.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.io.set_read_timeout(timeout)
+    }
+
+    /// Set the send timeout (as [`set_read_timeout`](Self::set_read_timeout)).
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.io.set_write_timeout(timeout)
+    }
+
+    /// The receive timeout.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.io.read_timeout())
+    }
+
+    /// The send timeout.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.io.write_timeout())
+    }
+
+    /// Set `SO_BROADCAST`.
+    pub fn set_broadcast(&self, on: bool) -> io::Result<()> {
+        self.io.get().set_broadcast(on)
+    }
+
+    /// `SO_BROADCAST`.
+    pub fn broadcast(&self) -> io::Result<bool> {
+        self.io.get().broadcast()
+    }
+
+    /// Set `IP_TTL`.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.io.get().set_ttl(ttl)
+    }
+
+    /// `IP_TTL`.
+    pub fn ttl(&self) -> io::Result<u32> {
+        self.io.get().ttl()
+    }
+
+    /// Take the pending `SO_ERROR`.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.io.get().take_error()
+    }
+
+    /// With `true`, calls return `WouldBlock` instead of parking.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.io.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
+    /// A second handle on the same socket (a duplicated fd with its own
+    /// registration).
+    pub fn try_clone(&self) -> io::Result<UdpSocket> {
+        let fd = self.io.get().as_fd().try_clone_to_owned()?;
+        UdpSocket::from_std(net::UdpSocket::from(fd))
+    }
+
+    /// Adopt a std socket (switched to non-blocking mode internally).
+    pub fn from_std(socket: net::UdpSocket) -> io::Result<UdpSocket> {
+        socket.set_nonblocking(true)?;
+        Ok(UdpSocket {
+            io: Io::new(mio::net::UdpSocket::from_std(socket))?,
+        })
+    }
+
+    /// Back to a std socket, in blocking mode.
+    pub fn into_std(self) -> io::Result<net::UdpSocket> {
+        let socket = net::UdpSocket::from(self.io.into_inner());
+        socket.set_nonblocking(false)?;
+        Ok(socket)
+    }
+}
+
+impl fmt::Debug for UdpSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UdpSocket")
+            .field("addr", &self.local_addr().ok())
+            .field("fd", &self.as_raw_fd())
+            .finish()
+    }
+}
+
+impl AsRawFd for UdpSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.io.get().as_raw_fd()
+    }
+}
+
+impl AsFd for UdpSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.io.get().as_fd()
+    }
+}
+
+impl TryFrom<net::UdpSocket> for UdpSocket {
+    type Error = io::Error;
+    fn try_from(socket: net::UdpSocket) -> io::Result<UdpSocket> {
+        UdpSocket::from_std(socket)
+    }
+}
+
+impl From<UdpSocket> for OwnedFd {
+    fn from(socket: UdpSocket) -> OwnedFd {
+        socket.io.into_inner().into()
+    }
+}

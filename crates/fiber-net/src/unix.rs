@@ -1,0 +1,360 @@
+//! Unix domain sockets: [`UnixListener`], [`UnixStream`] and
+//! [`UnixDatagram`], with `std::os::unix::net`'s API; blocking calls park
+//! the calling fiber (or block the calling thread) and are cancellation
+//! points, as for TCP.
+
+use crate::readiness::{op, OnTimeout, WRITE};
+use crate::source::Io;
+use std::fmt;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::net::Shutdown;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::net::{self, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+/// A Unix stream socket server (`std::os::unix::net::UnixListener`).
+///
+/// # Examples
+///
+/// ```
+/// use fiber_net::unix::{UnixListener, UnixStream};
+/// use std::io::{Read, Write};
+///
+/// let dir = std::env::temp_dir().join(format!("fiber-net-doc-{}", std::process::id()));
+/// let _ = std::fs::remove_file(&dir);
+/// let listener = UnixListener::bind(&dir).unwrap();
+/// let path = dir.clone();
+/// let client = std::thread::spawn(move || UnixStream::connect(path).unwrap().write_all(b"hi").unwrap());
+/// let (mut conn, _) = listener.accept().unwrap();
+/// let mut got = String::new();
+/// conn.read_to_string(&mut got).unwrap();
+/// client.join().unwrap();
+/// assert_eq!(got, "hi");
+/// std::fs::remove_file(&dir).unwrap();
+/// ```
+pub struct UnixListener {
+    io: Io<mio::net::UnixListener>,
+}
+
+impl UnixListener {
+    /// Bind to `path` and listen.
+    pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixListener> {
+        Ok(UnixListener {
+            io: Io::new(mio::net::UnixListener::bind(path)?)?,
+        })
+    }
+
+    /// Accept a connection, parking until one arrives.
+    pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
+        let (stream, addr) = self.io.read::<op::Accept, _>(|l| l.accept())?;
+        Ok((UnixStream { io: Io::new(stream)? }, addr))
+    }
+
+    /// An endless iterator over accepted connections.
+    pub fn incoming(&self) -> impl Iterator<Item = io::Result<UnixStream>> + '_ {
+        std::iter::repeat_with(move || self.accept().map(|(s, _)| s))
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get().local_addr()
+    }
+
+    /// A second handle (a duplicated fd with its own registration).
+    pub fn try_clone(&self) -> io::Result<UnixListener> {
+        let fd = self.io.get().as_fd().try_clone_to_owned()?;
+        UnixListener::from_std(net::UnixListener::from(fd))
+    }
+
+    /// Take the pending `SO_ERROR`.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.io.get().take_error()
+    }
+
+    /// With `true`, `accept` returns `WouldBlock` instead of parking.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.io.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
+    /// Adopt a std listener.
+    pub fn from_std(listener: net::UnixListener) -> io::Result<UnixListener> {
+        listener.set_nonblocking(true)?;
+        Ok(UnixListener {
+            io: Io::new(mio::net::UnixListener::from_std(listener))?,
+        })
+    }
+
+    /// Back to a std listener, in blocking mode.
+    pub fn into_std(self) -> io::Result<net::UnixListener> {
+        let listener = net::UnixListener::from(self.io.into_inner());
+        listener.set_nonblocking(false)?;
+        Ok(listener)
+    }
+}
+
+/// A Unix stream connection (`std::os::unix::net::UnixStream`); `Read` and
+/// `Write` for `UnixStream` and `&UnixStream`.
+pub struct UnixStream {
+    io: Io<mio::net::UnixStream>,
+}
+
+impl UnixStream {
+    /// Connect to the socket at `path`. A listener whose backlog is full
+    /// gives `WouldBlock` (Unix sockets report no readiness for it).
+    pub fn connect<P: AsRef<Path>>(path: P) -> io::Result<UnixStream> {
+        let stream = UnixStream {
+            io: Io::new(mio::net::UnixStream::connect(path)?)?,
+        };
+        stream
+            .io
+            .poll::<op::Connect, _>(WRITE, None, OnTimeout::TimedOut, |s| {
+                if let Some(e) = s.take_error()? {
+                    return Err(e);
+                }
+                match s.peer_addr() {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::NotConnected => Err(io::ErrorKind::WouldBlock.into()),
+                    Err(e) => Err(e),
+                }
+            })?;
+        Ok(stream)
+    }
+
+    /// A connected pair.
+    pub fn pair() -> io::Result<(UnixStream, UnixStream)> {
+        let (a, b) = mio::net::UnixStream::pair()?;
+        Ok((UnixStream { io: Io::new(a)? }, UnixStream { io: Io::new(b)? }))
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get().local_addr()
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get().peer_addr()
+    }
+
+    /// Shut down one or both halves.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.io.get().shutdown(how)
+    }
+
+    /// A second handle (a duplicated fd with its own registration).
+    pub fn try_clone(&self) -> io::Result<UnixStream> {
+        let fd = self.io.get().as_fd().try_clone_to_owned()?;
+        UnixStream::from_std(net::UnixStream::from(fd))
+    }
+
+    /// Set the read timeout (expiry: `WouldBlock`, as std on Linux).
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.io.set_read_timeout(timeout)
+    }
+
+    /// Set the write timeout.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.io.set_write_timeout(timeout)
+    }
+
+    /// The read timeout.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.io.read_timeout())
+    }
+
+    /// The write timeout.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.io.write_timeout())
+    }
+
+    /// Take the pending `SO_ERROR`.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.io.get().take_error()
+    }
+
+    /// With `true`, calls return `WouldBlock` instead of parking.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.io.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
+    /// Adopt a std stream.
+    pub fn from_std(stream: net::UnixStream) -> io::Result<UnixStream> {
+        stream.set_nonblocking(true)?;
+        Ok(UnixStream {
+            io: Io::new(mio::net::UnixStream::from_std(stream))?,
+        })
+    }
+
+    /// Back to a std stream, in blocking mode.
+    pub fn into_std(self) -> io::Result<net::UnixStream> {
+        let stream = net::UnixStream::from(self.io.into_inner());
+        stream.set_nonblocking(false)?;
+        Ok(stream)
+    }
+}
+
+impl Read for &UnixStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.io.read::<op::Read, _>(|mut s| s.read(buf))
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.io.read::<op::Read, _>(|mut s| s.read_vectored(bufs))
+    }
+}
+
+impl Write for &UnixStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.io.write::<op::Write, _>(|mut s| s.write(buf))
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.io.write::<op::Write, _>(|mut s| s.write_vectored(bufs))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Read for UnixStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+}
+
+impl Write for UnixStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A Unix datagram socket (`std::os::unix::net::UnixDatagram`).
+pub struct UnixDatagram {
+    io: Io<mio::net::UnixDatagram>,
+}
+
+impl UnixDatagram {
+    /// Bind to `path`.
+    pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixDatagram> {
+        Ok(UnixDatagram {
+            io: Io::new(mio::net::UnixDatagram::bind(path)?)?,
+        })
+    }
+
+    /// A socket bound to no address.
+    pub fn unbound() -> io::Result<UnixDatagram> {
+        Ok(UnixDatagram {
+            io: Io::new(mio::net::UnixDatagram::unbound()?)?,
+        })
+    }
+
+    /// A connected pair.
+    pub fn pair() -> io::Result<(UnixDatagram, UnixDatagram)> {
+        let (a, b) = mio::net::UnixDatagram::pair()?;
+        Ok((UnixDatagram { io: Io::new(a)? }, UnixDatagram { io: Io::new(b)? }))
+    }
+
+    /// Set the default peer.
+    pub fn connect<P: AsRef<Path>>(&self, path: P) -> io::Result<()> {
+        self.io.get().connect(path)
+    }
+
+    /// Send to `path`.
+    pub fn send_to<P: AsRef<Path>>(&self, buf: &[u8], path: P) -> io::Result<usize> {
+        let path = path.as_ref();
+        self.io.write::<op::Send, _>(|s| s.send_to(buf, path))
+    }
+
+    /// Receive one datagram, parking until one arrives.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.io.read::<op::Recv, _>(|s| s.recv_from(buf))
+    }
+
+    /// Send to the connected peer.
+    pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        self.io.write::<op::Send, _>(|s| s.send(buf))
+    }
+
+    /// Receive from the connected peer.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.io.read::<op::Recv, _>(|s| s.recv(buf))
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get().local_addr()
+    }
+
+    /// The connected peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.io.get().peer_addr()
+    }
+
+    /// Set the receive timeout (expiry: `WouldBlock`).
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.io.set_read_timeout(timeout)
+    }
+
+    /// Set the send timeout.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.io.set_write_timeout(timeout)
+    }
+
+    /// Shut down one or both directions.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.io.get().shutdown(how)
+    }
+
+    /// Adopt a std socket.
+    pub fn from_std(socket: net::UnixDatagram) -> io::Result<UnixDatagram> {
+        socket.set_nonblocking(true)?;
+        Ok(UnixDatagram {
+            io: Io::new(mio::net::UnixDatagram::from_std(socket))?,
+        })
+    }
+
+    /// Back to a std socket, in blocking mode.
+    pub fn into_std(self) -> io::Result<net::UnixDatagram> {
+        let socket = net::UnixDatagram::from(self.io.into_inner());
+        socket.set_nonblocking(false)?;
+        Ok(socket)
+    }
+}
+
+macro_rules! fd_impls {
+    ($($t:ident),*) => {$(
+        impl AsRawFd for $t {
+            fn as_raw_fd(&self) -> RawFd {
+                self.io.get().as_raw_fd()
+            }
+        }
+
+        impl AsFd for $t {
+            fn as_fd(&self) -> BorrowedFd<'_> {
+                self.io.get().as_fd()
+            }
+        }
+
+        impl From<$t> for OwnedFd {
+            fn from(socket: $t) -> OwnedFd {
+                socket.io.into_inner().into()
+            }
+        }
+
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($t)).field("fd", &self.as_raw_fd()).finish()
+            }
+        }
+    )*};
+}
+
+fd_impls!(UnixListener, UnixStream, UnixDatagram);

@@ -1,0 +1,346 @@
+//! The blocking pool: [`crate::blocking`] runs its closure on threads that
+//! are not workers (tokio's `spawn_blocking`, Go's threads for blocking
+//! system calls), while the calling fiber parks. A worker is never held by
+//! a blocking call, so other fibers keep their cores and timers stay on
+//! time however many blocking calls are in flight.
+//!
+//! One pool per runtime, created on first use and found through a
+//! process-wide table keyed by the runtime's id (it holds the pools weakly:
+//! a pool whose threads all retired is freed and made again on the next
+//! call). At most `Config::max_blocking_threads` threads; a call that finds
+//! none idle and the cap reached queues, and the next thread to finish
+//! takes it. A thread idle for [`KEEP_ALIVE`] retires.
+//!
+//! # Borrowing
+//!
+//! The closure may borrow from the calling fiber's stack (as in
+//! `std::thread::scope`): the caller does not return, and is not unwound
+//! past the call, before the closure has run and been dropped. The normal
+//! path parks until the pool thread signals completion (after the closure
+//! and everything it owned were dropped); a forced unwind of the parked
+//! fiber (runtime shutdown) blocks in the guard's `Drop` until then.
+//! Cancellation cannot abandon a running closure, so the wait is not
+//! cancellable.
+
+use crate::sync::{lock, Mutex};
+use crate::worker::Shared;
+use fiber_core::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Weak};
+use std::time::{Duration, Instant};
+
+/// How long a blocking-pool thread waits for work before it retires.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+#[derive(Default)]
+struct PoolState {
+    queue: VecDeque<Job>,
+    threads: usize,
+    idle: usize,
+}
+
+struct Pool {
+    /// Calls submitted and not yet completed (diagnostics: Relaxed).
+    in_flight: std::sync::atomic::AtomicUsize,
+    state: Mutex<PoolState>,
+    work: Condvar,
+    cap: usize,
+    name: String,
+}
+
+/// Pools by runtime id, held weakly.
+static POOLS: std::sync::Mutex<Vec<(usize, Weak<Pool>)>> = std::sync::Mutex::new(Vec::new());
+
+fn pool_for(shared: &Shared) -> Arc<Pool> {
+    let mut pools = POOLS.lock().unwrap_or_else(|p| p.into_inner());
+    pools.retain(|(_, pool)| pool.strong_count() > 0);
+    if let Some(pool) = pools
+        .iter()
+        .find(|(id, _)| *id == shared.id)
+        .and_then(|(_, p)| p.upgrade())
+    {
+        return pool;
+    }
+    let pool = Arc::new(Pool {
+        in_flight: std::sync::atomic::AtomicUsize::new(0),
+        state: Mutex::new(PoolState::default()),
+        work: Condvar::new(),
+        cap: shared.config.max_blocking_threads,
+        name: format!("{}-blocking", shared.config.thread_name),
+    });
+    pools.push((shared.id, Arc::downgrade(&pool)));
+    pool
+}
+
+/// Blocking calls of runtime `runtime_id` submitted and not yet completed.
+/// A fiber parked in such a call is waiting for a thread, not deadlocked:
+/// the deadlock check should treat a non-zero count like a pending timer.
+pub(crate) fn in_flight(runtime_id: usize) -> usize {
+    let pools = POOLS.lock().unwrap_or_else(|p| p.into_inner());
+    pools
+        .iter()
+        .filter(|(id, _)| *id == runtime_id)
+        .filter_map(|(_, pool)| pool.upgrade())
+        .map(|pool| pool.in_flight.load(std::sync::atomic::Ordering::Relaxed))
+        .sum()
+}
+
+impl Pool {
+    /// Queue `job`; start a thread if none is idle and the cap allows.
+    /// Returns the job back if no thread runs or can run it.
+    fn submit(self: &Arc<Self>, job: Job) -> Result<(), Job> {
+        let mut state = lock(&self.state);
+        // An idle thread counts only if no queued job already claims it
+        // (`idle` drops when the woken thread takes the lock, not at the
+        // notify).
+        if state.idle > state.queue.len() {
+            state.queue.push_back(job);
+            drop(state);
+            self.work.notify_one();
+            return Ok(());
+        }
+        if state.threads >= self.cap {
+            // Every thread is busy: the first to finish takes it.
+            state.queue.push_back(job);
+            return Ok(());
+        }
+        state.threads += 1;
+        drop(state);
+        let pool = self.clone();
+        let (first, back) = {
+            // The new thread starts with this job; if it cannot be started
+            // the job comes back through the channel-free slot below.
+            let slot = Arc::new(std::sync::Mutex::new(Some(job)));
+            (slot.clone(), slot)
+        };
+        let spawned = std::thread::Builder::new()
+            .name(self.name.clone())
+            .spawn(move || pool.run(first));
+        match spawned {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                lock(&self.state).threads -= 1;
+                let job = back.lock().unwrap_or_else(|p| p.into_inner()).take();
+                match job {
+                    Some(job) => Err(job),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    fn run(self: Arc<Self>, first: Arc<std::sync::Mutex<Option<Job>>>) {
+        let first = first.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(job) = first {
+            job();
+        }
+        let mut state = lock(&self.state);
+        loop {
+            if let Some(job) = state.queue.pop_front() {
+                drop(state);
+                job();
+                state = lock(&self.state);
+                continue;
+            }
+            state.idle += 1;
+            let deadline = Instant::now() + KEEP_ALIVE;
+            let mut timed_out = false;
+            while state.queue.is_empty() {
+                let now = Instant::now();
+                if now >= deadline {
+                    timed_out = true;
+                    break;
+                }
+                state = match self.work.wait_timeout(state, deadline - now) {
+                    Ok((guard, _)) => guard,
+                    Err(poisoned) => poisoned.into_inner().0,
+                };
+            }
+            state.idle -= 1;
+            if timed_out {
+                // Under the lock: a submitter that saw this thread idle
+                // queued before we looked, so the queue was checked last.
+                state.threads -= 1;
+                return;
+            }
+        }
+    }
+}
+
+/// Completion of one call: the result slot the pool thread fills.
+struct Done<R> {
+    state: std::sync::Mutex<DoneState<R>>,
+    finished: Condvar,
+}
+
+struct DoneState<R> {
+    result: Option<std::thread::Result<R>>,
+    finished: bool,
+    waiter: Option<Waiter>,
+}
+
+impl<R> Done<R> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DoneState<R>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn complete(&self, result: std::thread::Result<R>) {
+        let waiter = {
+            let mut state = self.lock();
+            state.result = Some(result);
+            state.finished = true;
+            state.waiter.take()
+        };
+        self.finished.notify_all();
+        if let Some(waiter) = waiter {
+            fiber_wake(&waiter);
+        }
+    }
+
+    /// Block the thread (not the fiber) until the job finished, then take
+    /// the result.
+    fn wait_blocking(&self) -> Option<std::thread::Result<R>> {
+        let mut state = self.lock();
+        while !state.finished {
+            state = self.finished.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        state.result.take()
+    }
+}
+
+impl<R> Waitable for Done<R> {
+    type Io = ();
+
+    fn kind(&self) -> fiber_core::WaitKind {
+        fiber_core::WaitKind::Blocking
+    }
+
+    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+        self.lock().finished.then_some(WaitResult::Ok)
+    }
+
+    fn publish(&self, waiter: &Waiter, _: &mut ()) -> Publish {
+        let mut state = self.lock();
+        if state.finished {
+            return Publish::Ready(WaitResult::Ok);
+        }
+        state.waiter = Some(waiter.clone());
+        Publish::Published
+    }
+
+    fn unpublish(&self, waiter: &Waiter, _: &mut ()) -> Option<WaitResult> {
+        let mut state = self.lock();
+        if state.waiter.as_ref().is_some_and(|w| w.same_wait(waiter)) {
+            state.waiter = None;
+        }
+        state.finished.then_some(WaitResult::Ok)
+    }
+}
+
+/// Waits for the job (blocking the thread) if the caller leaves early
+/// (a forced unwind), and drops the result on the caller's side in every
+/// case, so nothing that borrows the caller's stack outlives it.
+struct Guard<'a, R>(&'a Done<R>);
+
+impl<R> Drop for Guard<'_, R> {
+    fn drop(&mut self) {
+        drop(self.0.wait_blocking());
+    }
+}
+
+/// Run `f` on `shared`'s blocking pool, parking the calling fiber.
+pub(crate) fn run<F, R>(shared: &Shared, f: F) -> R
+where
+    F: FnOnce() -> R + Send,
+    R: Send,
+{
+    let pool = pool_for(shared);
+    let done = Arc::new(Done {
+        state: std::sync::Mutex::new(DoneState {
+            result: None,
+            finished: false,
+            waiter: None,
+        }),
+        finished: Condvar::new(),
+    });
+    let guard = Guard(&done);
+    let signal = done.clone();
+    let counted = pool.clone();
+    counted.in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let job: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
+        // `f` (and everything it captured) is consumed and dropped inside
+        // `catch_unwind`, before completion is signalled.
+        let result = catch_unwind(AssertUnwindSafe(f));
+        counted.in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        signal.complete(result);
+    });
+    // SAFETY: the job may borrow from this frame. It is always run (the
+    // pool never drops a queued job; a job that cannot get a thread comes
+    // back and runs here), and this frame is not left before the job
+    // signalled completion: the park below ends only when `finished` is
+    // set, and `guard` blocks any unwind until then. The only thing the
+    // job touches after signalling is its `Arc<Done>`, which owns its
+    // memory and whose result the guard takes out on this side.
+    let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
+    if let Err(job) = pool.submit(job) {
+        job();
+    }
+    let options = WaitOptions::new().interrupt(Interrupt::NotCancellable);
+    while fiber_wait(&*done, &mut (), options) != WaitResult::Ok {}
+    let result = done.wait_blocking();
+    drop(guard);
+    match result {
+        Some(Ok(value)) => value,
+        Some(Err(payload)) => resume_unwind(payload),
+        None => unreachable!("blocking: the result was taken twice"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// Two jobs submitted back to back while one thread is idle: the second
+    /// must not count on the idle thread the first one already claimed
+    /// (both wait for each other, so queueing them behind one thread
+    /// would leave each waiting out its timeout).
+    #[test]
+    fn an_idle_thread_serves_one_queued_job() {
+        let pool = Arc::new(Pool {
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            state: Mutex::new(PoolState::default()),
+            work: Condvar::new(),
+            cap: 8,
+            name: "test-blocking".to_string(),
+        });
+        assert!(pool.submit(Box::new(|| ())).is_ok());
+        while lock(&pool.state).idle == 0 {
+            std::thread::yield_now();
+        }
+        let (a_tx, a_rx) = mpsc::channel::<()>();
+        let (b_tx, b_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel::<bool>();
+        let wait = Duration::from_secs(10);
+        let done_a = done_tx.clone();
+        assert!(pool
+            .submit(Box::new(move || {
+                a_tx.send(()).unwrap();
+                done_a.send(b_rx.recv_timeout(wait).is_ok()).unwrap();
+            }))
+            .is_ok());
+        assert!(pool
+            .submit(Box::new(move || {
+                b_tx.send(()).unwrap();
+                done_tx.send(a_rx.recv_timeout(wait).is_ok()).unwrap();
+            }))
+            .is_ok());
+        assert!(
+            done_rx.recv().unwrap() && done_rx.recv().unwrap(),
+            "the two jobs did not overlap"
+        );
+    }
+}
