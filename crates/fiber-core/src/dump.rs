@@ -37,46 +37,6 @@ pub(crate) fn coarse_now() -> u64 {
     TICK.load(Ordering::Relaxed)
 }
 
-/// Waiters parked on something outside every scheduler (socket readiness):
-/// a root fiber parked while any exist is not deadlocked, since the outside
-/// world may still wake it.
-static EXTERNAL_WAITERS: AtomicU64 = AtomicU64::new(0);
-
-/// Count one waiter parked on an outside event (socket readiness) while
-/// the returned guard lives. Layers such as fiber-net hold one per parked
-/// I/O wait; deadlock reports read [`external_waiters`].
-pub fn external_wait() -> ExternalWait {
-    // Relaxed: a diagnostic count.
-    EXTERNAL_WAITERS.fetch_add(1, Ordering::Relaxed);
-    ExternalWait(())
-}
-
-/// Count one more (`true`) or one fewer (`false`) waiter parked on an
-/// outside event, for layers whose begin and end are in different places
-/// (each begin must be matched by one end; the count is diagnostic only).
-pub fn note_external_wait(begins: bool) {
-    if begins {
-        EXTERNAL_WAITERS.fetch_add(1, Ordering::Relaxed);
-    } else {
-        EXTERNAL_WAITERS.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Waiters parked on outside events right now.
-pub fn external_waiters() -> u64 {
-    EXTERNAL_WAITERS.load(Ordering::Relaxed)
-}
-
-/// Counts one outside waiter until dropped (see [`external_wait`]).
-#[derive(Debug)]
-pub struct ExternalWait(());
-
-impl Drop for ExternalWait {
-    fn drop(&mut self) {
-        EXTERNAL_WAITERS.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// One live fiber in a [`Dump`].
 #[derive(Clone, Debug)]
 pub struct FiberInfo {

@@ -91,16 +91,14 @@ pub mod testing;
 mod wait;
 
 #[cfg(not(loom))]
-pub use dump::{
-    advance_coarse_clock, external_wait, external_waiters, note_external_wait, Dump, ExternalWait, FiberInfo,
-};
+pub use dump::{advance_coarse_clock, Dump, FiberInfo};
 #[cfg(not(loom))]
 pub use fiber::{
     current_cancel_scope, current_fiber, current_id, current_name, current_spawn_location, current_worker, in_fiber,
     install_root_scope, is_cancel_requested, is_shutdown_unwind, swap_cancel_scope, with_fiber_local, yield_now,
     CancelScope, FiberId, FiberRef, RunOutcome,
 };
-pub use kind::WaitKind;
+pub use kind::{external_wait, external_waiters, note_external_wait, ExternalWait, WaitKind};
 #[cfg(not(loom))]
 pub use park::{current_handle, park, park_timeout, FiberHandle};
 #[cfg(not(loom))]

@@ -341,16 +341,24 @@ fn current_job_and_check_cancelled() {
 #[test]
 fn timeout_loses_to_an_explicit_reason() {
     on_both(|| {
-        let reason = scope(|s| {
-            let job = s.job();
-            let r = with_timeout(Duration::from_millis(5), || {
-                park_until_cancelled();
+        scope(|s| {
+            let enclosing = s.job();
+            let (job_tx, job_rx) = bounded::<Job>(1);
+            let child = s.spawn(move || {
+                with_timeout(Duration::from_millis(200), || {
+                    job_tx.send(Job::current()).unwrap();
+                    park_until_cancelled()
+                })
             });
-            assert_eq!(r, Err(TimedOut));
-            job.cancel();
-            job.cancel_reason()
+            // The timeout's own job, parked inside the block.
+            let timed = job_rx.recv().unwrap();
+            // An explicit cancel of the enclosing job, before the deadline.
+            enclosing.cancel();
+            assert!(child.join().unwrap_err().is_cancelled());
+            assert_eq!(timed.cancel_reason(), Some(CancelReason::Cancelled), "not TimedOut");
+            assert_eq!(enclosing.cancel_reason(), Some(CancelReason::Cancelled));
+            assert_eq!(timed.join().unwrap(), JobState::Cancelled);
         });
-        assert_eq!(reason, Some(CancelReason::Cancelled));
     });
 }
 
