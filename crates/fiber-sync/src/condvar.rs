@@ -270,6 +270,7 @@ impl Condvar {
             condvar: self,
         };
         let result = fiber_wait(&CondWait(self), &mut io, WaitOptions::new().deadline(deadline));
+        debug_assert!(!io.node.queued, "a finished wait left its node queued");
         if io.unlocked {
             raw.lock();
         }

@@ -31,7 +31,8 @@ fn loom_mutex_lock_word_and_queue() {
 
 /// A waiter that loses the race after being woken re-queues and the next
 /// unlock hands the lock to it (the hand-off path): the main thread takes
-/// the lock twice in a row while a second thread waits.
+/// the lock three times in a row while a second thread waits, so a lock
+/// handed over must stay locked against the main thread's next attempt.
 #[test]
 fn loom_mutex_handoff_after_barging() {
     loom::model(|| {
@@ -40,13 +41,13 @@ fn loom_mutex_handoff_after_barging() {
             let m = m.clone();
             thread::spawn(move || m.lock().unwrap().push(1))
         };
-        for i in [2, 3] {
+        for i in [2, 3, 4] {
             m.lock().unwrap().push(i);
         }
         t.join().unwrap();
         let mut v = m.lock().unwrap().clone();
         v.sort();
-        assert_eq!(v, [1, 2, 3]);
+        assert_eq!(v, [1, 2, 3, 4]);
     });
 }
 
