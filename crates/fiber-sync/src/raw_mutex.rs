@@ -42,6 +42,8 @@ const SPINS: u32 = 100;
 /// No spinning under loom: the spin adds states, not protocol.
 #[cfg(loom)]
 const SPINS: u32 = 0;
+/// Longest run of `spin_loop` hints between two probes of the lock word.
+const MAX_SPIN_STEP: u32 = 32;
 
 /// The raw lock: no data, no poisoning.
 #[derive(Debug)]
@@ -111,13 +113,21 @@ impl RawMutex {
 
     #[cold]
     fn lock_slow(&self) {
-        for _ in 0..SPINS {
+        // Exponential backoff: fewer probes of a contended line means less
+        // cache-line traffic for the holder's unlock and re-lock.
+        let mut step = 1;
+        let mut spun = 0;
+        while spun < SPINS {
             // Relaxed: only a hint; the CAS in `try_lock_from` acquires.
             let seen = self.state.load(Ordering::Relaxed);
             if seen & LOCKED == 0 && self.try_lock_from(seen) {
                 return;
             }
-            spin_loop();
+            for _ in 0..step {
+                spin_loop();
+            }
+            spun += step;
+            step = (step * 2).min(MAX_SPIN_STEP);
         }
         let mut node = LockIo {
             node: Node::new(0),
