@@ -219,3 +219,49 @@ fn mutex_no_waiter_starves() {
         })
     });
 }
+
+/// `Mutex::lock` and `RwLock::write` are not cancellation points (as
+/// std): a cancelled fiber waiting for them still gets the lock.
+#[test]
+fn mutex_and_rwlock_waits_are_not_cancellation_points() {
+    within(|| {
+        runtime().block_on(|| {
+            let m = Arc::new(Mutex::new(0u32));
+            let rw = Arc::new(fiber_sync::RwLock::new(0u32));
+            let started = Arc::new(AtomicUsize::new(0));
+            let g = m.lock().unwrap();
+            let w = rw.write().unwrap();
+            let waiters: Vec<_> = [0, 1]
+                .into_iter()
+                .map(|i| {
+                    let (m, rw, started) = (m.clone(), rw.clone(), started.clone());
+                    fiber_core::spawn(move || {
+                        started.fetch_add(1, Ordering::SeqCst);
+                        if i == 0 {
+                            *m.lock().unwrap() += 1;
+                        } else {
+                            *rw.write().unwrap() += 1;
+                        }
+                    })
+                })
+                .collect();
+            common::until(|| started.load(Ordering::SeqCst) == 2);
+            for _ in 0..100 {
+                fiber_core::yield_now();
+            }
+            for w in &waiters {
+                w.cancel();
+            }
+            for _ in 0..100 {
+                fiber_core::yield_now();
+            }
+            drop(g);
+            drop(w);
+            for w in waiters {
+                let _ = w.join();
+            }
+            assert_eq!(*m.lock().unwrap(), 1, "the cancelled lock waiter still took the lock");
+            assert_eq!(*rw.read().unwrap(), 1, "the cancelled write waiter still took the lock");
+        })
+    });
+}
