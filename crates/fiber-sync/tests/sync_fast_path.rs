@@ -1,7 +1,7 @@
 //! The uncontended fast paths do not allocate (a counting global
 //! allocator watches one thread's lock/unlock loop).
 
-use fiber_sync::{Mutex, OnceLock, RwLock, Semaphore};
+use fiber_sync::{Condvar, Mutex, OnceLock, RwLock, Semaphore};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -60,4 +60,19 @@ fn uncontended_operations_do_not_allocate() {
         }
     });
     assert_eq!(n, 0, "the uncontended fast paths allocated {n} times");
+}
+
+/// `Mutex`, `RwLock`, `Condvar` and `OnceLock` construct in statics, as
+/// std's do.
+#[test]
+fn const_constructors_work_in_statics() {
+    static COUNT: Mutex<u32> = Mutex::new(0);
+    static TABLE: RwLock<Vec<u8>> = RwLock::new(Vec::new());
+    static READY: Condvar = Condvar::new();
+    static NAME: OnceLock<&str> = OnceLock::new();
+    *COUNT.lock().unwrap() += 1;
+    TABLE.write().unwrap().push(1);
+    READY.notify_all();
+    assert_eq!(*NAME.get_or_init(|| "fiber"), "fiber");
+    assert_eq!((*COUNT.lock().unwrap(), TABLE.read().unwrap().len()), (1, 1));
 }
