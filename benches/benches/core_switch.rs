@@ -106,7 +106,7 @@ fn bench_switch(c: &mut Criterion) {
             let dyn_sched: Arc<dyn Schedule> = sched.clone();
             let handle = spawn_on(&dyn_sched, move || {
                 for _ in 0..iters {
-                    yield_now();
+                    let _ = yield_now();
                 }
             });
             let start = Instant::now();

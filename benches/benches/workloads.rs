@@ -379,7 +379,7 @@ fn w5_fiber() -> usize {
         .map(|_| {
             fiber::spawn(|| {
                 for _ in 0..W5_YIELDS {
-                    fiber::yield_now();
+                    let _ = fiber::yield_now();
                 }
                 W5_YIELDS
             })
@@ -432,7 +432,7 @@ fn w6_fiber() -> usize {
         .map(|_| {
             fiber::spawn(|| {
                 let t0 = Instant::now();
-                fiber::sleep(W6_SLEEP);
+                let _ = fiber::sleep(W6_SLEEP);
                 t0.elapsed() >= W6_SLEEP
             })
         })
@@ -493,9 +493,9 @@ fn w7(system: &str) -> (f64, usize) {
                 }));
             }
             while parked.load(Ordering::Relaxed) < W7_N {
-                fiber::sleep(Duration::from_millis(1));
+                let _ = fiber::sleep(Duration::from_millis(1));
             }
-            fiber::sleep(Duration::from_millis(200));
+            let _ = fiber::sleep(Duration::from_millis(200));
             let peak = status_kib("VmHWM:");
             for (i, tx) in senders.iter().enumerate() {
                 tx.send(i as u64).unwrap();
@@ -832,9 +832,9 @@ fn join_finished_fiber() -> Duration {
         fiber::scope(|s| {
             let handles: Vec<_> = (0..MICRO_OPS).map(|i| s.spawn(move || i)).collect();
             while !handles.last().unwrap().is_finished() {
-                fiber::yield_now();
+                let _ = fiber::yield_now();
             }
-            fiber::yield_now();
+            let _ = fiber::yield_now();
             let start = Instant::now();
             let sum: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
             let elapsed = start.elapsed();
@@ -910,7 +910,7 @@ fn cancel1k_fiber() -> Duration {
                     let rx = rx.clone();
                     s.spawn(move || rx.recv().is_err());
                 }
-                fiber::yield_now();
+                let _ = fiber::yield_now();
                 s.job().cancel();
                 s.job()
             });

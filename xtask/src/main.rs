@@ -14,6 +14,7 @@ commands:
   ci                      the whole gate: fmt, clippy, tests (spec-assert on), doc tests, loom, 90 s stress
   loom [crate] [filter]   loom models (RUSTFLAGS=--cfg loom), LOOM_MAX_PREEMPTIONS defaults to 2
   stress [--seconds N] [--seed S]  randomized stress mix with invariants checked (spec-assert on)
+  valgrind [--seconds N]  the stress mix under valgrind memcheck (invalid accesses, definite leaks)
   bench [--quick] [filter]  the workloads of BENCHMARKS.md for fiber, tokio and std threads,
                           one process per measurement, systems interleaved; prints a table and
                           writes target/bench-report/{report.md,ratios.svg}
@@ -61,7 +62,54 @@ fn ci() -> Result<(), String> {
 
     loom(None, None)?;
     stress(&["--seconds", CI_STRESS_SECONDS])?;
+    panic_abort()?;
+    valgrind(&["--seconds", "3"])?;
     Ok(())
+}
+
+/// Fibers alive at exit under `panic = "abort"`: the process must exit
+/// cleanly (their stacks are leaked with a notice, never unwound).
+fn panic_abort() -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args(["run", "--release", "-p", "fiber", "--example", "parked_at_exit"])
+        .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
+        .env("CARGO_TARGET_DIR", "target/panic-abort")
+        .env("FIBER_SHUTDOWN_TIMEOUT_MS", "100");
+    run("fibers parked at exit under panic = \"abort\"", cmd)
+}
+
+/// The stress mix (with its shutdown rounds) under valgrind's memcheck:
+/// any invalid access, use of uninitialised memory or definite leak fails.
+/// `--max-stackframe` below the distance between two fiber stacks makes
+/// valgrind treat a fiber switch as a stack switch, not a huge frame.
+fn valgrind(args: &[&str]) -> Result<(), String> {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        eprintln!("\n==> valgrind: skipped (valgrind is not installed; apt-get install valgrind)");
+        return Ok(());
+    }
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "fiber",
+        "--example",
+        "stress",
+        "--features",
+        "fiber-core/spec-assert",
+    ]);
+    run("build stress for valgrind", build)?;
+    let mut cmd = Command::new("valgrind");
+    cmd.args([
+        "--quiet",
+        "--error-exitcode=9",
+        "--max-stackframe=131072",
+        "--leak-check=full",
+        "--errors-for-leak-kinds=definite",
+        "target/release/examples/stress",
+    ]);
+    cmd.args(args);
+    run("stress under valgrind memcheck", cmd)
 }
 
 /// How long `cargo xtask ci` runs the stress mix.
@@ -128,6 +176,10 @@ fn main() -> ExitCode {
         Some("stress") => {
             let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
             stress(&rest)
+        }
+        Some("valgrind") => {
+            let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+            valgrind(&rest)
         }
         Some("bench") => {
             let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();

@@ -99,7 +99,9 @@ fn scenario(cap: Option<usize>, seed: u64) {
             match got {
                 Ok(v) => ledger.lock().unwrap().received.push(v),
                 Err(true) => return,
-                Err(false) => fiber_core::yield_now(),
+                Err(false) => {
+                    let _ = fiber_core::yield_now();
+                }
             }
         };
         if c == 0 && fiber_core::in_fiber() {
@@ -114,7 +116,7 @@ fn scenario(cap: Option<usize>, seed: u64) {
         }
     }
     for handle in &cancellable {
-        fiber_core::yield_now();
+        let _ = fiber_core::yield_now();
         handle.cancel();
     }
     for p in producers {
@@ -188,7 +190,7 @@ fn randomized_close_while_busy_loses_nothing() {
                 let tx = tx.clone();
                 fiber_core::spawn(move || {
                     for _ in 0..(seed % 50) {
-                        fiber_core::yield_now();
+                        let _ = fiber_core::yield_now();
                     }
                     tx.close();
                 })

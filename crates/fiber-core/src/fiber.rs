@@ -22,13 +22,13 @@
 //! the type system cannot see through a stackful switch. The facade's
 //! fiber-local storage is the supported replacement for thread-locals.
 
+use crate::pool::Phase;
 use crate::sched::{Runnable, Schedule};
 use crate::stack::{FiberStack, StackBounds};
 use crate::state::{Actor, Commit, FiberState, StateWord};
 use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
 use crate::task::TaskControl;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
-use std::cell::Cell;
 use std::fmt;
 use std::panic::Location;
 
@@ -106,6 +106,16 @@ pub(crate) struct Fiber {
     cancel_scope: UnsafeCell<Option<Arc<dyn crate::CancelScope>>>,
     /// Fiber-local values (owner-only; dropped when the body ends).
     locals: UnsafeCell<Option<Box<LocalMap>>>,
+    /// Teardown unwinds raised in this incarnation (owner-only).
+    teardown_raises: UnsafeCell<u32>,
+    /// Given up on at teardown: never resumed or released again.
+    abandoned: std::sync::atomic::AtomicBool,
+    /// Hard affinity: once it has run, this incarnation resumes only on the
+    /// worker it first ran on (written at prepare, read by schedulers).
+    pinned: std::sync::atomic::AtomicBool,
+    /// The incarnation's name, if it was given one (owner-written at
+    /// prepare; read by diagnostics while the fiber is alive).
+    name: UnsafeCell<Option<std::sync::Arc<str>>>,
 }
 
 /// Fiber-local values by key (the address of their static).
@@ -139,6 +149,10 @@ impl Fiber {
             cancel_seen: UnsafeCell::new(false),
             cancel_scope: UnsafeCell::new(None),
             locals: UnsafeCell::new(None),
+            teardown_raises: UnsafeCell::new(0),
+            abandoned: std::sync::atomic::AtomicBool::new(false),
+            pinned: std::sync::atomic::AtomicBool::new(false),
+            name: UnsafeCell::new(None),
         }
     }
 
@@ -189,6 +203,7 @@ impl Fiber {
             this.coroutine.with_mut(|c| *c = Some(coroutine));
             this.bounds.with_mut(|b| *b = bounds);
             this.cancel_seen.with_mut(|c| *c = false);
+            this.teardown_raises.with_mut(|c| *c = 0);
         }
     }
 
@@ -224,9 +239,83 @@ impl Fiber {
         // SAFETY: see the function's contract.
         let task = unsafe { self.is_task_cancel_requested() };
         // SAFETY: as above.
-        task || self
-            .cancel_scope
-            .with(|c| unsafe { (*c).as_ref().is_some_and(|c| c.is_cancelled()) })
+        task || unsafe { self.phase() } != Phase::Open
+            || self
+                .cancel_scope
+                .with(|c| unsafe { (*c).as_ref().is_some_and(|c| c.is_cancelled()) })
+    }
+
+    /// The shutdown phase of the runtime this fiber runs on.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself (its scheduler slot is set).
+    pub(crate) unsafe fn phase(&self) -> Phase {
+        // SAFETY: see the function's contract; we borrow the slot, no clone.
+        self.sched
+            .with(|s| unsafe { (*s).as_ref().map_or(Phase::Open, |s| s.frames().phase()) })
+    }
+
+    /// Does this fiber run on the scheduler that owns `pool`?
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn scheduler_is(&self, pool: &crate::pool::FramePool) -> bool {
+        // SAFETY: see the function's contract.
+        self.sched
+            .with(|s| unsafe { (*s).as_ref().is_some_and(|s| std::ptr::eq(s.frames(), pool)) })
+    }
+
+    /// Count one teardown unwind raised in this incarnation; returns the
+    /// count so far.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn note_teardown_raise(&self) -> u32 {
+        // SAFETY: see the function's contract.
+        self.teardown_raises.with_mut(|c| unsafe {
+            *c += 1;
+            *c
+        })
+    }
+
+    pub(crate) fn set_pinned(&self, pinned: bool) {
+        self.pinned.store(pinned, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_pinned(&self) -> bool {
+        self.pinned.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Set the incarnation's name.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the frame (INIT, being prepared).
+    pub(crate) unsafe fn set_name(&self, name: Option<std::sync::Arc<str>>) {
+        // SAFETY: see the function's contract.
+        self.name.with_mut(|n| unsafe { *n = name });
+    }
+
+    /// The incarnation's name.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself (the slot is written only while
+    /// the frame is INIT).
+    pub(crate) unsafe fn name(&self) -> Option<std::sync::Arc<str>> {
+        // SAFETY: see the function's contract.
+        self.name.with(|n| unsafe { (*n).clone() })
+    }
+
+    pub(crate) fn mark_abandoned(&self) {
+        self.abandoned.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.abandoned.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Has cancellation been requested for the fiber's own task (its
@@ -410,46 +499,13 @@ impl Fiber {
         unsafe {
             self.task.with_mut(|t| *t = None);
             self.cancel_scope.with_mut(|c| *c = None);
+            // Values a fiber-local destructor re-created after the body's
+            // own clean-up must not leak into the next incarnation.
+            if let Some(locals) = self.locals.with_mut(|l| (*l).take()) {
+                crate::task::drop_quietly(locals);
+            }
             self.bounds.with_mut(|b| *b = StackBounds::default());
             self.sched.with_mut(|s| (*s).take())
-        }
-    }
-
-    /// Shutdown: unwind (or drop unrun) a fiber the caller owns as RUNNABLE
-    /// (it holds the `Runnable` token or won the wake claim), running the
-    /// destructors on its stack exactly once; its joiners get `Cancelled`.
-    /// The frame goes back to `pool`.
-    pub(crate) fn discard(fiber: Arc<Fiber>, pool: &crate::pool::FramePool) {
-        fiber.state.transition_to_running();
-        let previous = current::replace(Arc::as_ptr(&fiber));
-        // SAFETY: we own the fiber (RUNNING by our hand) and no worker runs it.
-        unsafe { fiber.unwind_for_shutdown() };
-        current::replace(previous);
-        fiber
-            .state
-            .transition_to_final(FiberState::Running, FiberState::Cancelled);
-        // SAFETY: as above; the coroutine is gone, the slots are ours.
-        unsafe { fiber.clear_for_recycle() };
-        pool.release(fiber);
-    }
-
-    /// Drop a suspended coroutine (unwinding its stack) at shutdown. Returns
-    /// `false` if there was nothing to drop.
-    ///
-    /// # Safety
-    ///
-    /// The caller owns the fiber (it claimed it) and no worker runs it.
-    pub(crate) unsafe fn unwind_for_shutdown(&self) -> bool {
-        // SAFETY: see the function's contract.
-        let coroutine = self.coroutine.with_mut(|c| unsafe { (*c).take() });
-        match coroutine {
-            Some(coroutine) => {
-                forced_unwind::begin();
-                drop(coroutine);
-                forced_unwind::end();
-                true
-            }
-            None => false,
         }
     }
 }
@@ -493,32 +549,6 @@ pub(crate) mod current {
     }
 }
 
-/// Shutdown unwinding of suspended fibers: the fiber entry must let
-/// corosensei's forced-unwind payload pass instead of catching it as a panic.
-pub(crate) mod forced_unwind {
-    use super::Cell;
-
-    thread_local! {
-        static ACTIVE: Cell<bool> = const { Cell::new(false) };
-    }
-
-    #[inline(never)]
-    pub(crate) fn begin() {
-        ACTIVE.with(|a| a.set(true));
-    }
-
-    #[inline(never)]
-    pub(crate) fn end() {
-        ACTIVE.with(|a| a.set(false));
-    }
-
-    /// Is a forced unwind in progress on this thread?
-    #[inline(never)]
-    pub(crate) fn active() -> bool {
-        ACTIVE.with(|a| a.get())
-    }
-}
-
 impl fmt::Debug for Fiber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fiber")
@@ -558,6 +588,16 @@ pub(crate) fn current_id_for_signal() -> u64 {
     unsafe { (*fiber).id.load(std::sync::atomic::Ordering::Relaxed) }
 }
 
+/// The running fiber's name, if it was spawned with one.
+pub fn current_name() -> Option<std::sync::Arc<str>> {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return None;
+    }
+    // SAFETY: as in `current_id`; the running fiber reads its own slot.
+    unsafe { (*fiber).name() }
+}
+
 /// Is the caller running inside a fiber?
 pub fn in_fiber() -> bool {
     !current::get().is_null()
@@ -571,27 +611,125 @@ pub fn current_spawn_location() -> Option<&'static Location<'static>> {
 }
 
 /// Yield the running fiber to its scheduler (it becomes RUNNABLE and is
-/// enqueued again). On a plain thread this is `std::thread::yield_now`.
-pub fn yield_now() {
+/// enqueued again). A cancellation point: `Err(Cancelled)` once the fiber's
+/// task or job is cancelled (the yield still happens). On a plain thread
+/// this is `std::thread::yield_now` and always `Ok`.
+pub fn yield_now() -> Result<(), crate::Cancelled> {
     let fiber = current::get();
     if fiber.is_null() {
         std::thread::yield_now();
+        return Ok(());
+    }
+    // SAFETY: the running fiber suspends itself on its own stack and reads
+    // its own slots; `fiber` is its frame (see `current_id`). The pointer is
+    // re-read after resume only through `current::get`, never cached from
+    // the thread-local.
+    unsafe {
+        if (*fiber).phase() == Phase::Teardown {
+            teardown_unwind(&*fiber);
+            return Err(crate::Cancelled);
+        }
+        (*fiber).suspend(Suspend::Yield);
+        if (*fiber).is_cancel_requested() {
+            return Err(crate::Cancelled);
+        }
+    }
+    Ok(())
+}
+
+/// The panic payload of a teardown unwind (see [`is_shutdown_unwind`]).
+struct ShutdownUnwind;
+
+/// Is `payload` the unwind that runtime teardown raises in a fiber at a
+/// cancellation point? Code that catches panics (`catch_unwind`) and wants
+/// to let shutdown proceed should resume such a payload.
+pub fn is_shutdown_unwind(payload: &(dyn std::any::Any + Send)) -> bool {
+    payload.is::<ShutdownUnwind>()
+}
+
+/// Teardown unwinds a fiber may catch before it is abandoned.
+const TEARDOWN_MAX_RAISES: u32 = 8;
+
+/// The running fiber reached a cancellation point while its runtime is in
+/// teardown: unwind its stack. Returns without unwinding when the fiber is
+/// already unwinding (a wait inside a destructor: starting a second panic
+/// would abort), so the caller reports `Cancelled`. A fiber that caught
+/// the unwind too many times is abandoned: it parks for good, unpublished.
+///
+/// # Safety
+///
+/// Called by the running fiber itself, on its own stack.
+pub(crate) unsafe fn teardown_unwind(fiber: &Fiber) {
+    if std::thread::panicking() {
         return;
     }
-    // SAFETY: the running fiber suspends itself on its own stack; `fiber` is
-    // its frame (see `current_id`). The pointer is re-read after resume only
-    // through `current::get`, never cached from the thread-local.
-    unsafe { (*fiber).suspend(Suspend::Yield) }
+    // SAFETY: see the function's contract.
+    if unsafe { fiber.note_teardown_raise() } > TEARDOWN_MAX_RAISES {
+        fiber.mark_abandoned();
+        loop {
+            fiber.state.transition_to_parking();
+            // SAFETY: see the function's contract. Nobody holds a waiter
+            // record for this park, and teardown skips abandoned frames.
+            unsafe { fiber.suspend(Suspend::Park) };
+        }
+    }
+    std::panic::resume_unwind(Box::new(ShutdownUnwind))
 }
 
 /// A cancellation scope a fiber can run in (fiber-jobs' jobs implement it):
 /// while set, a cancellable wait of the fiber ends with `Cancelled` once the
 /// scope reports cancellation.
+///
+/// The layer that installed a scope gets its own type back by upcasting the
+/// `Arc<dyn CancelScope>` to `Arc<dyn Any + Send + Sync>` and calling
+/// `Arc::downcast`, which checks the real type (no method a user type could
+/// implement is trusted for that).
 pub trait CancelScope: Send + Sync + std::any::Any {
     /// Has this scope been cancelled?
     fn is_cancelled(&self) -> bool;
-    /// For downcasting to the implementing type.
-    fn as_any(&self) -> &dyn std::any::Any;
+
+    /// Cancel this scope (called by `JoinHandle::cancel` on a fiber's root
+    /// scope). The default does nothing.
+    fn cancel(&self) {}
+
+    /// The fiber whose root scope this is has finished its body (`panicked`
+    /// says how), called on that fiber. The default does nothing.
+    fn fiber_finished(self: Arc<Self>, panicked: bool) {
+        let _ = panicked;
+    }
+}
+
+/// Make `scope` the running fiber's root cancellation scope: it becomes the
+/// fiber's current scope, `JoinHandle::cancel` cancels it, and it hears
+/// `fiber_finished` when the body ends. Returns `Ok(true)` if the fiber's
+/// task was already cancelled (the caller should cancel the scope), and
+/// gives the scope back on a plain thread or when the fiber already runs in
+/// a scope.
+pub fn install_root_scope(scope: Arc<dyn CancelScope>) -> Result<bool, Arc<dyn CancelScope>> {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return Err(scope);
+    }
+    // SAFETY: the running fiber reads and writes its own slots.
+    unsafe {
+        if (*fiber).cancel_scope().is_some() {
+            return Err(scope);
+        }
+        let Some(task) = (*fiber).task() else {
+            return Err(scope);
+        };
+        (*fiber).swap_cancel_scope(Some(scope.clone()));
+        Ok(task.install_root_scope(scope))
+    }
+}
+
+/// Has the running fiber been asked to stop: its task cancelled
+/// (`JoinHandle::cancel`), the job it runs in cancelled, or its runtime
+/// shutting down? `false` on a plain thread.
+pub fn is_cancel_requested() -> bool {
+    let fiber = current::get();
+    // SAFETY: the running fiber reads its own slots.
+    !fiber.is_null() && unsafe { (*fiber).is_cancel_requested() }
 }
 
 /// Replace the running fiber's cancellation scope, returning the previous
@@ -709,6 +847,15 @@ pub(crate) fn drop_fiber_locals() {
         return;
     }
     // SAFETY: the running fiber owns its locals slot.
-    let locals = unsafe { (*fiber).locals.with_mut(|slot| (*slot).take()) };
-    drop(locals);
+    // A destructor may touch a fiber-local again and re-create the map:
+    // go round a few times; what is still left is dropped at recycling.
+    for _ in 0..8 {
+        // SAFETY: the running fiber owns its locals slot; the map is taken
+        // out before any destructor runs.
+        let locals = unsafe { (*fiber).locals.with_mut(|slot| (*slot).take()) };
+        match locals {
+            Some(map) => drop(map),
+            None => return,
+        }
+    }
 }

@@ -89,19 +89,22 @@ mod wait;
 
 #[cfg(not(loom))]
 pub use fiber::{
-    current_cancel_scope, current_fiber, current_id, current_spawn_location, current_worker, in_fiber,
-    swap_cancel_scope, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, RunOutcome,
+    current_cancel_scope, current_fiber, current_id, current_name, current_spawn_location, current_worker, in_fiber,
+    install_root_scope, is_cancel_requested, is_shutdown_unwind, swap_cancel_scope, with_fiber_local, yield_now,
+    CancelScope, FiberId, FiberRef, RunOutcome,
 };
 #[cfg(not(loom))]
 pub use park::{current_handle, park, park_timeout, FiberHandle};
 #[cfg(not(loom))]
-pub use pool::{FramePool, ParkedFiber, PoolStats};
+pub use pool::{FramePool, ParkedFiber, Phase, PoolStats, TeardownReport, TEARDOWN_WORKER};
 #[cfg(not(loom))]
 pub use sched::{Runnable, Running, Schedule, Worker};
 #[cfg(not(loom))]
 pub use stack::StackConfig;
 #[cfg(not(loom))]
-pub use task::{current_scheduler, spawn, spawn_on, try_spawn_on, Canceller, JoinError, JoinHandle};
+pub use task::{
+    current_scheduler, spawn, spawn_on, try_spawn_on, try_spawn_with, Canceller, JoinError, JoinHandle, SpawnOptions,
+};
 pub use wait::{
     fiber_wait, fiber_wake, wait_until, Cancelled, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter,
 };

@@ -7,8 +7,11 @@
 //! fiber and then spawns one reuses the frame without touching shared state.
 
 use crate::fiber::Fiber;
+use crate::fiber::RunOutcome;
+use crate::sched::Runnable;
 use crate::stack::{FiberStack, StackAllocator, StackConfig};
-use crate::sync::{lock, Arc, AtomicUsize, Mutex, Ordering};
+use crate::state::{Actor, FiberState};
+use crate::sync::{fence, lock, Arc, AtomicU8, AtomicUsize, Mutex, Ordering};
 use std::cell::RefCell;
 use std::fmt;
 use std::io;
@@ -59,6 +62,8 @@ pub struct FramePool {
     guarded: AtomicUsize,
     unguarded: AtomicUsize,
     stacks: StackAllocator,
+    /// [`Phase`] as a byte (SeqCst writes; see `begin_cancel`).
+    phase: AtomicU8,
 }
 
 thread_local! {
@@ -95,6 +100,7 @@ impl FramePool {
             guarded: AtomicUsize::new(0),
             unguarded: AtomicUsize::new(0),
             stacks: StackAllocator::new(config),
+            phase: AtomicU8::new(Phase::Open as u8),
         }
     }
 
@@ -224,7 +230,7 @@ impl FramePool {
     pub fn parked_fibers(&self) -> Vec<ParkedFiber> {
         let all = lock(&self.all).clone();
         all.iter()
-            .filter(|f| f.state.load(Ordering::Relaxed).state() == crate::state::FiberState::Parked)
+            .filter(|f| f.state.load(Ordering::Relaxed).state() == FiberState::Parked)
             .map(|f| ParkedFiber {
                 id: f.id(),
                 waiting_on: f.waiting_on().unwrap_or("(nothing recorded)"),
@@ -233,26 +239,238 @@ impl FramePool {
             .collect()
     }
 
-    /// Shutdown: unwind every PARKED fiber of this pool on the calling
-    /// thread (running its destructors exactly once, completing its join
-    /// with `Cancelled`) and return its frame to the pool. Returns how many
-    /// fibers were unwound. Call only after every worker has stopped, so no
-    /// fiber is RUNNABLE or RUNNING.
-    pub fn unwind_parked(&self) -> usize {
-        let all = lock(&self.all).clone();
-        let mut unwound = 0;
-        for frame in &all {
-            let seen = frame.state.load(Ordering::Acquire);
-            if seen.state() != crate::state::FiberState::Parked {
-                continue;
+    /// Is every live fiber of this pool parked right now (a racy snapshot;
+    /// `false` when none is alive)?
+    pub fn all_parked(&self) -> bool {
+        let all = lock(&self.all);
+        let mut live = 0;
+        for frame in all.iter() {
+            match frame.state.load(Ordering::Relaxed).state() {
+                FiberState::Init | FiberState::Done | FiberState::Cancelled => {}
+                FiberState::Parked => live += 1,
+                _ => return false,
             }
-            if frame.state.wake(seen.ticket()) != crate::state::Claim::Claimed {
-                continue;
-            }
-            Fiber::discard(frame.clone(), self);
-            unwound += 1;
         }
-        unwound
+        live > 0
+    }
+
+    /// The shutdown phase of this pool's runtime.
+    pub fn phase(&self) -> Phase {
+        // Acquire: pairs with the Release half of the SeqCst swap in
+        // `begin_cancel` / `teardown`.
+        Phase::from_u8(self.phase.load(Ordering::Acquire))
+    }
+
+    /// Shutdown step 2: from now on every cancellable wait of this pool's
+    /// fibers ends with `Cancelled` (and yields once, so its worker stays
+    /// responsive), fibers that have not started never run their closure,
+    /// and spawns from outside the runtime are refused. Every fiber parked
+    /// right now is woken so that it sees this at its cancellation point and
+    /// can return normally on a worker. Returns `false` if the pool was
+    /// already past [`Phase::Open`]. Safe at any time: it only cancels.
+    pub fn begin_cancel(&self) -> bool {
+        if self
+            .phase
+            .compare_exchange(
+                Phase::Open as u8,
+                Phase::Cancelling as u8,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return false;
+        }
+        // SeqCst fence: Dekker pair with `fiber_wait_slow` (enter PARKING;
+        // fence; read the phase) against ours (write the phase; fence; read
+        // the state word in `wake_current_wait`). Either the fiber sees the
+        // phase before it parks, or we see it PARKING/PARKED and wake it.
+        fence(Ordering::SeqCst);
+        let all = lock(&self.all).clone();
+        for frame in &all {
+            let state = frame.state.load(Ordering::Acquire).state();
+            if matches!(state, FiberState::Parking | FiberState::Parked) {
+                crate::wait::wake_current_wait(frame);
+            }
+        }
+        true
+    }
+
+    /// Shutdown step 3: resume every fiber that is still alive, children
+    /// before their scope owners (descending fiber id: a child is always
+    /// spawned after the fiber whose stack it borrows from), on the calling
+    /// thread, until each has returned. In this phase a cancellable wait
+    /// unwinds the fiber's stack (a normal Rust unwind on the fiber's own
+    /// stack, caught at the fiber's entry and reported to joiners as
+    /// `Cancelled`), and a wait inside a destructor that is already
+    /// unwinding returns `Cancelled` at once. A fiber that keeps catching the
+    /// unwind and waiting again, or that stays parked on a wait nothing will
+    /// complete, is abandoned: its stack is never resumed nor unwound, and
+    /// the report says so; the caller must then leak the pool
+    /// ([`TeardownReport::must_leak`]) and everything the abandoned fibers
+    /// may still point to.
+    ///
+    /// With `panic = "abort"` no fiber is resumed (an unwind would abort
+    /// the process): all are abandoned, with a notice.
+    ///
+    /// `drain` hands over every runnable fiber the scheduler still holds in
+    /// its queues (called once per round, after the previous round may have
+    /// scheduled more).
+    ///
+    /// Meant for after the scheduler's workers have stopped. Calling it
+    /// earlier is still memory-safe: teardown takes a fiber only the way a
+    /// waker does (by the claim on its state word, or as a runnable token),
+    /// so no fiber ever runs on two threads; it just ends the runtime's
+    /// fibers early, and a fiber that a worker is running is not waited for.
+    pub fn teardown(&self, drain: &mut dyn FnMut() -> Vec<Runnable>) -> TeardownReport {
+        self.begin_cancel();
+        self.phase.store(Phase::Teardown as u8, Ordering::SeqCst);
+        let mut report = TeardownReport::default();
+        let mut idle_rounds = 0;
+        let mut resumes: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
+        let mut requeue = Vec::new();
+        loop {
+            let mut batch = drain();
+            batch.append(&mut requeue);
+            let all = lock(&self.all).clone();
+            for frame in &all {
+                if frame.is_abandoned() {
+                    continue;
+                }
+                let seen = frame.state.load(Ordering::Acquire);
+                if seen.state() != FiberState::Parked {
+                    continue;
+                }
+                if frame.state.wake(seen.ticket()) == crate::state::Claim::Claimed {
+                    batch.push(Runnable::new(frame.clone(), Actor::Waker));
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            batch.sort_by_key(|r| std::cmp::Reverse(r.id()));
+            let mut finished = 0;
+            for runnable in batch {
+                let id = runnable.id();
+                let count = resumes.entry(id.0).or_insert(0);
+                *count += 1;
+                if cfg!(panic = "abort") || *count > TEARDOWN_MAX_RESUMES {
+                    runnable.abandon();
+                    continue;
+                }
+                match runnable.into_running().resume(TEARDOWN_WORKER) {
+                    RunOutcome::Finished => {
+                        finished += 1;
+                        report.finished += 1;
+                    }
+                    RunOutcome::Parked => {}
+                    // yield_now unwinds in teardown: only a fiber that
+                    // caught the unwind gets here; it goes round again.
+                    RunOutcome::Yielded(again) => requeue.push(again),
+                }
+            }
+            if finished == 0 {
+                idle_rounds += 1;
+                if idle_rounds > TEARDOWN_IDLE_ROUNDS {
+                    // What is left waits on something nothing will complete.
+                    for frame in lock(&self.all).iter() {
+                        if frame.state.load(Ordering::Acquire).state() == FiberState::Parked {
+                            frame.mark_abandoned();
+                        }
+                    }
+                    let mut rest = drain();
+                    rest.append(&mut requeue);
+                    for runnable in rest {
+                        runnable.abandon();
+                    }
+                    break;
+                }
+            } else {
+                idle_rounds = 0;
+            }
+        }
+        for frame in lock(&self.all).iter() {
+            if frame.is_abandoned() {
+                report.note_abandoned(frame.id(), frame.spawned_at());
+            }
+        }
+        if cfg!(panic = "abort") && report.abandoned > 0 {
+            eprintln!(
+                "fiber: {} fiber(s) were still parked at shutdown; with panic = \"abort\" they cannot be \
+                 unwound, so their stacks are leaked (their destructors do not run)",
+                report.abandoned
+            );
+        }
+        report
+    }
+}
+
+/// Resume budget of one fiber during teardown: a fiber that catches the
+/// teardown unwind and waits again this many times is abandoned.
+const TEARDOWN_MAX_RESUMES: u32 = 16;
+
+/// Rounds in a row with no fiber finishing before teardown gives up on the
+/// rest.
+const TEARDOWN_IDLE_ROUNDS: u32 = 3;
+
+/// The worker index that teardown resumes fibers with (not a worker: a
+/// scheduler sends anything it schedules to its shared queue).
+pub const TEARDOWN_WORKER: usize = usize::MAX - 1;
+
+/// Shutdown phases of a pool (and its runtime), in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Phase {
+    /// Running normally.
+    Open = 0,
+    /// Shutting down: waits are cancelled, fibers finish on the workers.
+    Cancelling = 1,
+    /// Workers stopped: what is left is unwound on the shutdown thread.
+    Teardown = 2,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            0 => Phase::Open,
+            1 => Phase::Cancelling,
+            _ => Phase::Teardown,
+        }
+    }
+}
+
+/// What [`FramePool::teardown`] did.
+#[derive(Debug, Default)]
+pub struct TeardownReport {
+    /// Fibers that returned (normally or by unwinding) during teardown.
+    pub finished: usize,
+    /// Fibers given up on: never resumed again, stacks leaked.
+    pub abandoned: usize,
+    /// Ids and spawn sites of the abandoned fibers (at most 16 listed).
+    pub abandoned_fibers: Vec<(crate::FiberId, &'static std::panic::Location<'static>)>,
+}
+
+impl TeardownReport {
+    /// The pool (and anything the abandoned fibers' stacks point to) must
+    /// never be freed.
+    pub fn must_leak(&self) -> bool {
+        self.abandoned > 0
+    }
+
+    fn note_abandoned(&mut self, id: crate::FiberId, at: &'static std::panic::Location<'static>) {
+        self.abandoned += 1;
+        if self.abandoned_fibers.len() < 16 {
+            self.abandoned_fibers.push((id, at));
+        }
+    }
+}
+
+impl Runnable {
+    /// Give up on this fiber for good (teardown).
+    fn abandon(self) {
+        // The frame stays in `all` and is never released: its stack may be
+        // borrowed by other abandoned fibers.
+        self.into_fiber().mark_abandoned();
     }
 }
 

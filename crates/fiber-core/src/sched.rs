@@ -41,6 +41,12 @@ pub trait Schedule: Send + Sync + 'static {
 
     /// The frame pool fibers of this scheduler are spawned from.
     fn frames(&self) -> &FramePool;
+
+    /// Should every fiber spawned on this scheduler be pinned (hard
+    /// affinity: after its first run it resumes only on that worker)?
+    fn pins_fibers(&self) -> bool {
+        false
+    }
 }
 
 /// The worker side of the contract.
@@ -77,17 +83,23 @@ impl Runnable {
         self.fiber.id()
     }
 
-    /// Shutdown: never run this fiber again. Its stack is unwound on the
-    /// calling thread (destructors run exactly once; a fiber that never
-    /// started just drops its closure), its joiners get `Cancelled`, and the
-    /// frame returns to `pool` (the pool of the scheduler it belongs to).
-    pub fn discard(self, pool: &FramePool) {
-        Fiber::discard(self.fiber, pool)
+    pub(crate) fn into_fiber(self) -> Arc<Fiber> {
+        self.fiber
     }
 
     /// The worker that last ran this fiber (soft-affinity hint), if any.
     pub fn last_worker(&self) -> Option<usize> {
         self.fiber.last_worker()
+    }
+
+    /// The worker this fiber must resume on: `Some` for a pinned fiber
+    /// that has run (hard affinity), `None` when any worker may run it.
+    pub fn home(&self) -> Option<usize> {
+        if self.fiber.is_pinned() {
+            self.fiber.last_worker()
+        } else {
+            None
+        }
     }
 }
 
@@ -121,6 +133,16 @@ impl Running {
     /// Where the fiber was spawned (diagnostics: stall and deadlock reports).
     pub fn spawn_location(&self) -> &'static std::panic::Location<'static> {
         self.fiber.spawned_at()
+    }
+
+    /// Is the fiber pinned (hard affinity to the worker it first runs on)?
+    pub fn is_pinned(&self) -> bool {
+        self.fiber.is_pinned()
+    }
+
+    /// Has the fiber run before (on any worker)?
+    pub fn has_run(&self) -> bool {
+        self.fiber.last_worker().is_some()
     }
 }
 

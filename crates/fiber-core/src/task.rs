@@ -7,16 +7,22 @@ use crate::sched::{Runnable, Schedule};
 use crate::state::Actor;
 use crate::sync::{fence, lock, Arc, AtomicBool, Mutex, Ordering, UnsafeCell};
 use crate::wait::{fiber_wait, fiber_wake, wake_current_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
-use crate::Interrupt;
 use std::any::Any;
 use std::fmt;
 use std::io;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe, Location};
+use std::panic::{catch_unwind, AssertUnwindSafe, Location};
 
 /// What the fiber frame needs to know about the task it runs.
 pub(crate) trait TaskControl: Send + Sync {
     fn is_cancel_requested(&self) -> bool;
     fn park_token(&self) -> &crate::park::ParkToken;
+    /// Make `scope` the task's root cancellation scope (a layer's job for
+    /// this fiber): `JoinHandle::cancel` then cancels it too. Returns
+    /// `true` if the task was already cancelled (the caller cancels the
+    /// scope itself).
+    fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> bool;
+    /// Take the root scope back (the fiber's body has ended).
+    fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>>;
 }
 
 /// Why a join did not produce the fiber's value.
@@ -144,7 +150,11 @@ impl std::error::Error for JoinError {}
 /// Join bookkeeping under the task lock.
 struct Joiners {
     finished: bool,
+    /// The `JoinHandle` is gone: the fiber drops its own outcome.
+    detached: bool,
     waiters: Vec<Waiter>,
+    /// The fiber's root job, once a layer made one (see `install_root_scope`).
+    root_scope: Option<Arc<dyn crate::CancelScope>>,
 }
 
 /// The block shared by a spawned fiber and its [`JoinHandle`].
@@ -181,15 +191,41 @@ impl<T: Send> TaskControl for Task<T> {
     fn park_token(&self) -> &crate::park::ParkToken {
         &self.park
     }
+
+    fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> bool {
+        let mut joiners = lock(&self.joiners);
+        joiners.root_scope = Some(scope);
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>> {
+        lock(&self.joiners).root_scope.take()
+    }
 }
 
 impl<T: Send> Task<T> {
     /// Store the outcome and wake every joiner (called by the fiber, once).
-    fn complete(&self, outcome: Result<T, JoinError>) {
-        // SAFETY: only the fiber writes, once, before `finished`.
-        self.result.with_mut(|r| unsafe { *r = Some(outcome) });
+    /// With the handle gone, the outcome comes back: the fiber drops it on
+    /// its own stack, so user `Drop` code never runs bare on a worker.
+    fn complete(&self, outcome: Result<T, JoinError>) -> Option<Result<T, JoinError>> {
+        let mut outcome = Some(outcome);
+        let mut unwanted = None;
         let waiters = {
             let mut joiners = lock(&self.joiners);
+            // The outcome is decided here, under the lock that a cancel
+            // request takes too: a task cancelled before this point ends
+            // cancelled even if its closure returned a value (the value goes
+            // back to the fiber, which drops it once); a later cancel is a
+            // no-op.
+            if self.cancel.load(Ordering::Relaxed) && matches!(outcome, Some(Ok(_))) {
+                unwanted = outcome.replace(Err(JoinError::cancelled(self.id)));
+            }
+            if !joiners.detached {
+                // SAFETY: only the fiber writes, once, before `finished`;
+                // the handle reads only after it (under this lock or after
+                // the Acquire below).
+                self.result.with_mut(|r| unsafe { *r = outcome.take() });
+            }
             joiners.finished = true;
             // Release: pairs with the Acquire in `try_complete`/`is_finished`
             // so a joiner that sees `finished` sees `result`.
@@ -199,10 +235,25 @@ impl<T: Send> Task<T> {
         for waiter in &waiters {
             fiber_wake(waiter);
         }
+        match unwanted {
+            Some(value) => {
+                drop_quietly(outcome);
+                Some(value)
+            }
+            None => outcome,
+        }
     }
 
     fn request_cancel(&self) {
-        self.cancel.store(true, Ordering::Relaxed);
+        let root_scope = {
+            let joiners = lock(&self.joiners);
+            if joiners.finished {
+                // Cancelling a finished task is a no-op: it keeps its outcome.
+                return;
+            }
+            self.cancel.store(true, Ordering::Relaxed);
+            joiners.root_scope.clone()
+        };
         // SeqCst fence: Dekker pair with the fence in `fiber_wait_slow`
         // (store cancel; fence; read state) vs (enter PARKING; fence; read
         // cancel). Either the fiber sees the flag before parking, or we see
@@ -210,6 +261,11 @@ impl<T: Send> Task<T> {
         fence(Ordering::SeqCst);
         if !self.finished.load(Ordering::Acquire) {
             wake_current_wait(&self.fiber);
+        }
+        // The fiber's job (and its subtree: scopes it opened) is cancelled
+        // too: one cancellation model.
+        if let Some(scope) = root_scope {
+            scope.cancel();
         }
     }
 }
@@ -250,20 +306,36 @@ struct Completion<T: Send> {
 impl<T: Send> Completion<T> {
     fn finish(&mut self, outcome: Result<T, JoinError>) {
         self.armed = false;
-        self.task.complete(outcome);
+        if let Some(unwanted) = self.task.complete(outcome) {
+            drop_quietly(unwanted);
+        }
     }
 }
 
 impl<T: Send> Drop for Completion<T> {
     fn drop(&mut self) {
         if self.armed {
-            self.armed = false;
-            self.task.complete(Err(JoinError {
+            self.finish(Err(JoinError {
                 repr: Repr::Cancelled,
                 id: self.id,
             }));
         }
     }
+}
+
+/// Drop `value`, containing a panic of its destructor (and of the panic
+/// payload's own destructor, which is leaked if it panics too).
+pub(crate) fn drop_quietly<V>(value: V) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            std::mem::forget(again);
+        }
+    }
+}
+
+/// Drop `value`; a panic of its destructor comes back as its payload.
+fn drop_caught<V>(value: V) -> Result<(), Box<dyn Any + Send>> {
+    catch_unwind(AssertUnwindSafe(move || drop(value)))
 }
 
 /// An owned permission to join a fiber (its result, or its panic).
@@ -273,16 +345,40 @@ pub struct JoinHandle<T> {
     task: Arc<Task<T>>,
 }
 
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        let unjoined = {
+            let mut joiners = lock(&self.task.joiners);
+            joiners.detached = true;
+            if joiners.finished {
+                // SAFETY: `finished` under the lock: the fiber's write is
+                // done, and this handle is the only reader.
+                self.task.result.with_mut(|r| unsafe { (*r).take() })
+            } else {
+                None
+            }
+        };
+        // A finished, never-joined outcome is dropped here, by the owner
+        // of the handle.
+        drop(unjoined);
+    }
+}
+
 impl<T: Send> JoinHandle<T> {
     /// Wait for the fiber to finish and take its result. In a fiber this
     /// parks the fiber; on a plain thread it blocks the thread.
+    ///
+    /// A cancellation point: if the joining fiber is cancelled while it
+    /// waits, this returns an error whose `is_cancelled()` is true, and the
+    /// joined fiber runs on, detached (check `fiber::is_cancelled()` to tell
+    /// the two cancellations apart).
     pub fn join(self) -> Result<T, JoinError> {
-        let result = fiber_wait(
-            &*self.task,
-            &mut (),
-            WaitOptions::new().interrupt(Interrupt::NotCancellable),
-        );
-        debug_assert_eq!(result, WaitResult::Ok);
+        // A cancellation point: a joiner cancelled while it waits gets
+        // `Cancelled`, and the fiber it joined runs on, detached.
+        let result = fiber_wait(&*self.task, &mut (), WaitOptions::new());
+        if result != WaitResult::Ok {
+            return Err(JoinError::cancelled(self.task.id));
+        }
         self.take_result()
     }
 
@@ -292,7 +388,7 @@ impl<T: Send> JoinHandle<T> {
         self.task
             .result
             .with_mut(|r| unsafe { (*r).take() })
-            .expect("a finished task holds its result until joined")
+            .unwrap_or_else(|| Err(JoinError::cancelled(self.task.id)))
     }
 
     /// Has the fiber finished?
@@ -370,14 +466,44 @@ impl<T> fmt::Debug for JoinHandle<T> {
     }
 }
 
-/// Spawn `f` as a fiber of `sched`. Fails only if a stack cannot be mapped.
+/// Per-spawn options: what `std::thread::Builder` sets for a thread.
+#[derive(Clone, Debug, Default)]
+pub struct SpawnOptions {
+    /// The fiber's name (shown by `current_name`, diagnostics and join
+    /// errors).
+    pub name: Option<std::sync::Arc<str>>,
+    /// Hard affinity: once the fiber has run, it resumes only on the worker
+    /// it first ran on (it may still be stolen before its first run), so
+    /// that thread-local state it holds across a park stays on its thread.
+    pub pinned: bool,
+}
+
+/// Spawn `f` as a fiber of `sched`. Fails if a stack cannot be mapped or
+/// the runtime is shutting down.
 #[track_caller]
 pub fn try_spawn_on<F, T>(sched: &Arc<dyn Schedule>, f: F) -> io::Result<JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    try_spawn_with(sched, SpawnOptions::default(), f)
+}
+
+/// Spawn `f` as a fiber of `sched` with `options`.
+#[track_caller]
+pub fn try_spawn_with<F, T>(sched: &Arc<dyn Schedule>, options: SpawnOptions, f: F) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
     let location = Location::caller();
+    if sched.frames().phase() != crate::pool::Phase::Open && !runs_on(sched.frames()) {
+        // Fibers of the runtime may still spawn while it shuts down (their
+        // children are cancelled before they start); nobody else may.
+        return Err(io::Error::other(
+            "fiber spawn refused: the runtime is shutting down (or was dropped)",
+        ));
+    }
     let (frame, stack) = sched.frames().acquire()?;
     let id = crate::fiber::next_fiber_id();
     let task = Arc::new(Task {
@@ -386,7 +512,9 @@ where
         finished: AtomicBool::new(false),
         joiners: Mutex::new(Joiners {
             finished: false,
+            detached: false,
             waiters: Vec::new(),
+            root_scope: None,
         }),
         result: UnsafeCell::new(None),
         park: crate::park::ParkToken::default(),
@@ -398,41 +526,57 @@ where
         armed: true,
     };
     let body = move || -> Exit {
-        if completion.task.is_cancel_requested() {
-            drop(f);
-            completion.finish(Err(JoinError {
-                repr: Repr::Cancelled,
-                id,
-            }));
-            return Exit::Cancelled;
-        }
-        let outcome = catch_unwind(AssertUnwindSafe(f));
-        // Fiber-locals die with the body, on the fiber's own stack.
-        let _ = catch_unwind(crate::fiber::drop_fiber_locals);
         let fiber = current::get();
         // SAFETY: this body runs on the fiber's own stack, so `current` is
         // this fiber's frame and the running fiber owns its slots.
-        let cancel_seen = unsafe { (*fiber).cancel_seen() };
+        let shutting_down = unsafe { (*fiber).phase() } != crate::pool::Phase::Open;
+        if shutting_down || completion.task.is_cancel_requested() {
+            // Never started: the closure is dropped here, on the fiber's
+            // stack, not by whoever discards the frame.
+            let outcome = match drop_caught(f) {
+                Ok(()) => Err(JoinError::cancelled(id)),
+                Err(payload) => Err(JoinError::panicked(id, payload)),
+            };
+            completion.finish(outcome);
+            return Exit::Cancelled;
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(f));
+        // SAFETY: as above. A fiber whose task or job was cancelled before
+        // its closure returned ends cancelled (its value is dropped), and so
+        // does one still running when its runtime began to shut down.
+        let cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).is_cancel_requested() };
+        // The fiber's root job learns how the body ended, on the fiber.
+        if let Some(root) = completion.task.take_root_scope() {
+            let panicked = outcome.is_err();
+            drop_quietly(catch_unwind(AssertUnwindSafe(move || root.fiber_finished(panicked))));
+        }
+        // Fiber-locals and the job the fiber ran in die with the body, on
+        // the fiber's own stack.
+        let _ = catch_unwind(crate::fiber::drop_fiber_locals);
+        drop_quietly(crate::fiber::swap_cancel_scope(None));
         match outcome {
-            Ok(_) if cancel_seen => {
-                completion.finish(Err(JoinError {
-                    repr: Repr::Cancelled,
-                    id,
-                }));
+            Ok(value) if cancel_seen => {
+                // The value of a fiber that acknowledged its cancellation is
+                // dropped here, once; a panic of its destructor is what the
+                // joiner sees.
+                let outcome = match drop_caught(value) {
+                    Ok(()) => Err(JoinError::cancelled(id)),
+                    Err(payload) => Err(JoinError::panicked(id, payload)),
+                };
+                completion.finish(outcome);
                 Exit::Cancelled
             }
             Ok(value) => {
                 completion.finish(Ok(value));
                 Exit::Done
             }
-            // Shutdown is unwinding this fiber: let the unwind go on to the
-            // entry; `completion`'s drop tells joiners it was cancelled.
-            Err(payload) if crate::fiber::forced_unwind::active() => resume_unwind(payload),
+            Err(payload) if crate::fiber::is_shutdown_unwind(&*payload) => {
+                drop_quietly(payload);
+                completion.finish(Err(JoinError::cancelled(id)));
+                Exit::Cancelled
+            }
             Err(payload) => {
-                completion.finish(Err(JoinError {
-                    repr: Repr::Panic(payload),
-                    id,
-                }));
+                completion.finish(Err(JoinError::panicked(id, payload)));
                 Exit::Done
             }
         }
@@ -441,13 +585,23 @@ where
     // `all` list keeps it alive for as long as the coroutine exists.
     unsafe {
         Fiber::prepare(&frame, id, sched.clone(), task.clone(), location, stack, body);
+        frame.set_name(options.name);
     }
+    frame.set_pinned(options.pinned || sched.pins_fibers());
     frame.state.transition_to_runnable_from_init();
     sched.schedule(Runnable::new(frame, Actor::Spawner));
     Ok(JoinHandle { task })
 }
 
-/// Spawn `f` as a fiber of `sched`, panicking if no stack can be mapped.
+/// Is the caller a fiber whose runtime owns `pool`?
+fn runs_on(pool: &crate::pool::FramePool) -> bool {
+    let fiber = current::get();
+    // SAFETY: the running fiber reads its own scheduler slot.
+    !fiber.is_null() && unsafe { (*fiber).scheduler_is(pool) }
+}
+
+/// Spawn `f` as a fiber of `sched`, panicking if no stack can be mapped or
+/// the runtime is shutting down.
 #[track_caller]
 pub fn spawn_on<F, T>(sched: &Arc<dyn Schedule>, f: F) -> JoinHandle<T>
 where
@@ -456,7 +610,7 @@ where
 {
     match try_spawn_on(sched, f) {
         Ok(handle) => handle,
-        Err(e) => panic!("fiber spawn failed: could not map a fiber stack: {e}"),
+        Err(e) => panic!("fiber spawn failed: {e}"),
     }
 }
 

@@ -185,6 +185,18 @@ impl TestScheduler {
         }
     }
 
+    /// Shut down as a runtime does: cancel every fiber and wake the parked
+    /// ones, run what becomes runnable, then unwind whatever is still
+    /// alive, children before owners (`FramePool::teardown`). Returns the
+    /// teardown's report.
+    pub fn shutdown(&self) -> crate::pool::TeardownReport {
+        self.inner.pool.begin_cancel();
+        self.run_until_idle();
+        let inner = self.inner.clone();
+        let mut drain = move || lock(&inner.queue).runnable.drain(..).collect::<Vec<_>>();
+        self.inner.pool.teardown(&mut drain)
+    }
+
     /// Run fibers until none is runnable, without waiting for outside wakes
     /// or firing timers. Returns how many resumes it made.
     pub fn run_until_idle(&self) -> usize {

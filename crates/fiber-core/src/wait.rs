@@ -200,6 +200,18 @@ impl fmt::Debug for Waiter {
     }
 }
 
+/// Unwinding out of `Waitable::publish` (a panic in the waitable) takes the
+/// waiter from PARKING back to RUNNING, so the panic reaches the fiber's
+/// boundary (or the thread's caller) with the state word legal. Forgotten
+/// on the normal path.
+struct BackToRunning<'a>(&'a StateWord);
+
+impl Drop for BackToRunning<'_> {
+    fn drop(&mut self) {
+        self.0.transition_to_running_from_parking(Actor::Fiber);
+    }
+}
+
 /// Wake the waiter of `record` (spec 4.3). Returns `true` if this call won
 /// the wake claim and enqueued the fiber (or unparked the thread); `false`
 /// if the record was stale, the fiber was already awake, or it was still
@@ -282,12 +294,15 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             if unsafe { fiber.is_cancel_requested() } {
                 fiber.state.transition_to_running_from_parking(Actor::Fiber);
                 // SAFETY: as above.
-                unsafe { note_if_task_cancelled(fiber) };
-                return WaitResult::Cancelled;
+                return unsafe { cancelled_wait(fiber) };
             }
         }
         let waiter = Waiter::for_fiber(this.clone(), ticket);
-        if let Publish::Ready(result) = waitable.publish(&waiter, io) {
+        // A panicking `publish` must not leave the fiber PARKING.
+        let guard = BackToRunning(&fiber.state);
+        let published = waitable.publish(&waiter, io);
+        std::mem::forget(guard);
+        if let Publish::Ready(result) = published {
             fiber.state.transition_to_running_from_parking(Actor::Fiber);
             return result;
         }
@@ -306,8 +321,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
         // SAFETY: the running fiber reads its own task slot.
         if cancellable && unsafe { fiber.is_cancel_requested() } {
             // SAFETY: as above.
-            unsafe { note_if_task_cancelled(fiber) };
-            return WaitResult::Cancelled;
+            return unsafe { cancelled_wait(fiber) };
         }
         if let Some(deadline) = options.deadline {
             // SAFETY: the running fiber reads its own scheduler slot.
@@ -320,6 +334,32 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             return result;
         }
     }
+}
+
+/// A cancellable wait saw cancellation: the result is `Cancelled`. While
+/// the runtime shuts down, the fiber first yields once (so that a fiber
+/// that ignores the error in a loop does not hold its worker), and in
+/// teardown its stack unwinds from here (see `FramePool::teardown`).
+///
+/// # Safety
+///
+/// Called by the running fiber itself, RUNNING, on its own stack.
+#[cfg(not(loom))]
+unsafe fn cancelled_wait(fiber: &Fiber) -> WaitResult {
+    // SAFETY: see the function's contract.
+    unsafe {
+        note_if_task_cancelled(fiber);
+        match fiber.phase() {
+            crate::pool::Phase::Open => {}
+            crate::pool::Phase::Cancelling => {
+                if !std::thread::panicking() {
+                    fiber.suspend(Suspend::Yield);
+                }
+            }
+            crate::pool::Phase::Teardown => crate::fiber::teardown_unwind(fiber),
+        }
+    }
+    WaitResult::Cancelled
 }
 
 /// A wait ended by the fiber's own task cancellation marks the task as
@@ -393,7 +433,10 @@ fn thread_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: Wait
             target: Target::Thread(parker.clone()),
             ticket,
         };
-        if let Publish::Ready(result) = waitable.publish(&waiter, io) {
+        let guard = BackToRunning(&parker.state);
+        let published = waitable.publish(&waiter, io);
+        std::mem::forget(guard);
+        if let Publish::Ready(result) = published {
             parker.state.transition_to_running_from_parking(Actor::Fiber);
             return result;
         }

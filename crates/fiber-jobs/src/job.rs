@@ -131,7 +131,7 @@ struct Sync_ {
     children: std::collections::HashMap<u64, Arc<JobCore>>,
     active_children: usize,
     body_done: bool,
-    waiters: Vec<Waiter>,
+    waiters: WaiterSet,
     failure: Option<Failure>,
     reason: Option<CancelReason>,
     #[cfg(not(loom))]
@@ -180,6 +180,20 @@ fn transition(word: &AtomicU8, from: JobState, to: JobState, actor: JobActor) ->
 }
 
 impl JobCore {
+    /// The `tracing` event of one state transition (DEBUG, target
+    /// `fiber_jobs`): job id, parent id, from, to and reason, by name.
+    fn trace_transition(&self, from: JobState, to: JobState, reason: Option<CancelReason>) {
+        tracing::debug!(
+            target: "fiber_jobs",
+            job = self.id,
+            parent = ?self.parent.as_ref().map(|p| p.id),
+            from = ?from,
+            to = ?to,
+            reason = ?reason,
+            "job state"
+        );
+    }
+
     /// A new ACTIVE job, attached to `parent` unless `detached`.
     pub(crate) fn new(parent: Option<Arc<JobCore>>, supervisor: bool, propagates: bool) -> Arc<JobCore> {
         let job = Arc::new(JobCore {
@@ -192,7 +206,7 @@ impl JobCore {
                 children: std::collections::HashMap::new(),
                 active_children: 0,
                 body_done: false,
-                waiters: Vec::new(),
+                waiters: WaiterSet::default(),
                 failure: None,
                 reason: None,
                 #[cfg(not(loom))]
@@ -250,9 +264,6 @@ impl JobCore {
 
     /// Request cancellation (and of every child).
     pub(crate) fn cancel(&self, reason: CancelReason) {
-        COUNTERS
-            .cancellations_requested
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         crate::trace_event!("JOB_CANCEL_REQ", self.id, None::<u64>);
         let (fibers, children) = {
             let mut sync = lock(&self.sync);
@@ -260,8 +271,13 @@ impl JobCore {
                 JobState::Active => {
                     sync.reason = Some(reason);
                     let moved = transition(&self.state, JobState::Active, JobState::Cancelling, JobActor::Canceller);
+                    self.trace_transition(JobState::Active, JobState::Cancelling, Some(reason));
                     debug_assert!(moved, "state changes only under the job lock");
-                    crate::trace_event!("JOB_STATE", self.id, Some(JobState::Cancelling as u64));
+                    // Counted once per job: only the request that changed
+                    // the state.
+                    COUNTERS
+                        .cancellations_requested
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 JobState::Cancelling => {
                     // Timeout loses to an explicit reason, never the reverse.
@@ -332,7 +348,7 @@ impl JobCore {
             if sync.active_children == 0 {
                 // Wake whoever waits for the children (the scope owner);
                 // joiners of this job see a spurious wake and wait on.
-                (sync.body_done, std::mem::take(&mut sync.waiters))
+                (sync.body_done, sync.waiters.take_all())
             } else {
                 (false, Vec::new())
             }
@@ -364,6 +380,7 @@ impl JobCore {
                 JobState::Completed
             };
             let moved = transition(&self.state, current, to, JobActor::Finalizer);
+            self.trace_transition(current, to, sync.reason);
             debug_assert!(moved, "state changes only under the job lock");
             #[cfg(not(loom))]
             sync.fibers.clear();
@@ -372,7 +389,7 @@ impl JobCore {
             let hand_up =
                 to == JobState::Failed && self.propagates && self.parent.as_ref().is_some_and(|p| !p.supervisor);
             let failure = if hand_up { sync.failure.take() } else { None };
-            (to, std::mem::take(&mut sync.waiters), failure)
+            (to, sync.waiters.take_all(), failure)
         };
         let counter = match final_state {
             JobState::Completed => &COUNTERS.jobs_completed,
@@ -380,13 +397,13 @@ impl JobCore {
             _ => &COUNTERS.jobs_cancelled,
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        crate::trace_event!("JOB_FINALIZE", self.id, Some(final_state as u64));
+        // Every waiter taken here is woken once (a waker that finds it
+        // still PARKING leaves WAKE_PENDING, which wakes it just the same).
+        COUNTERS
+            .waiters_woken
+            .fetch_add(waiters.len() as u64, std::sync::atomic::Ordering::Relaxed);
         for waiter in &waiters {
-            if fiber_wake(waiter) {
-                COUNTERS
-                    .waiters_woken
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
+            fiber_wake(waiter);
             crate::trace_event!("JOB_WAIT_WAKE", self.id, None::<u64>);
         }
         if let Some(parent) = &self.parent {
@@ -407,7 +424,7 @@ impl JobCore {
     /// Wait until the job is terminal. A cancellable point: if the waiting
     /// fiber's own job is cancelled first, returns `None`.
     pub(crate) fn join(self: &Arc<Self>) -> Option<JobState> {
-        match fiber_wait(&Join(self.clone()), &mut (), WaitOptions::new()) {
+        match fiber_wait(&Join(self.clone()), &mut WaitSlot::default(), WaitOptions::new()) {
             WaitResult::Ok => Some(self.state()),
             _ => None,
         }
@@ -418,41 +435,94 @@ impl JobCore {
     pub(crate) fn join_children(self: &Arc<Self>) {
         let result = fiber_wait(
             &Children(self.clone()),
-            &mut (),
+            &mut WaitSlot::default(),
             WaitOptions::new().interrupt(Interrupt::NotCancellable),
         );
         debug_assert_eq!(result, WaitResult::Ok);
     }
 }
 
+/// A job's waiters (joiners and the scope owner waiting for children): a
+/// slab, so a waiter that leaves (cancelled, or spuriously woken) is removed
+/// in O(1) by the slot index its wait keeps (seed 002 §4.17).
+#[derive(Default)]
+pub(crate) struct WaiterSet {
+    slots: Vec<Option<Waiter>>,
+    free: Vec<usize>,
+}
+
+impl WaiterSet {
+    fn insert(&mut self, waiter: Waiter) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(waiter);
+                i
+            }
+            None => {
+                self.slots.push(Some(waiter));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Remove the record at `index` if it is still `waiter`'s.
+    fn remove(&mut self, index: usize, waiter: &Waiter) {
+        if let Some(slot) = self.slots.get_mut(index) {
+            if slot.as_ref().is_some_and(|w| w.same_wait(waiter)) {
+                *slot = None;
+                self.free.push(index);
+            }
+        }
+    }
+
+    fn take_all(&mut self) -> Vec<Waiter> {
+        self.free.clear();
+        std::mem::take(&mut self.slots).into_iter().flatten().collect()
+    }
+}
+
+/// Per-wait data of a job wait: where the record sits, and whether this
+/// wait was counted in `waiters_registered` (once per wait, however many
+/// times it re-publishes after a spurious wake).
+#[derive(Default)]
+pub(crate) struct WaitSlot {
+    index: Option<usize>,
+    counted: bool,
+}
+
 /// Joining a job: a fiber-core waitable over the job's waiter list.
 struct Join(Arc<JobCore>);
 
 impl Waitable for Join {
-    type Io = ();
+    type Io = WaitSlot;
 
-    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+    fn try_complete(&self, _: &mut WaitSlot) -> Option<WaitResult> {
         self.0.state().is_terminal().then_some(WaitResult::Ok)
     }
 
-    fn publish(&self, waiter: &Waiter, _: &mut ()) -> Publish {
+    fn publish(&self, waiter: &Waiter, io: &mut WaitSlot) -> Publish {
         let mut sync = lock(&self.0.sync);
         // Checked under the lock that `finalize` holds while it takes the
         // waiters: a waiter is either seen by finalize or sees terminal.
         if self.0.state().is_terminal() {
             return Publish::Ready(WaitResult::Ok);
         }
-        sync.waiters.push(waiter.clone());
-        COUNTERS
-            .waiters_registered
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        crate::trace_event!("JOB_WAIT_REGISTER", self.0.id, None::<u64>);
+        io.index = Some(sync.waiters.insert(waiter.clone()));
+        if !io.counted {
+            io.counted = true;
+            COUNTERS
+                .waiters_registered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            crate::trace_event!("JOB_WAIT_REGISTER", self.0.id, None::<u64>);
+        }
         Publish::Published
     }
 
-    fn unpublish(&self, waiter: &Waiter, _: &mut ()) -> Option<WaitResult> {
+    fn unpublish(&self, waiter: &Waiter, io: &mut WaitSlot) -> Option<WaitResult> {
         let mut sync = lock(&self.0.sync);
-        sync.waiters.retain(|w| !w.same_wait(waiter));
+        if let Some(index) = io.index.take() {
+            sync.waiters.remove(index, waiter);
+        }
         self.0.state().is_terminal().then_some(WaitResult::Ok)
     }
 }
@@ -462,24 +532,26 @@ impl Waitable for Join {
 struct Children(Arc<JobCore>);
 
 impl Waitable for Children {
-    type Io = ();
+    type Io = WaitSlot;
 
-    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+    fn try_complete(&self, _: &mut WaitSlot) -> Option<WaitResult> {
         (lock(&self.0.sync).active_children == 0).then_some(WaitResult::Ok)
     }
 
-    fn publish(&self, waiter: &Waiter, _: &mut ()) -> Publish {
+    fn publish(&self, waiter: &Waiter, io: &mut WaitSlot) -> Publish {
         let mut sync = lock(&self.0.sync);
         if sync.active_children == 0 {
             return Publish::Ready(WaitResult::Ok);
         }
-        sync.waiters.push(waiter.clone());
+        io.index = Some(sync.waiters.insert(waiter.clone()));
         Publish::Published
     }
 
-    fn unpublish(&self, waiter: &Waiter, _: &mut ()) -> Option<WaitResult> {
+    fn unpublish(&self, waiter: &Waiter, io: &mut WaitSlot) -> Option<WaitResult> {
         let mut sync = lock(&self.0.sync);
-        sync.waiters.retain(|w| !w.same_wait(waiter));
+        if let Some(index) = io.index.take() {
+            sync.waiters.remove(index, waiter);
+        }
         (sync.active_children == 0).then_some(WaitResult::Ok)
     }
 }
@@ -490,7 +562,19 @@ impl fiber_core::CancelScope for JobCore {
         JobCore::is_cancelled(self)
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    /// `JoinHandle::cancel` of the fiber whose root job this is.
+    fn cancel(&self) {
+        JobCore::cancel(self, CancelReason::Cancelled);
+    }
+
+    /// The root job of a fiber ends with its body: failed if it panicked.
+    fn fiber_finished(self: Arc<Self>, panicked: bool) {
+        if let Some(me) = fiber_core::current_id() {
+            self.remove_fiber(me);
+        }
+        if panicked {
+            self.fail(Failure::Panic(Arc::new(Mutex::new(None))), CancelReason::Cancelled);
+        }
+        self.body_done();
     }
 }

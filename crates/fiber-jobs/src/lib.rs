@@ -40,8 +40,8 @@ macro_rules! trace_event {
 pub use job::{is_legal, CancelReason, JobActor, JobState};
 #[cfg(not(loom))]
 pub use scope::{
-    check_cancelled, is_cancelled, scope, spawn_detached, supervisor_scope, try_scope, with_timeout, Cancelled, Job,
-    Scope, ScopedJoinHandle, TimedOut, TryScope,
+    check_cancelled, is_cancelled, scope, supervisor_scope, try_scope, with_timeout, Cancelled, Job, Scope,
+    ScopedJoinHandle, TimedOut, TryScope,
 };
 pub use stats::{stats, JobStats};
 

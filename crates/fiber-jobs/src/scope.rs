@@ -27,8 +27,29 @@ impl fmt::Debug for Job {
 }
 
 impl Job {
-    /// The job of the running fiber (`None` outside any scope or job).
-    pub fn current() -> Option<Job> {
+    /// The job of the running fiber. Every fiber runs in a job: a scoped
+    /// child in its scope's child job, any other fiber in a root job of its
+    /// own (made on first use, detached like Kotlin's `GlobalScope.launch`;
+    /// `JoinHandle::cancel` cancels it).
+    ///
+    /// # Panics
+    ///
+    /// Panics on a plain thread (use [`Job::try_current`] there), and in a
+    /// fiber that runs in a cancellation scope of another layer.
+    #[track_caller]
+    pub fn current() -> Job {
+        match Job::try_current() {
+            Some(job) => job,
+            None => panic!(
+                "fiber::Job::current called outside a fiber: plain threads have no job; use Job::try_current \
+                 where the code may run on a thread"
+            ),
+        }
+    }
+
+    /// The job of the running fiber, or `None` on a plain thread (or in a
+    /// fiber running in another layer's cancellation scope).
+    pub fn try_current() -> Option<Job> {
         current_job().map(|core| Job { core })
     }
 
@@ -94,17 +115,32 @@ impl Job {
     }
 }
 
-/// The running fiber's job.
+/// The running fiber's job: the one it runs in, or (for a fiber outside
+/// any job) a root job made now and installed as the fiber's root scope.
 fn current_job() -> Option<Arc<JobCore>> {
-    let scope = fiber_core::current_cancel_scope()?;
-    if !scope.as_any().is::<JobCore>() {
-        return None;
+    match fiber_core::current_cancel_scope() {
+        Some(scope) => {
+            let scope: Arc<dyn std::any::Any + Send + Sync> = scope;
+            // A checked downcast: a scope of any other type is not a job.
+            scope.downcast::<JobCore>().ok()
+        }
+        None if fiber_core::in_fiber() => {
+            let root = JobCore::new(None, false, false);
+            match fiber_core::install_root_scope(root.clone()) {
+                Ok(already_cancelled) => {
+                    if let Some(me) = fiber_core::current_fiber() {
+                        root.add_fiber(me);
+                    }
+                    if already_cancelled {
+                        root.cancel(CancelReason::Cancelled);
+                    }
+                    Some(root)
+                }
+                Err(_) => None,
+            }
+        }
+        None => None,
     }
-    let raw = Arc::into_raw(scope) as *const JobCore;
-    // SAFETY: the scope's concrete type is `JobCore` (checked just above),
-    // so the data pointer of the `Arc<dyn CancelScope>` is that of an
-    // `Arc<JobCore>` allocation; we hand back the strong count we took.
-    Some(unsafe { Arc::from_raw(raw) })
 }
 
 pub use fiber_core::Cancelled;
@@ -121,9 +157,13 @@ impl fmt::Display for TimedOut {
 
 impl std::error::Error for TimedOut {}
 
-/// Has the running fiber's job been cancelled?
+/// Has the running fiber been cancelled: its job (or an ancestor's), its
+/// `JoinHandle::cancel`, or its runtime's shutdown? `false` on a plain
+/// thread. This is how a caller tells an operation that failed because the
+/// fiber was cancelled (a channel operation, a join) from one that failed
+/// on its own (a disconnected channel).
 pub fn is_cancelled() -> bool {
-    current_job().is_some_and(|j| j.is_cancelled())
+    fiber_core::is_cancel_requested()
 }
 
 /// `Err(Cancelled)` if the running fiber's job was cancelled: a cheap
@@ -177,16 +217,121 @@ enum Outcome<T> {
     Cancelled,
 }
 
+/// Where a child leaves its outcome for its handle.
 struct Slot<T> {
-    outcome: Mutex<Option<Outcome<T>>>,
+    state: Mutex<SlotState<T>>,
+}
+
+struct SlotState<T> {
+    outcome: Option<Outcome<T>>,
+    /// The `ScopedJoinHandle` still exists; once it is gone the child drops
+    /// its own outcome before it tells the scope it is done.
+    handle_alive: bool,
+}
+
+impl<T> Slot<T> {
+    /// Leave `outcome` for the handle, or give it back when the handle is
+    /// gone (the child then drops it itself).
+    fn store(&self, outcome: Outcome<T>) -> Option<Outcome<T>> {
+        let mut state = lock(&self.state);
+        if state.handle_alive {
+            state.outcome = Some(outcome);
+            None
+        } else {
+            Some(outcome)
+        }
+    }
+}
+
+/// A scoped child's body and its obligations: whatever happens to it (run,
+/// dropped unrun because the runtime shut down or the spawn failed), it
+/// drops everything it owns and only then tells the scope it is done, so
+/// the scope cannot return while the child still holds a borrow.
+struct ChildBody<F, T, E> {
+    f: Option<F>,
+    job: Arc<JobCore>,
+    slot: Arc<Slot<T>>,
+    /// `try_scope`'s first error (`None` for plain scopes, whose children
+    /// cannot fail with an error).
+    error: Option<Arc<Mutex<Option<E>>>>,
+    done: bool,
+}
+
+impl<F, T, E> ChildBody<F, T, E>
+where
+    F: FnOnce() -> Result<T, E>,
+{
+    fn run(mut self) {
+        let f = self.f.take().expect("a child body runs once");
+        let outcome = if self.job.is_cancelled() {
+            // Cancelled before it started: its closure is dropped unrun.
+            match catch_unwind(AssertUnwindSafe(move || drop(f))) {
+                Ok(()) => Outcome::Cancelled,
+                Err(payload) => self.panicked(payload),
+            }
+        } else {
+            match run_in_job(&self.job, f) {
+                Ok(Ok(value)) => Outcome::Value(value),
+                Ok(Err(e)) => {
+                    if let Some(error) = &self.error {
+                        let mut slot = lock(error);
+                        if slot.is_none() {
+                            *slot = Some(e);
+                        }
+                    }
+                    self.job.fail(Failure::Error, CancelReason::ChildFailed);
+                    Outcome::Failed
+                }
+                Err(payload) if fiber_core::is_shutdown_unwind(&*payload) => Outcome::Cancelled,
+                Err(payload) => self.panicked(payload),
+            }
+        };
+        self.finish(outcome);
+    }
+}
+
+impl<F, T, E> ChildBody<F, T, E> {
+    fn panicked(&self, payload: Box<dyn Any + Send>) -> Outcome<T> {
+        let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
+        self.job.fail(Failure::Panic(shared.clone()), CancelReason::ChildFailed);
+        Outcome::Panicked(shared)
+    }
+
+    fn finish(&mut self, outcome: Outcome<T>) {
+        self.done = true;
+        if let Some(unjoined) = self.slot.store(outcome) {
+            // Nobody will join: drop the value here, before `body_done`.
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(unjoined))) {
+                let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
+                self.job.fail(Failure::Panic(shared), CancelReason::ChildFailed);
+            }
+        }
+        self.job.body_done();
+    }
+}
+
+impl<F, T, E> Drop for ChildBody<F, T, E> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // Dropped unrun: drop the closure first, then report.
+        let f = self.f.take();
+        let outcome = match catch_unwind(AssertUnwindSafe(move || drop(f))) {
+            Ok(()) => Outcome::Cancelled,
+            Err(payload) => self.panicked(payload),
+        };
+        self.finish(outcome);
+    }
 }
 
 /// A scope: spawn children that may borrow from outside it; the scope
 /// returns only when all of them have ended.
 pub struct Scope<'scope, 'env: 'scope> {
     job: Arc<JobCore>,
-    /// For `try_scope`: where the first child error goes (type-erased `E`).
-    error: Arc<Mutex<Option<Box<dyn Any + Send>>>>,
+    /// The runtime the scope's children run on (its owner's), so that a
+    /// plain thread borrowing the scope can spawn into it too.
+    sched: Arc<dyn fiber_core::Schedule>,
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
 }
@@ -213,6 +358,19 @@ impl<T> fmt::Debug for ScopedJoinHandle<'_, T> {
     }
 }
 
+impl<T> Drop for ScopedJoinHandle<'_, T> {
+    fn drop(&mut self) {
+        let unjoined = {
+            let mut state = lock(&self.slot.state);
+            state.handle_alive = false;
+            state.outcome.take()
+        };
+        // An outcome the child already left is dropped by the handle's
+        // owner, inside the scope.
+        drop(unjoined);
+    }
+}
+
 impl<T> ScopedJoinHandle<'_, T> {
     /// Wait for the child and take its value. `JoinError` says whether it
     /// panicked (with the payload, unless the scope already re-raised it),
@@ -224,12 +382,16 @@ impl<T> ScopedJoinHandle<'_, T> {
         crate::stats::COUNTERS
             .joins
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if self.job.join().is_none() {
+        let Some(state) = self.job.join() else {
             // The joining fiber was cancelled while it waited.
             return Err(JoinError::cancelled(self.id));
-        }
-        let outcome = lock(&self.slot.outcome).take();
+        };
+        let outcome = lock(&self.slot.state).outcome.take();
         match outcome {
+            // A job cancelled before its body ended ends CANCELLED even if
+            // its closure returned a value (decided once, under the job's
+            // lock); the value is dropped here, once.
+            Some(Outcome::Value(_)) if state == JobState::Cancelled => Err(JoinError::cancelled(self.id)),
             Some(Outcome::Value(v)) => Ok(v),
             Some(Outcome::Panicked(payload)) => {
                 let payload = lock(&payload)
@@ -267,51 +429,43 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         F: FnOnce() -> T + Send + 'scope,
         T: Send + 'scope,
     {
-        self.spawn_child(move || Ok::<T, ()>(f()))
+        self.spawn_child(move || Ok::<T, ()>(f()), None)
     }
 
-    fn spawn_child<F, T, E>(&'scope self, f: F) -> ScopedJoinHandle<'scope, T>
+    #[track_caller]
+    fn spawn_child<F, T, E>(&'scope self, f: F, error: Option<Arc<Mutex<Option<E>>>>) -> ScopedJoinHandle<'scope, T>
     where
         F: FnOnce() -> Result<T, E> + Send + 'scope,
         T: Send + 'scope,
-        E: Send + 'static,
+        E: Send + 'scope,
     {
         let child = JobCore::new(Some(self.job.clone()), false, true);
         let slot = Arc::new(Slot {
-            outcome: Mutex::new(None),
+            state: Mutex::new(SlotState {
+                outcome: None,
+                handle_alive: true,
+            }),
         });
-        let (job, out, error) = (child.clone(), slot.clone(), self.error.clone());
-        let body = move || {
-            let outcome = if job.is_cancelled() {
-                Outcome::Cancelled
-            } else {
-                match run_in_job(&job, f) {
-                    Ok(Ok(value)) => Outcome::Value(value),
-                    Ok(Err(e)) => {
-                        let mut slot = lock(&error);
-                        if slot.is_none() {
-                            *slot = Some(Box::new(e));
-                        }
-                        drop(slot);
-                        job.fail(Failure::Error, CancelReason::ChildFailed);
-                        Outcome::Failed
-                    }
-                    Err(payload) => {
-                        let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
-                        job.fail(Failure::Panic(shared.clone()), CancelReason::ChildFailed);
-                        Outcome::Panicked(shared)
-                    }
-                }
-            };
-            *lock(&out.outcome) = Some(outcome);
-            job.body_done();
+        let body = ChildBody {
+            f: Some(f),
+            job: child.clone(),
+            slot: slot.clone(),
+            error,
+            done: false,
         };
-        let body: Box<dyn FnOnce() + Send + 'scope> = Box::new(body);
+        let body: Box<dyn FnOnce() + Send + 'scope> = Box::new(move || body.run());
         // SAFETY: the scope joins every child (`join_children`, also when its
-        // body panics) before it returns, so nothing the closure borrows for
-        // 'scope is used after it ends; this is std::thread::scope's argument.
+        // body panics) before it returns, and a child drops everything it
+        // owns (closure, value, locals) before `body_done` releases that
+        // join, whether it ran or was dropped unrun (`ChildBody`); so nothing
+        // the closure borrows for 'scope is used after the scope ends. This
+        // is std::thread::scope's argument.
         let body: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(body) };
-        let handle = fiber_core::spawn(body);
+        let handle = match fiber_core::try_spawn_on(&self.sched, body) {
+            Ok(handle) => handle,
+            // The body was dropped unrun, so the child is already done.
+            Err(e) => panic!("fiber::Scope::spawn: could not spawn the child fiber: {e}"),
+        };
         ScopedJoinHandle {
             job: child,
             slot,
@@ -329,7 +483,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 /// A `try_scope`: children return `Result<_, E>`.
 pub struct TryScope<'scope, 'env: 'scope, E> {
     inner: Scope<'scope, 'env>,
-    _error: PhantomData<fn() -> E>,
+    /// The first error (a child's, or the body's own).
+    error: Arc<Mutex<Option<E>>>,
 }
 
 impl<E> fmt::Debug for TryScope<'_, '_, E> {
@@ -338,7 +493,7 @@ impl<E> fmt::Debug for TryScope<'_, '_, E> {
     }
 }
 
-impl<'scope, 'env, E: Send + 'static> TryScope<'scope, 'env, E> {
+impl<'scope, 'env, E: Send> TryScope<'scope, 'env, E> {
     /// Spawn a fallible child: its first `Err` fails the scope, cancels the
     /// siblings and is what `try_scope` returns.
     #[track_caller]
@@ -347,7 +502,7 @@ impl<'scope, 'env, E: Send + 'static> TryScope<'scope, 'env, E> {
         F: FnOnce() -> Result<T, E> + Send + 'scope,
         T: Send + 'scope,
     {
-        self.inner.spawn_child(f)
+        self.inner.spawn_child(f, Some(self.error.clone()))
     }
 
     /// The scope's job.
@@ -412,7 +567,7 @@ where
     let job = open_scope(kind);
     let scope = Scope {
         job: job.clone(),
-        error: Arc::new(Mutex::new(None)),
+        sched: fiber_core::current_scheduler().expect("a scope is opened in a fiber"),
         _scope: PhantomData,
         _env: PhantomData,
     };
@@ -441,7 +596,7 @@ where
 pub fn try_scope<'env, F, T, E>(f: F) -> Result<T, E>
 where
     F: for<'scope> FnOnce(&'scope TryScope<'scope, 'env, E>) -> Result<T, E>,
-    E: Send + 'static,
+    E: Send,
 {
     require_fiber("try_scope");
     let job = open_scope(Kind::Regular);
@@ -449,11 +604,11 @@ where
     let scope = TryScope {
         inner: Scope {
             job: job.clone(),
-            error: error.clone(),
+            sched: fiber_core::current_scheduler().expect("a scope is opened in a fiber"),
             _scope: PhantomData,
             _env: PhantomData,
         },
-        _error: PhantomData,
+        error: error.clone(),
     };
     let body = run_in_job(&job, || f(&scope));
     let body = match body {
@@ -462,7 +617,7 @@ where
             job.cancel(CancelReason::Cancelled);
             let mut slot = lock(&error);
             if slot.is_none() {
-                *slot = Some(Box::new(e));
+                *slot = Some(e);
             }
             drop(slot);
             Ok(None)
@@ -473,7 +628,7 @@ where
     let result = close_scope(&job, body);
     let first_error = lock(&error).take();
     match (result, first_error) {
-        (_, Some(e)) => Err(*e.downcast::<E>().expect("try_scope errors all have the scope's type")),
+        (_, Some(e)) => Err(e),
         (Ok(Some(v)), None) => Ok(v),
         (Ok(None), None) | (Err(_), None) => unreachable!("a failed try_scope recorded its error"),
     }
@@ -525,6 +680,12 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
         })
     };
     let body = run_in_job(&job, f);
+    // Did the deadline pass before `f` returned? Decided here, not by the
+    // watchdog fiber, which may not have run yet (a busy worker).
+    let late = deadline.is_some_and(|d| Instant::now() >= d);
+    if late {
+        job.cancel(CancelReason::TimedOut);
+    }
     let waiter = {
         let mut d = lock(&done.0);
         d.0 = true;
@@ -540,23 +701,4 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
         Ok(v) => Ok(v),
         Err(_) => unreachable!("with_timeout has no fallible children"),
     }
-}
-
-/// Spawn a detached fiber: it runs in a job of its own, is not waited for by
-/// any scope, and its failure does not affect the spawner's job.
-#[track_caller]
-pub fn spawn_detached<F, T>(f: F) -> fiber_core::JoinHandle<T>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    fiber_core::spawn(move || {
-        let job = JobCore::new(None, false, false);
-        let result = run_in_job(&job, f);
-        job.body_done();
-        match result {
-            Ok(v) => v,
-            Err(p) => resume_unwind(p),
-        }
-    })
 }

@@ -7,8 +7,9 @@
 //! | --- | --- | --- |
 //! | `FIBER_WORKERS` | workers at start (1..=`MAX_WORKERS`) | number of cores |
 //! | `FIBER_MAX_WORKERS` | elastic pool ceiling (>= workers) | 2 x cores (at least workers) |
-//! | `FIBER_STACK_SIZE` | usable bytes per fiber stack (suffix `k`/`m` allowed) | 256k |
+//! | `FIBER_STACK_SIZE` | usable bytes per fiber stack (suffix `k`/`m`/`g` allowed, 16k to 1g) | 256k |
 //! | `FIBER_IDLE_TIMEOUT_MS` | idle time after which an extra worker retires | 5000 |
+//! | `FIBER_SHUTDOWN_TIMEOUT_MS` | grace time for cancelled fibers at shutdown | 5000 |
 //! | `FIBER_STATS` | `1`: print counters at shutdown | `0` |
 //! | `FIBER_DEBUG_STALL` | `0`: no stall report for fibers running > 5 s | `1` |
 //! | `FIBER_DEADLOCK_ABORT` | `1`: abort after a deadlock report | `0` |
@@ -88,7 +89,16 @@ pub struct Config {
     pub stall_report: bool,
     /// Abort after a deadlock report.
     pub deadlock_abort: bool,
+    /// Grace time at shutdown: how long cancelled fibers get to finish on
+    /// the workers before what is left is unwound (`Duration::MAX`:
+    /// forever).
+    pub shutdown_timeout: Duration,
+    /// Pin every fiber to the worker it first runs on (hard affinity).
+    pub pinned: bool,
 }
+
+/// Default grace time of a shutdown.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Number of cores available to this process.
 pub fn cores() -> usize {
@@ -109,6 +119,8 @@ impl Default for Config {
             print_stats: false,
             stall_report: true,
             deadlock_abort: false,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            pinned: false,
         }
     }
 }
@@ -145,15 +157,16 @@ fn parse_bool(setting: &str, value: &str) -> Result<bool, ConfigError> {
 
 fn parse_size(setting: &str, value: &str) -> Result<usize, ConfigError> {
     let text = value.trim().to_ascii_lowercase();
-    let (digits, unit) = match text.strip_suffix(['k', 'm']) {
+    let (digits, unit) = match text.strip_suffix(['k', 'm', 'g']) {
         Some(digits) if text.ends_with('k') => (digits, 1024),
-        Some(digits) => (digits, 1024 * 1024),
+        Some(digits) if text.ends_with('m') => (digits, 1024 * 1024),
+        Some(digits) => (digits, 1024 * 1024 * 1024),
         None => (text.as_str(), 1),
     };
     let n: usize = digits
         .trim()
         .parse()
-        .map_err(|_| err(setting, value, "not a size (bytes, or with k/m)"))?;
+        .map_err(|_| err(setting, value, "not a size (bytes, or with k/m/g)"))?;
     n.checked_mul(unit).ok_or_else(|| err(setting, value, "too large"))
 }
 
@@ -178,6 +191,10 @@ pub struct Overrides {
     pub thread_name: Option<String>,
     /// `idle_timeout`
     pub idle_timeout: Option<Duration>,
+    /// `shutdown_timeout`
+    pub shutdown_timeout: Option<Duration>,
+    /// `pinned`
+    pub pinned: Option<bool>,
     /// cap on guarded stacks (tests)
     pub max_guarded_stacks: Option<usize>,
     /// `on_thread_start`
@@ -207,6 +224,16 @@ impl Config {
         }
         if let Some(v) = var("FIBER_STACK_SIZE") {
             config.stacks.size = parse_size("FIBER_STACK_SIZE", &v)?;
+            if !(MIN_STACK_SIZE..=MAX_STACK_SIZE).contains(&config.stacks.size) {
+                return Err(err(
+                    "FIBER_STACK_SIZE",
+                    &v,
+                    format!("must be between {MIN_STACK_SIZE} and {MAX_STACK_SIZE} bytes (16k to 1g)"),
+                ));
+            }
+        }
+        if let Some(v) = var("FIBER_SHUTDOWN_TIMEOUT_MS") {
+            config.shutdown_timeout = parse_millis("FIBER_SHUTDOWN_TIMEOUT_MS", &v)?;
         }
         if let Some(v) = var("FIBER_IDLE_TIMEOUT_MS") {
             config.idle_timeout = parse_millis("FIBER_IDLE_TIMEOUT_MS", &v)?;
@@ -236,6 +263,12 @@ impl Config {
         }
         if let Some(d) = overrides.idle_timeout {
             config.idle_timeout = d;
+        }
+        if let Some(d) = overrides.shutdown_timeout {
+            config.shutdown_timeout = d;
+        }
+        if let Some(p) = overrides.pinned {
+            config.pinned = p;
         }
         config.stacks.max_guarded = overrides.max_guarded_stacks;
         config.on_thread_start = overrides.on_thread_start.clone();

@@ -65,6 +65,26 @@ impl Builder {
         self
     }
 
+    /// Grace time at shutdown (default 5 s): after the runtime cancels
+    /// every fiber, how long they get to return on the workers before what
+    /// is left is unwound on the shutting-down thread. `Duration::MAX`
+    /// waits forever.
+    pub fn shutdown_timeout(&mut self, grace: Duration) -> &mut Self {
+        self.overrides.shutdown_timeout = Some(grace);
+        self
+    }
+
+    /// Pin every fiber of the runtime to the worker it first runs on: after
+    /// its first run a fiber resumes only on that worker's thread, so code
+    /// that keeps thread-local state (or any `!Send` value) across a park
+    /// stays sound. It costs load balance: a pinned fiber is never stolen
+    /// once it has run, and a worker that is home to pinned fibers never
+    /// retires. `fiber::spawn_pinned` pins one fiber.
+    pub fn pinned(&mut self, pinned: bool) -> &mut Self {
+        self.overrides.pinned = Some(pinned);
+        self
+    }
+
     /// Run `f` on every worker thread when it starts.
     pub fn on_thread_start(&mut self, f: impl Fn() + Send + Sync + 'static) -> &mut Self {
         self.overrides.on_thread_start = Some(crate::config::ThreadHook(Arc::new(f)));
@@ -133,10 +153,26 @@ impl Runtime {
             }
         }
         let monitor = monitor::start(&shared)?;
-        Ok(Runtime {
+        let runtime = Runtime {
             shared,
             monitor: Some(monitor),
-        })
+        };
+        // Wait for the first workers to be running, so that a failing
+        // `on_thread_start` hook is an error here, not a dead slot later.
+        let started = Instant::now();
+        loop {
+            if let Some(failure) = lock(&runtime.shared.start_failure).take() {
+                return Err(io::Error::other(failure));
+            }
+            let starting = runtime.shared.slots[..runtime.shared.config.workers]
+                .iter()
+                .any(|slot| slot.state.load(Ordering::Acquire) == crate::worker::STARTING);
+            if !starting || started.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(runtime)
     }
 
     /// The configuration in force.
@@ -195,86 +231,187 @@ impl Runtime {
         stats_of(&self.shared)
     }
 
-    /// Wait up to `timeout` for every fiber to finish, then shut down (see
-    /// the module docs). Fibers still alive are unwound.
-    pub fn shutdown_timeout(mut self, timeout: Duration) {
-        self.shutdown(timeout);
+    /// Shut down with `grace` as the grace time (instead of the configured
+    /// one): cancel every fiber, wait up to `grace` for them to return,
+    /// then unwind what is left (see the module docs). `Duration::MAX`
+    /// waits forever.
+    ///
+    /// # Panics
+    ///
+    /// Panics when called from one of this runtime's own fibers (a runtime
+    /// cannot wait for itself); the shutdown then goes on, on a thread of
+    /// its own, so no thread leaks.
+    pub fn shutdown_timeout(mut self, grace: Duration) {
+        self.shutdown_or_hand_off(grace);
     }
 
-    fn shutdown(&mut self, timeout: Duration) {
+    fn shutdown_or_hand_off(&mut self, grace: Duration) {
+        if self.monitor.is_none() {
+            return;
+        }
         if on_worker_of(self.shared.id) {
-            panic!(
-                "a fiber runtime was dropped (or shut down) from inside one of its own fibers; \
-                 shut it down from the thread that created it"
-            );
+            let rest = Runtime {
+                shared: self.shared.clone(),
+                monitor: self.monitor.take(),
+            };
+            let handed_off = std::thread::Builder::new()
+                .name(format!("{}-shutdown", self.shared.config.thread_name))
+                .spawn(move || {
+                    let mut rest = rest;
+                    rest.shutdown(grace);
+                })
+                .is_ok();
+            if !std::thread::panicking() {
+                panic!(
+                    "a fiber runtime was dropped (or shut down) from inside one of its own fibers; a runtime \
+                     cannot wait for itself: shut it down from the thread that created it{}",
+                    if handed_off {
+                        " (its shutdown goes on, on a thread of its own)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            return;
         }
+        self.shutdown(grace);
+    }
+
+    /// The shutdown protocol (module docs). Runs on a thread that is not a
+    /// worker of this runtime.
+    fn shutdown(&mut self, grace: Duration) {
         let Some(monitor) = self.monitor.take() else { return };
-        let deadline = Instant::now() + timeout;
-        while self.shared.pool.stats().in_use > 0 && Instant::now() < deadline {
-            std::thread::park_timeout(Duration::from_millis(1).min(deadline - Instant::now()));
+        let shared = self.shared.clone();
+        // 1 + 2: refuse spawns from outside, cancel every fiber, wake the
+        // parked ones at their cancellation points.
+        shared.pool.begin_cancel();
+        let deadline = Instant::now().checked_add(grace);
+        let mut all_parked_since: Option<Instant> = None;
+        while shared.pool.stats().in_use > 0 && deadline.is_none_or(|d| Instant::now() < d) {
+            // Fibers parked on waits that cancellation does not end (a
+            // scope waiting for its children, a lock) make no progress on
+            // their own: once every live fiber is parked for a while, go on.
+            if shared.pool.all_parked() {
+                let since = *all_parked_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= ALL_PARKED_GRACE {
+                    break;
+                }
+            } else {
+                all_parked_since = None;
+            }
+            std::thread::park_timeout(Duration::from_millis(1));
         }
+        // 3: stop the workers and the monitor.
         // Release: pairs with the Acquire in `Shared::is_shutdown`.
-        self.shared.shutdown.store(true, Ordering::Release);
-        for slot in self.shared.slots.iter() {
+        shared.shutdown.store(true, Ordering::Release);
+        for slot in shared.slots.iter() {
             // Wake every sleeper (a wake always writes, then wakes).
             slot.futex.store(crate::idle::NOTIFIED, Ordering::Release);
             crate::sync::futex_wake_one(&slot.futex);
         }
         monitor.thread().unpark();
         let _ = monitor.join();
+        // 4: join the workers with a bound; a worker stuck in a fiber that
+        // never yields is reported and left running (with everything it may
+        // touch), never waited for forever.
+        let stop_by = Instant::now() + WORKER_STOP_BOUND;
+        let mut stuck = Vec::new();
         loop {
-            let threads: Vec<_> = lock(&self.shared.threads).drain(..).collect();
+            let threads: Vec<_> = lock(&shared.threads).drain(..).collect();
             if threads.is_empty() {
                 break;
             }
             for thread in threads {
-                let _ = thread.join();
-            }
-        }
-        if self.shared.config.print_stats {
-            eprintln!("{}", stats_of(&self.shared));
-        }
-        // Nothing runs any more: discard runnable fibers, unwind parked ones.
-        for slot in self.shared.slots.iter() {
-            while let Some(fiber) = slot.inbox.pop() {
-                fiber.discard(&self.shared.pool);
-            }
-            if let Some((deque, yields)) = lock(&slot.deque).as_ref() {
-                while let Some(fiber) = deque.pop().or_else(|| yields.pop()) {
-                    fiber.discard(&self.shared.pool);
+                while !thread.is_finished() && Instant::now() < stop_by {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if thread.is_finished() {
+                    let _ = thread.join();
+                } else {
+                    stuck.push(thread);
                 }
             }
         }
-        while let Some(fiber) = self.shared.global.pop() {
-            fiber.discard(&self.shared.pool);
+        if shared.config.print_stats {
+            eprintln!("{}", stats_of(&shared));
         }
-        // Unwinding may run destructors that wake or spawn fibers: repeat
-        // until nothing is left.
-        loop {
-            let mut progress = self.shared.pool.unwind_parked();
-            while let Some(fiber) = self.shared.global.pop() {
-                fiber.discard(&self.shared.pool);
-                progress += 1;
+        if !stuck.is_empty() {
+            let running: Vec<String> = shared
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, slot)| slot.running.load(Ordering::Relaxed) != 0)
+                .map(|(i, slot)| format!("worker {i} runs fiber {}", slot.running.load(Ordering::Relaxed)))
+                .collect();
+            eprintln!(
+                "fiber: shutdown: {} worker thread(s) did not stop within {:?}: a fiber runs without a \
+                 yield point ({}); those threads, their fibers and the runtime's memory are left alive",
+                stuck.len(),
+                WORKER_STOP_BOUND,
+                running.join(", ")
+            );
+            shared
+                .counters
+                .leaked_threads
+                .fetch_add(stuck.len() as u64, Ordering::Relaxed);
+            for thread in stuck {
+                drop(thread); // detaches
             }
-            for slot in self.shared.slots.iter() {
+            std::mem::forget(shared);
+            return;
+        }
+        // 5: nothing runs any more: unwind what is left, children first.
+        let drain_shared = shared.clone();
+        let mut drain = move || {
+            let mut out = Vec::new();
+            while let Some(fiber) = drain_shared.global.pop() {
+                out.push(fiber);
+            }
+            for slot in drain_shared.slots.iter() {
                 while let Some(fiber) = slot.inbox.pop() {
-                    fiber.discard(&self.shared.pool);
-                    progress += 1;
+                    out.push(fiber);
+                }
+                if let Some((deque, yields)) = lock(&slot.deque).as_ref() {
+                    while let Some(fiber) = deque.pop().or_else(|| yields.pop()) {
+                        out.push(fiber);
+                    }
                 }
             }
-            if progress == 0 {
-                break;
-            }
+            out
+        };
+        // Every worker thread has been joined (the stuck case returned
+        // above), so teardown sees every fiber that is left.
+        let report = shared.pool.teardown(&mut drain);
+        drop(drain);
+        if report.must_leak() {
+            let fibers: Vec<String> = report
+                .abandoned_fibers
+                .iter()
+                .map(|(id, at)| format!("{id} (spawned at {at})"))
+                .collect();
+            eprintln!(
+                "fiber: shutdown: {} fiber(s) could not be unwound (parked on a wait nothing completes, or \
+                 catching the shutdown unwind): their stacks and the runtime's memory are leaked: {}",
+                report.abandoned,
+                fibers.join(", ")
+            );
+            std::mem::forget(shared.clone());
         }
-        self.shared.timers.clear();
+        shared.timers.clear();
     }
 }
 
+/// How long every live fiber must have been parked before shutdown stops
+/// waiting for them to return on their own.
+const ALL_PARKED_GRACE: Duration = Duration::from_millis(50);
+
+/// How long shutdown waits for each worker thread to stop.
+const WORKER_STOP_BOUND: Duration = Duration::from_secs(2);
+
 impl Drop for Runtime {
     fn drop(&mut self) {
-        if self.monitor.is_some() {
-            self.shutdown(Duration::ZERO);
-        }
+        let grace = self.shared.config.shutdown_timeout;
+        self.shutdown_or_hand_off(grace);
     }
 }
 
@@ -337,19 +474,32 @@ fn stats_of(shared: &Shared) -> Stats {
 /// early). Returns `Err(WaitResult::Cancelled)` if the fiber's task was
 /// cancelled first. On a plain thread this is `std::thread::sleep`.
 pub fn sleep(duration: Duration) -> Result<(), WaitResult> {
-    sleep_until(Instant::now() + duration)
+    // A deadline past the end of time (`Duration::MAX`) sleeps forever
+    // (until cancelled).
+    sleep_deadline(Instant::now().checked_add(duration))
 }
 
 /// Park the running fiber until `deadline` (see [`sleep`]).
 pub fn sleep_until(deadline: Instant) -> Result<(), WaitResult> {
+    sleep_deadline(Some(deadline))
+}
+
+fn sleep_deadline(deadline: Option<Instant>) -> Result<(), WaitResult> {
     if !fiber_core::in_fiber() {
-        let now = Instant::now();
-        if deadline > now {
-            std::thread::sleep(deadline - now);
+        match deadline {
+            Some(deadline) => {
+                let now = Instant::now();
+                if deadline > now {
+                    std::thread::sleep(deadline - now);
+                }
+            }
+            None => loop {
+                std::thread::park();
+            },
         }
         return Ok(());
     }
-    match fiber_core::wait_until(Some(deadline), fiber_core::Interrupt::Cancellable) {
+    match fiber_core::wait_until(deadline, fiber_core::Interrupt::Cancellable) {
         WaitResult::TimedOut => Ok(()),
         other => Err(other),
     }

@@ -28,6 +28,8 @@ pub(crate) struct Counters {
     pub(crate) neg_streak_max: AtomicU64,
     pub(crate) stall_reports: AtomicU64,
     pub(crate) deadlock_reports: AtomicU64,
+    /// Worker threads left running at shutdown (stuck in a fiber).
+    pub(crate) leaked_threads: AtomicU64,
     pub(crate) events: Mutex<Vec<String>>,
 }
 

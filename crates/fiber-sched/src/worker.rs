@@ -95,6 +95,9 @@ pub(crate) struct Slot {
     pub(crate) wakes: AtomicU64,
     /// Is the worker inside `blocking`?
     pub(crate) blocking: AtomicBool,
+    /// Live pinned fibers whose home is this worker (owner-written,
+    /// Relaxed): a worker with any never retires, so they can resume.
+    pub(crate) homed: AtomicU64,
 }
 
 /// State shared by every worker, the monitor and the runtime handle.
@@ -108,6 +111,8 @@ pub(crate) struct Shared {
     pub(crate) timers: Timers,
     pub(crate) counters: Counters,
     pub(crate) shutdown: AtomicBool,
+    /// Why a worker failed to start (its `on_thread_start` hook panicked).
+    pub(crate) start_failure: Mutex<Option<String>>,
     /// Worker threads alive (ACTIVE or STARTING or DRAINING).
     pub(crate) alive: AtomicUsize,
     /// Round-robin cursor for spawns from outside.
@@ -137,6 +142,7 @@ impl Shared {
                     futex: AtomicU32::new(0),
                     heartbeat: AtomicU64::new(0),
                     running: AtomicU64::new(0),
+                    homed: AtomicU64::new(0),
                     running_at: AtomicPtr::new(std::ptr::null_mut()),
                     stalled: AtomicBool::new(false),
                     inbox: SegQueue::new(),
@@ -161,6 +167,7 @@ impl Shared {
             timers: Timers::new(),
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
+            start_failure: Mutex::new(None),
             alive: AtomicUsize::new(0),
             round_robin: AtomicUsize::new(0),
             external_enqueued: AtomicU64::new(0),
@@ -224,6 +231,17 @@ impl Shared {
         }
     }
 
+    /// Push a pinned fiber to its home worker's inbox; gives it back if
+    /// that worker no longer takes work (the runtime is shutting down).
+    pub(crate) fn send_home(&self, home: usize, fiber: Runnable) -> Option<Runnable> {
+        let slot = &self.slots[home];
+        if !accepts_inbox(slot.state.load(Ordering::Relaxed)) {
+            return Some(fiber);
+        }
+        self.push_inbox(home, fiber);
+        None
+    }
+
     /// Placement of a fiber scheduled from outside the workers.
     fn schedule_external(&self, fiber: Runnable) {
         self.external_enqueued.fetch_add(1, Ordering::Relaxed);
@@ -271,7 +289,14 @@ impl Schedule for Shared {
             // use it on this thread.
             let ctx = unsafe { &*ctx };
             if ctx.shared_id == self.id {
-                ctx.push_local(self, fiber);
+                match fiber.home() {
+                    Some(home) if home != ctx.index => {
+                        if let Some(fiber) = self.send_home(home, fiber) {
+                            ctx.push_local(self, fiber);
+                        }
+                    }
+                    _ => ctx.push_local(self, fiber),
+                }
                 return;
             }
         }
@@ -289,6 +314,10 @@ impl Schedule for Shared {
 
     fn frames(&self) -> &FramePool {
         &self.pool
+    }
+
+    fn pins_fibers(&self) -> bool {
+        self.config.pinned
     }
 }
 
@@ -460,7 +489,28 @@ pub(crate) fn spawn_worker(shared: &Arc<Shared>, index: usize) -> bool {
 fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Deque<Runnable>)) {
     let (deque, yields) = deques;
     if let Some(hook) = &shared.config.on_thread_start {
-        (hook.0)();
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (hook.0)())) {
+            // The worker never starts: its slot goes back to DEAD (with its
+            // deque, so it can be started again) and the failure is kept
+            // for `Runtime::build` to report.
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string panic".to_string());
+            *lock(&shared.start_failure) = Some(format!("on_thread_start panicked on worker {index}: {msg}"));
+            let slot = &shared.slots[index];
+            *lock(&slot.deque) = Some((deque, yields));
+            slot.state.store(DEAD, Ordering::Release);
+            shared.alive.fetch_sub(1, Ordering::AcqRel);
+            // Whatever was pushed to its inbox while it was STARTING moves
+            // to the global queue.
+            while let Some(fiber) = slot.inbox.pop() {
+                shared.global.push(fiber);
+            }
+            shared.notify_one();
+            return;
+        }
     }
     FramePool::register_thread(&shared.pool);
     let ctx = WorkerCtx {
@@ -584,7 +634,9 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     }
     slot.heartbeat.fetch_add(1, Ordering::Relaxed);
     shared.counters.sleeps.fetch_add(1, Ordering::Relaxed);
-    let extra = ctx.index >= shared.config.workers;
+    // An extra worker retires after its idle timeout, unless pinned fibers
+    // call it home.
+    let extra = ctx.index >= shared.config.workers && slot.homed.load(Ordering::Relaxed) == 0;
     let timeout = extra.then_some(shared.config.idle_timeout);
     if wait_notified(slot, timeout) {
         return true;
@@ -607,7 +659,8 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
 
 /// Wait for the futex word to be set; `false` if `timeout` passed first.
 fn wait_notified(slot: &Slot, timeout: Option<Duration>) -> bool {
-    let deadline = timeout.map(|t| Instant::now() + t);
+    // `Duration::MAX` (or any timeout past the end of time) waits forever.
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     loop {
         if Idle::is_notified(&slot.futex) {
             return true;
@@ -717,7 +770,20 @@ impl fiber_core::Worker for WorkerSide<'_> {
     /// The next fiber, already RUNNING (`Runnable::into_running`), found in
     /// the loop's order (module docs), or `None` to go idle.
     fn worker_next(&mut self) -> Option<Running> {
-        find_work(self.shared, self.ctx).map(Runnable::into_running)
+        loop {
+            let fiber = find_work(self.shared, self.ctx)?;
+            match fiber.home() {
+                // A pinned fiber found here (stolen, or woken from this
+                // worker) goes back to its home worker's inbox.
+                Some(home) if home != self.ctx.index => {
+                    if let Some(fiber) = self.shared.send_home(home, fiber) {
+                        // Its home is gone (shutdown): run it here.
+                        return Some(fiber.into_running());
+                    }
+                }
+                _ => return Some(fiber.into_running()),
+            }
+        }
     }
 }
 
@@ -730,8 +796,20 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
         Ordering::Relaxed,
     );
     bump(&slot.heartbeat);
+    let first_pinned_run = running.is_pinned() && !running.has_run();
+    let pinned = running.is_pinned();
     let outcome = running.resume(ctx.index);
     slot.running.store(0, Ordering::Relaxed);
+    match (&outcome, first_pinned_run) {
+        (RunOutcome::Finished, true) => {}
+        (_, true) => {
+            slot.homed.fetch_add(1, Ordering::Relaxed);
+        }
+        (RunOutcome::Finished, false) if pinned => {
+            slot.homed.fetch_sub(1, Ordering::Relaxed);
+        }
+        _ => {}
+    }
     match outcome {
         RunOutcome::Yielded(fiber) => {
             // Behind everything this worker has queued (the local deque is

@@ -67,7 +67,7 @@ fn barrier_wait_is_a_cancellation_point() {
             };
             // Let it arrive and park, then cancel it.
             for _ in 0..100 {
-                fiber_core::yield_now();
+                let _ = fiber_core::yield_now();
             }
             quitter.cancel();
             let _ = quitter.join();
@@ -148,7 +148,7 @@ fn waitgroup_waits_for_every_member() {
                 let (wg, done) = (wg.clone(), done.clone());
                 let work = move || {
                     if fiber_core::in_fiber() {
-                        fiber_core::yield_now();
+                        let _ = fiber_core::yield_now();
                     }
                     done.fetch_add(1, Ordering::SeqCst);
                     drop(wg);
@@ -200,7 +200,7 @@ fn waitgroup_wait_is_a_cancellation_point() {
                 })
             };
             for _ in 0..100 {
-                fiber_core::yield_now();
+                let _ = fiber_core::yield_now();
             }
             waiter.cancel();
             let _ = waiter.join();

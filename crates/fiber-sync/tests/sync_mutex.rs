@@ -22,7 +22,7 @@ fn count_up(m: &Arc<Mutex<usize>>, mixed: bool) {
                     let v = *g;
                     // A yield inside the critical section invites others in.
                     if v % 64 == 0 && fiber_core::in_fiber() {
-                        fiber_core::yield_now();
+                        let _ = fiber_core::yield_now();
                     }
                     *g = v + 1;
                 }
@@ -247,13 +247,13 @@ fn mutex_and_rwlock_waits_are_not_cancellation_points() {
                 .collect();
             common::until(|| started.load(Ordering::SeqCst) == 2);
             for _ in 0..100 {
-                fiber_core::yield_now();
+                let _ = fiber_core::yield_now();
             }
             for w in &waiters {
                 w.cancel();
             }
             for _ in 0..100 {
-                fiber_core::yield_now();
+                let _ = fiber_core::yield_now();
             }
             drop(g);
             drop(w);

@@ -21,14 +21,14 @@ fn rwlock_readers_share_writers_exclude() {
                             let mut w = lock.write().unwrap();
                             let v = *w;
                             if fiber_core::in_fiber() {
-                                fiber_core::yield_now();
+                                let _ = fiber_core::yield_now();
                             }
                             *w = v + 1;
                         } else {
                             let r = lock.read().unwrap();
                             let v = *r;
                             if fiber_core::in_fiber() {
-                                fiber_core::yield_now();
+                                let _ = fiber_core::yield_now();
                             }
                             assert_eq!(*r, v, "a writer ran inside a read section");
                         }
@@ -85,7 +85,7 @@ fn rwlock_writer_not_starved_by_readers() {
                             let _r = lock.read().unwrap();
                             reads.fetch_add(1, Ordering::SeqCst);
                             if fiber_core::in_fiber() {
-                                fiber_core::yield_now();
+                                let _ = fiber_core::yield_now();
                             } else {
                                 std::thread::yield_now();
                             }

@@ -23,7 +23,7 @@ fn semaphore_bounds_concurrency() {
                         let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                         max.fetch_max(now, Ordering::SeqCst);
                         if fiber_core::in_fiber() {
-                            fiber_core::yield_now();
+                            let _ = fiber_core::yield_now();
                         }
                         inside.fetch_sub(1, Ordering::SeqCst);
                     }

@@ -78,7 +78,7 @@ fn produce(mut rng: Rng, tx: Sender<u64>, first: u64, count: u64, ledger: Arc<Mu
                 default(Duration::from_micros(rng.below(500))) => Err(v),
             },
             _ => {
-                fiber::yield_now();
+                let _ = fiber::yield_now();
                 tx.send(v).map_err(|e| e.into_inner())
             }
         };
@@ -108,7 +108,7 @@ fn consume(mut rng: Rng, rx: Receiver<u64>, ledger: Arc<Mutex<Ledger>>) {
             },
             _ => {
                 if rng.below(4) == 0 {
-                    fiber::sleep(Duration::from_micros(rng.below(300)));
+                    let _ = fiber::sleep(Duration::from_micros(rng.below(300)));
                 }
                 rx.recv_timeout(Duration::from_millis(2))
                     .map_err(|e| e.is_disconnected())
@@ -121,7 +121,7 @@ fn consume(mut rng: Rng, rx: Receiver<u64>, ledger: Arc<Mutex<Ledger>>) {
                 if fiber::is_cancelled() {
                     return;
                 }
-                fiber::yield_now();
+                let _ = fiber::yield_now();
             }
         }
     }
@@ -160,7 +160,7 @@ fn round(seed: u64, totals: Arc<Totals>) {
                 s.spawn(move || consume(r, rx, ledger));
             }
             for _ in 0..r2.below(20) {
-                fiber::yield_now();
+                let _ = fiber::yield_now();
             }
             s.job().cancel();
             t2.cancellations.fetch_add(1, Ordering::Relaxed);
@@ -178,7 +178,7 @@ fn round(seed: u64, totals: Arc<Totals>) {
             let _keep = _keep;
             never.recv()
         });
-        fiber::sleep(Duration::from_micros(200));
+        let _ = fiber::sleep(Duration::from_micros(200));
         h.cancel();
         totals.cancellations.fetch_add(1, Ordering::Relaxed);
         h
@@ -212,6 +212,145 @@ fn round(seed: u64, totals: Arc<Totals>) {
     totals.messages.fetch_add(l.sent.len() as u64, Ordering::Relaxed);
 }
 
+/// Counts guards made and dropped: each must drop exactly once.
+#[derive(Default)]
+struct Guards {
+    made: AtomicUsize,
+    dropped: AtomicUsize,
+}
+
+struct Guard<'a> {
+    guards: Arc<Guards>,
+    borrowed: Option<&'a [u64]>,
+    on_drop: DropKind,
+}
+
+#[derive(Clone)]
+enum DropKind {
+    Quiet,
+    /// Blocks on a rendezvous send (cancelled at shutdown).
+    Sends(Sender<u64>),
+    /// Panics (the fiber returns normally when cancelled, so this is a
+    /// plain panic caught at the fiber boundary).
+    Panics,
+}
+
+impl<'a> Guard<'a> {
+    fn new(guards: &Arc<Guards>, borrowed: Option<&'a [u64]>, on_drop: DropKind) -> Self {
+        guards.made.fetch_add(1, Ordering::Relaxed);
+        Guard {
+            guards: guards.clone(),
+            borrowed,
+            on_drop,
+        }
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.borrowed {
+            // The borrow must still be valid: its owner outlives us.
+            assert_eq!(b.iter().sum::<u64>(), 6, "a borrowed local was corrupted");
+        }
+        self.guards.dropped.fetch_add(1, Ordering::Relaxed);
+        match &self.on_drop {
+            DropKind::Quiet => {}
+            DropKind::Sends(tx) => {
+                let _ = tx.send(1);
+            }
+            DropKind::Panics => {
+                if !std::thread::panicking() {
+                    panic!("a guard's destructor panics");
+                }
+            }
+        }
+    }
+}
+
+/// A runtime built and dropped while fibers are parked in scopes, selects,
+/// joins and sleeps, with destructors that borrow, block and panic: every
+/// guard must drop exactly once, and nothing may abort.
+fn shutdown_round(seed: u64) {
+    let mut rng = Rng(seed | 1);
+    let guards = Arc::new(Guards::default());
+    let runtime = fiber::Runtime::builder()
+        .workers(2)
+        .max_workers(3)
+        .shutdown_timeout(Duration::from_millis(50))
+        .build()
+        .expect("runtime");
+    let g = guards.clone();
+    let fibers = 8 + rng.below(24);
+    let mut kinds = rng.fork();
+    let keep = runtime.block_on(move || {
+        let (keep_tx, keep_rx) = bounded::<u64>(0);
+        let (drain_tx, _drain_rx) = bounded::<u64>(0);
+        for _ in 0..fibers {
+            let (g, rx, drain) = (g.clone(), keep_rx.clone(), drain_tx.clone());
+            let on_drop = match kinds.below(3) {
+                0 => DropKind::Quiet,
+                1 => DropKind::Sends(drain),
+                _ => DropKind::Panics,
+            };
+            match kinds.below(5) {
+                0 => drop(fiber::spawn(move || {
+                    let local = vec![1u64, 2, 3];
+                    fiber::scope(|s| {
+                        let (local, g, child_rx) = (&local, g.clone(), rx.clone());
+                        s.spawn(move || {
+                            let _guard = Guard::new(&g, Some(local), on_drop);
+                            let _ = child_rx.recv();
+                        });
+                        let _ = rx.recv();
+                    });
+                })),
+                1 => drop(fiber::spawn(move || {
+                    let _guard = Guard::new(&g, None, on_drop);
+                    let _ = rx.recv_timeout(Duration::from_secs(3600));
+                })),
+                2 => drop(fiber::spawn(move || {
+                    let _guard = Guard::new(&g, None, on_drop.clone());
+                    let g2 = g.clone();
+                    let inner = fiber::spawn(move || {
+                        let _guard = Guard::new(&g2, None, on_drop);
+                        let _ = rx.recv();
+                    });
+                    let _ = inner.join();
+                })),
+                3 => drop(fiber::spawn(move || {
+                    let _guard = Guard::new(&g, None, on_drop);
+                    let _ = fiber::sleep(Duration::from_secs(3600));
+                })),
+                _ => drop(fiber::spawn(move || {
+                    // Ignores cancellation: only teardown's unwind ends it,
+                    // so its destructor must not panic.
+                    let _guard = Guard::new(&g, None, DropKind::Quiet);
+                    loop {
+                        if rx.recv().is_ok() {
+                            break;
+                        }
+                    }
+                })),
+            }
+        }
+        for _ in 0..4 {
+            let _ = fiber::yield_now();
+        }
+        // Kept open until the runtime is gone, so the fibers stay parked.
+        keep_tx
+    });
+    drop(runtime);
+    drop(keep);
+    let (made, dropped) = (
+        guards.made.load(Ordering::Relaxed),
+        guards.dropped.load(Ordering::Relaxed),
+    );
+    assert_eq!(
+        made, dropped,
+        "shutdown round (seed {seed}): every destructor runs exactly once"
+    );
+}
+
 fn vm_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -240,11 +379,20 @@ fn main() {
                 .unwrap_or(1)
         });
     println!("stress: seed {seed} (replay with --seed {seed}), {seconds} s");
+    // The shutdown rounds' guards panic on purpose: keep their messages out
+    // of the output, report every other panic as usual.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.payload().downcast_ref::<&str>() != Some(&"a guard's destructor panics") {
+            default_hook(info);
+        }
+    }));
     let runtime = fiber::Runtime::builder().build().expect("runtime");
     let totals = Arc::new(Totals::default());
     let start = Instant::now();
     let mut rng = Rng(seed | 1);
     let mut rounds = 0u64;
+    let mut shutdown_rounds = 0u64;
     let mut rss_after_first = 0;
     let baseline = runtime.stats().fibers_alive;
     while start.elapsed() < Duration::from_secs(seconds) {
@@ -265,6 +413,10 @@ fn main() {
         let fibers = totals.fibers.load(Ordering::Relaxed);
         let finished = totals.finished.load(Ordering::Relaxed);
         assert_eq!(fibers, finished, "round {rounds}: every fiber finishes exactly once");
+        if rounds % 8 == 0 {
+            shutdown_round(rng.next());
+            shutdown_rounds += 1;
+        }
         let rss = vm_kib("VmRSS:");
         if rounds == 3 {
             rss_after_first = rss;
@@ -279,8 +431,8 @@ fn main() {
     let stats = runtime.stats();
     drop(runtime);
     println!(
-        "stress: ok: {rounds} rounds in {:.1} s; fibers {}, messages {}, cancellations {}, timeouts {}, steals {}, \
-         peak RSS {} KiB",
+        "stress: ok: {rounds} rounds ({shutdown_rounds} shutdown rounds) in {:.1} s; fibers {}, messages {}, \
+         cancellations {}, timeouts {}, steals {}, peak RSS {} KiB",
         start.elapsed().as_secs_f64(),
         totals.fibers.load(Ordering::Relaxed),
         totals.messages.load(Ordering::Relaxed),

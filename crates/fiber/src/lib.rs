@@ -32,8 +32,8 @@ pub use fiber_chan::select;
 pub use fiber_core as core;
 pub use fiber_core::{park, park_timeout, yield_now, FiberHandle, FiberId, JoinError, JoinHandle};
 pub use fiber_jobs::{
-    check_cancelled, is_cancelled, scope, spawn_detached, supervisor_scope, try_scope, with_timeout, CancelReason,
-    Cancelled, Job, JobState, JobStats, Scope, ScopedJoinHandle, TimedOut, TryScope,
+    check_cancelled, is_cancelled, scope, supervisor_scope, try_scope, with_timeout, CancelReason, Cancelled, Job,
+    JobState, JobStats, Scope, ScopedJoinHandle, TimedOut, TryScope,
 };
 pub use fiber_sched::{blocking, Builder, Config, ConfigError, Runtime};
 #[doc(inline)]
@@ -64,6 +64,7 @@ where
     runtime.block_on(f)
 }
 
+#[track_caller]
 fn outside(function: &str) -> ! {
     panic!(
         "fiber::{function} called outside a fiber: there is no runtime here; start one with \
@@ -72,7 +73,22 @@ fn outside(function: &str) -> ! {
 }
 
 /// Spawn a fiber on the current runtime. Dropping the handle detaches the
-/// fiber, as with `std::thread::spawn`.
+/// fiber, as with `std::thread::spawn`. Inside a [`scope`], `fiber::spawn`
+/// still makes a detached fiber (as `std::thread::spawn` does inside
+/// `std::thread::scope`); use the scope's `s.spawn` for a child the scope
+/// waits for.
+///
+/// # Thread-locals
+///
+/// A fiber may resume on another worker thread after any park or yield
+/// (sleep, channel operations, joins, locks, `yield_now`). Holding a
+/// reference into a `thread_local!`, an `Rc` taken from one, a
+/// `std::sync::MutexGuard`, or any other `!Send` value across such a point
+/// is a bug the compiler cannot see through a stackful switch. Use
+/// `fiber_local!` for per-fiber state, `fiber::sync` locks instead of
+/// `std::sync` ones across a park, and [`spawn_pinned`] (or
+/// `Runtime::builder().pinned(true)`) for code that must keep thread-local
+/// caches: a pinned fiber always resumes on the worker it first ran on.
 ///
 /// Do not hold a `std::sync::Mutex` guard across a park (`sleep`, a channel
 /// operation, a join): waiters block their worker threads. Use
@@ -93,6 +109,33 @@ where
     fiber_core::spawn(f)
 }
 
+/// Spawn a pinned fiber: once it has run, it resumes only on the worker
+/// thread it first ran on (it may still be taken by an idle worker before
+/// its first run). Thread-local state it holds across a park therefore
+/// stays on its thread (see [`spawn`]'s "Thread-locals").
+///
+/// # Panics
+///
+/// Panics outside a runtime, or if the fiber cannot be spawned.
+#[track_caller]
+pub fn spawn_pinned<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let Some(sched) = fiber_core::current_scheduler() else {
+        outside("spawn_pinned")
+    };
+    let options = fiber_core::SpawnOptions {
+        pinned: true,
+        ..Default::default()
+    };
+    match fiber_core::try_spawn_with(&sched, options, f) {
+        Ok(handle) => handle,
+        Err(e) => panic!("fiber::spawn_pinned: {e}"),
+    }
+}
+
 /// A handle to the running fiber (its id and `unpark`), like
 /// `std::thread::current`.
 ///
@@ -106,30 +149,34 @@ pub fn current() -> FiberHandle {
     }
 }
 
-/// Park the running fiber for at least `duration`. Returns early (without
-/// error) if the fiber's job is cancelled; check with [`is_cancelled`].
+/// Park the running fiber for at least `duration` (`Duration::MAX`: until
+/// cancelled). A cancellation point: returns `Err(Cancelled)` early once
+/// the fiber's job is cancelled, so `loop { work(); fiber::sleep(d)?; }`
+/// ends when cancelled.
 ///
 /// # Panics
 ///
 /// Panics outside a runtime (use `std::thread::sleep` there).
-pub fn sleep(duration: Duration) {
+#[track_caller]
+pub fn sleep(duration: Duration) -> Result<(), Cancelled> {
     if !fiber_core::in_fiber() {
         outside("sleep");
     }
-    let _ = fiber_sched::sleep(duration);
+    fiber_sched::sleep(duration).map_err(|_| Cancelled)
 }
 
-/// Park the running fiber until `deadline` (at least). Returns early
-/// (without error) if the fiber's job is cancelled.
+/// Park the running fiber until `deadline` (at least). A cancellation
+/// point, like [`sleep`].
 ///
 /// # Panics
 ///
 /// Panics outside a runtime.
-pub fn sleep_until(deadline: std::time::Instant) {
+#[track_caller]
+pub fn sleep_until(deadline: std::time::Instant) -> Result<(), Cancelled> {
     if !fiber_core::in_fiber() {
         outside("sleep_until");
     }
-    let _ = fiber_sched::sleep_until(deadline);
+    fiber_sched::sleep_until(deadline).map_err(|_| Cancelled)
 }
 
 /// A snapshot of the current runtime's counters and of the job counters.

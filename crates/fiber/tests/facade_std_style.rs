@@ -45,7 +45,7 @@ fn join_handle_is_send_and_reports_finished() {
         let handle = fiber::spawn(|| 5);
         assert_send(&handle);
         while !handle.is_finished() {
-            fiber::yield_now();
+            let _ = fiber::yield_now();
         }
         assert_eq!(handle.join().unwrap(), 5);
     });
@@ -71,7 +71,7 @@ fn cancel_a_parked_fiber() {
     fiber::run(|| {
         let (_tx, rx) = bounded::<u8>(0);
         let handle = fiber::spawn(move || rx.recv());
-        fiber::sleep(Duration::from_millis(5));
+        let _ = fiber::sleep(Duration::from_millis(5));
         handle.cancel();
         assert!(handle.join().unwrap_err().is_cancelled());
     });
@@ -119,7 +119,7 @@ fn select_with_timeout() {
     fiber::run(|| {
         let (tx, rx) = bounded::<u8>(0);
         let late = fiber::spawn(move || {
-            fiber::sleep(Duration::from_millis(50));
+            let _ = fiber::sleep(Duration::from_millis(50));
             let _ = tx.send(1);
         });
         let start = Instant::now();
@@ -138,10 +138,10 @@ fn select_with_timeout() {
 fn sleep_never_wakes_early() {
     fiber::run(|| {
         let start = Instant::now();
-        fiber::sleep(Duration::from_millis(20));
+        let _ = fiber::sleep(Duration::from_millis(20));
         assert!(start.elapsed() >= Duration::from_millis(20));
         let deadline = Instant::now() + Duration::from_millis(5);
-        fiber::sleep_until(deadline);
+        let _ = fiber::sleep_until(deadline);
         assert!(Instant::now() >= deadline);
     });
 }
@@ -211,8 +211,8 @@ fn fiber_locals_are_per_fiber_and_survive_migration() {
                 fiber::spawn(move || {
                     DEPTH.with(|d| d.set(i));
                     for _ in 0..10 {
-                        fiber::yield_now();
-                        fiber::sleep(Duration::from_micros(100));
+                        let _ = fiber::yield_now();
+                        let _ = fiber::sleep(Duration::from_micros(100));
                         assert_eq!(DEPTH.with(|d| d.get()), i, "the value follows the fiber across workers");
                     }
                     NAMES.with(|n| n.lock().unwrap().push(format!("f{i}")));
@@ -270,7 +270,12 @@ fn misuse_outside_a_runtime_names_the_function() {
             "spawn",
             Box::new(|| drop(fiber::spawn(|| ()))) as Box<dyn Fn() + std::panic::RefUnwindSafe>,
         ),
-        ("sleep", Box::new(|| fiber::sleep(Duration::from_millis(1)))),
+        (
+            "sleep",
+            Box::new(|| {
+                let _ = fiber::sleep(Duration::from_millis(1));
+            }),
+        ),
         ("stats", Box::new(|| drop(fiber::stats()))),
         ("current", Box::new(|| drop(fiber::current()))),
     ] {
@@ -320,7 +325,7 @@ fn a_panic_in_drop_of_a_cancelled_fibers_value_reaches_the_joiner() {
             let _bomb = ExplodesOnDrop;
             let _ = rx.recv(); // parked until cancelled
         });
-        fiber::sleep(Duration::from_millis(5));
+        let _ = fiber::sleep(Duration::from_millis(5));
         handle.cancel();
         let err = handle.join().unwrap_err();
         assert!(err.is_panic(), "the destructor's panic is the fiber's failure: {err}");

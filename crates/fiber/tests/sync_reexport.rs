@@ -11,7 +11,7 @@ fn facade_sync_is_fiber_sync() {
             let (m, wg) = (m.clone(), wg.clone());
             fiber::spawn(move || {
                 let mut g = m.lock().unwrap();
-                fiber::sleep(std::time::Duration::from_micros(50));
+                fiber::sleep(std::time::Duration::from_micros(50)).unwrap();
                 *g += 1;
                 drop(wg);
             });

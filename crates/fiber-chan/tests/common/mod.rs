@@ -57,6 +57,6 @@ pub fn on_schedulers(scenario: fn()) {
 /// before acting, without sleeping.
 pub fn until(mut cond: impl FnMut() -> bool) {
     while !cond() {
-        fiber_core::yield_now();
+        let _ = fiber_core::yield_now();
     }
 }

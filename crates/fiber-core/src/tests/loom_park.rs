@@ -326,3 +326,79 @@ fn loom_cancel_is_never_lost() {
         }
     });
 }
+
+/// A hand-off whose only synchronisation is the state word: the waker
+/// takes the waiter record (under the waitable's lock), then writes the
+/// value into a cell outside any lock, then wakes. The waiter reads the
+/// value after `fiber_wait` returns. This runs the production
+/// `fiber_wait` / `fiber_wake` (the thread path, whose park and claim use
+/// the same `StateWord` edges as a fiber's), and loom's cell checks that
+/// the write happens-before the read: weakening the claim CAS in
+/// `StateWord::wake` to Relaxed, or the parker's Acquire load in
+/// `park_until_claimed`, makes this model fail with a causality error.
+struct HandOff {
+    slot: Mutex<Option<crate::Waiter>>,
+    taken: AtomicBool,
+    value: loom::cell::UnsafeCell<u64>,
+}
+
+// SAFETY: `value` is written by the one waker before its wake and read by
+// the waiter after its wait returns; loom checks exactly that ordering.
+unsafe impl Sync for HandOff {}
+
+impl crate::Waitable for HandOff {
+    type Io = ();
+    fn try_complete(&self, _: &mut ()) -> Option<crate::WaitResult> {
+        None
+    }
+    fn publish(&self, waiter: &crate::Waiter, _: &mut ()) -> crate::Publish {
+        *lock(&self.slot) = Some(waiter.clone());
+        crate::Publish::Published
+    }
+    fn unpublish(&self, _: &crate::Waiter, _: &mut ()) -> Option<crate::WaitResult> {
+        let mut slot = lock(&self.slot);
+        // The record is gone only if the waker took it, and the waiter
+        // only gets here after that waker's wake (claim or WAKE_PENDING).
+        let taken = slot.take().is_none() && self.taken.load(Ordering::Relaxed);
+        taken.then_some(crate::WaitResult::Ok)
+    }
+}
+
+#[test]
+fn loom_value_handed_across_a_park_is_visible() {
+    loom::model(|| {
+        let hand_off = Arc::new(HandOff {
+            slot: Mutex::new(None),
+            taken: AtomicBool::new(false),
+            value: loom::cell::UnsafeCell::new(0),
+        });
+        let waker = {
+            let hand_off = hand_off.clone();
+            thread::spawn(move || loop {
+                let record = {
+                    let mut slot = lock(&hand_off.slot);
+                    let record = slot.take();
+                    if record.is_some() {
+                        hand_off.taken.store(true, Ordering::Relaxed);
+                    }
+                    record
+                };
+                match record {
+                    Some(record) => {
+                        // SAFETY: only this thread writes, before the wake.
+                        hand_off.value.with_mut(|v| unsafe { *v = 42 });
+                        crate::fiber_wake(&record);
+                        break;
+                    }
+                    None => thread::yield_now(),
+                }
+            })
+        };
+        let result = crate::fiber_wait(&*hand_off, &mut (), crate::WaitOptions::new());
+        assert_eq!(result, crate::WaitResult::Ok);
+        // SAFETY: the wait returned Ok, so the waker's write happened-before.
+        let value = hand_off.value.with(|v| unsafe { *v });
+        assert_eq!(value, 42);
+        waker.join().unwrap();
+    });
+}

@@ -38,7 +38,7 @@ fn recurse_past(top: usize, past: usize, switch_at_bottom: bool) -> u64 {
     let here = buf.as_ptr() as usize;
     if top - here > STACK + past {
         if switch_at_bottom {
-            yield_now();
+            let _ = yield_now();
         }
         return 1;
     }
@@ -65,7 +65,7 @@ fn child(mode: &str) {
                 let top = black_box(0u8);
                 let top = std::ptr::addr_of!(top) as usize;
                 recurse_past(top, PAST_LIMIT, at_bottom);
-                yield_now();
+                let _ = yield_now();
             });
             sched.run();
         }

@@ -111,7 +111,7 @@ fn fibers_migrate_between_workers_and_see_the_right_worker() {
                         migrations.fetch_add(1, Ordering::Relaxed);
                     }
                     last = now;
-                    yield_now();
+                    let _ = yield_now();
                     assert_eq!(Some(worker_of_this_thread()), current_worker());
                 }
                 f

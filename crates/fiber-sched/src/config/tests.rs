@@ -58,8 +58,14 @@ fn fiber_stack_size_accepts_units_and_rejects_garbage() {
     let e = error_of(&[("FIBER_STACK_SIZE", "big")]);
     assert_eq!(e.setting, "FIBER_STACK_SIZE");
     let e = error_of(&[("FIBER_STACK_SIZE", "4k")]);
-    assert_eq!(e.setting, "stack_size");
+    assert_eq!(e.setting, "FIBER_STACK_SIZE");
     assert!(e.reason.contains("between 16384"), "{e}");
+    let e = error_of(&[("FIBER_STACK_SIZE", "8k")]);
+    assert!(e.to_string().contains("FIBER_STACK_SIZE"), "{e}");
+    assert_eq!(resolve(&[("FIBER_STACK_SIZE", "1g")]).unwrap().stacks.size, 1 << 30);
+    assert_eq!(resolve(&[("FIBER_STACK_SIZE", "1G")]).unwrap().stacks.size, 1 << 30);
+    let e = error_of(&[("FIBER_STACK_SIZE", "2g")]);
+    assert_eq!(e.setting, "FIBER_STACK_SIZE");
 }
 
 #[test]

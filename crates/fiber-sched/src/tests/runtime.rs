@@ -1,7 +1,7 @@
 //! Behaviour of the real scheduler: scale, stealing, elastic pool, timers,
 //! shutdown.
 
-use crate::{blocking, sleep, Runtime};
+use crate::{blocking, sleep, Builder, Runtime};
 use fiber_core::{spawn, yield_now};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -110,7 +110,7 @@ fn a_cpu_bound_fiber_does_not_starve_the_others_and_the_pool_shrinks_back() {
         .map(|_| {
             let finished = finished.clone();
             rt.spawn(move || {
-                yield_now();
+                let _ = yield_now();
                 finished.fetch_add(1, Ordering::Relaxed);
             })
         })
@@ -194,7 +194,7 @@ fn retirement_loses_no_runnable_fiber() {
                 let finished = finished.clone();
                 rt.spawn(move || {
                     for _ in 0..3 {
-                        yield_now();
+                        let _ = yield_now();
                     }
                     sleep(Duration::from_millis((i % 40) as u64)).unwrap();
                     finished.fetch_add(1, Ordering::Relaxed);
@@ -251,18 +251,49 @@ fn spawn_outside_a_fiber_is_refused_with_a_message() {
     );
 }
 
+/// Threads of this process whose name starts with `prefix`.
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(prefix))
+        .count()
+}
+
 #[test]
-fn dropping_a_runtime_inside_its_own_fiber_is_refused() {
-    let rt = Arc::new(std::sync::Mutex::new(Some(runtime(1, 1))));
-    let inner = rt.clone();
+fn dropping_a_runtime_inside_its_own_fiber_is_refused_and_leaks_no_thread() {
+    let rt = Builder::new()
+        .workers(1)
+        .max_workers(1)
+        .thread_name("selfdrop")
+        .build()
+        .unwrap();
+    let rt = Arc::new(std::sync::Mutex::new(Some(rt)));
+    let message = Arc::new(std::sync::Mutex::new(None::<String>));
+    let (inner, seen) = (rt.clone(), message.clone());
     let handle = rt.lock().unwrap().as_ref().unwrap().spawn(move || {
         let runtime = inner.lock().unwrap().take().unwrap();
         let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(runtime)));
-        refused.map_err(|e| e.downcast_ref::<&str>().map(|s| s.to_string()).unwrap_or_default())
+        let msg = refused.err().and_then(|e| e.downcast_ref::<String>().cloned());
+        *seen.lock().unwrap() = msg;
     });
-    let outcome = handle.join().unwrap();
-    let msg = outcome.expect_err("drop inside its own fiber must be refused");
+    // The runtime shuts down under the fiber: its join may report it
+    // cancelled; what matters is the message and that no thread is left.
+    let _ = handle.join();
+    let msg = message
+        .lock()
+        .unwrap()
+        .take()
+        .expect("drop inside its own fiber must be refused");
     assert!(msg.contains("from inside one of its own fibers"), "{msg}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while threads_named("selfdrop") > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runtime's threads were leaked"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]

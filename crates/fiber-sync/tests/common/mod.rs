@@ -108,7 +108,7 @@ pub fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
 pub fn until(mut cond: impl FnMut() -> bool) {
     while !cond() {
         if fiber_core::in_fiber() {
-            fiber_core::yield_now();
+            let _ = fiber_core::yield_now();
         } else {
             std::thread::yield_now();
         }
