@@ -26,7 +26,7 @@
 //!   throughput). A woken waiter that loses re-queues at the front.
 
 use crate::queue::{Node, Status, WaitQueue};
-use crate::sync::{spin_loop, AtomicUsize, Ordering, SpinLock};
+use crate::sync::{AtomicUsize, Ordering, SpinLock};
 use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 
 /// Someone holds the lock.
@@ -39,10 +39,8 @@ pub(crate) const QUEUED: usize = 2;
 /// spins 4 x 30 `PAUSE`; re-tune with the contended `sync_contended` row.
 #[cfg(not(loom))]
 const SPINS: u32 = 100;
-/// No spinning under loom: the spin adds states, not protocol.
-#[cfg(loom)]
-const SPINS: u32 = 0;
 /// Longest run of `spin_loop` hints between two probes of the lock word.
+#[cfg(not(loom))]
 const MAX_SPIN_STEP: u32 = 32;
 
 /// The raw lock: no data, no poisoning.
@@ -113,21 +111,10 @@ impl RawMutex {
 
     #[cold]
     fn lock_slow(&self) {
-        // Exponential backoff: fewer probes of a contended line means less
-        // cache-line traffic for the holder's unlock and re-lock.
-        let mut step = 1;
-        let mut spun = 0;
-        while spun < SPINS {
-            // Relaxed: only a hint; the CAS in `try_lock_from` acquires.
-            let seen = self.state.load(Ordering::Relaxed);
-            if seen & LOCKED == 0 && self.try_lock_from(seen) {
-                return;
-            }
-            for _ in 0..step {
-                spin_loop();
-            }
-            spun += step;
-            step = (step * 2).min(MAX_SPIN_STEP);
+        // No spinning under loom: the spin adds states, not protocol.
+        #[cfg(not(loom))]
+        if self.spin() {
+            return;
         }
         let mut node = LockIo {
             node: Node::new(0),
@@ -143,6 +130,28 @@ impl RawMutex {
             WaitResult::Ok,
             "a non-cancellable lock wait ends only by locking"
         );
+    }
+
+    /// Spin for the lock a little before parking; `true` if taken.
+    /// Exponential backoff: fewer probes of a contended line means less
+    /// cache-line traffic for the holder's unlock and re-lock.
+    #[cfg(not(loom))]
+    fn spin(&self) -> bool {
+        let mut step = 1;
+        let mut spun = 0;
+        while spun < SPINS {
+            // Relaxed: only a hint; the CAS in `try_lock_from` acquires.
+            let seen = self.state.load(Ordering::Relaxed);
+            if seen & LOCKED == 0 && self.try_lock_from(seen) {
+                return true;
+            }
+            for _ in 0..step {
+                crate::sync::spin_loop();
+            }
+            spun += step;
+            step = (step * 2).min(MAX_SPIN_STEP);
+        }
+        false
     }
 
     /// Release the lock.
