@@ -37,6 +37,9 @@ const W8_BLOCK: usize = 128 * 1024;
 /// Micro workloads: operations per measurement.
 const MICRO_OPS: usize = 200_000;
 
+#[path = "workloads/sync.rs"]
+mod sync_rows;
+
 fn cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
@@ -967,6 +970,7 @@ fn main() {
         std::process::exit(0);
     };
     let (value, unit, detail) = match (workload.as_str(), system) {
+        (w, sys) if w.starts_with("sync_") => sync_rows::run(w, sys),
         ("w1", "fiber") => (per(on_fiber(w1_fiber), W1_N as u64), "ns/task", format!("n={W1_N}")),
         ("w1", "tokio") => (per(on_tokio(w1_tokio), W1_N as u64), "ns/task", format!("n={W1_N}")),
         ("w1", _) => (

@@ -24,6 +24,10 @@ const WORKLOADS: &[(&str, &str, bool)] = &[
     ("cancel1k", "cancel of a 1,000-child tree", false),
     ("select2", "select over 2 channels", false),
     ("select8", "select over 8 channels", false),
+    ("sync_uncontended", "sync: uncontended lock+unlock", false),
+    ("sync_contended", "sync: 8 x 100,000 lock/inc/unlock, 2 workers", false),
+    ("sync_semaphore", "sync: semaphore acquire/release", false),
+    ("sync_waitgroup", "sync: WaitGroup of 1,000", false),
 ];
 
 const SYSTEMS: &[&str] = &["fiber", "tokio", "threads"];

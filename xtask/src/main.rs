@@ -26,7 +26,14 @@ commands:
 const LOOM_PREEMPTIONS: &str = "2";
 
 /// Crates that hold loom models.
-const LOOM_CRATES: &[&str] = &["fiber-core", "fiber-sched", "fiber-chan", "fiber-jobs", "fiber-net"];
+const LOOM_CRATES: &[&str] = &[
+    "fiber-core",
+    "fiber-sched",
+    "fiber-chan",
+    "fiber-jobs",
+    "fiber-net",
+    "fiber-sync",
+];
 
 fn cargo() -> Command {
     Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()))

@@ -111,4 +111,3 @@ impl Drop for ExternalWait {
         EXTERNAL_WAITERS.fetch_sub(1, Ordering::Relaxed);
     }
 }
-

@@ -77,8 +77,17 @@ pub enum Interrupt {
     /// unless the operation already completed.
     #[default]
     Cancellable,
-    /// The wait goes on until the waitable completes it (or the deadline).
+    /// Cancellation does not end the wait: it goes on until the waitable
+    /// completes it (or the deadline). Only the runtime's teardown (the
+    /// last step of shutdown, once the grace time is over) ends it, by
+    /// unwinding the fiber.
     NotCancellable,
+    /// Nothing ends the wait but the waitable (or the deadline), not even
+    /// teardown: for waits that keep borrowed memory alive (a scope waiting
+    /// for the children that borrow its stack, a call running elsewhere on
+    /// a borrow). A fiber that stays in one at teardown is abandoned, its
+    /// stack leaked, never unwound.
+    Never,
 }
 
 /// Options of one [`fiber_wait`] call.
@@ -311,9 +320,16 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
 ) -> WaitResult {
     let this = frame_arc(fiber);
     let cancellable = options.interrupt == Interrupt::Cancellable;
+    // A non-cancellable wait still ends at teardown (unwinding the fiber).
+    let interruptible = || {
+        cancellable
+            || (options.interrupt == Interrupt::NotCancellable
+                // SAFETY: the running fiber reads its own scheduler slot.
+                && unsafe { fiber.phase() } == crate::pool::Phase::Teardown)
+    };
     loop {
         let ticket = fiber.state.transition_to_parking();
-        if cancellable {
+        if interruptible() {
             // SeqCst fence: Dekker pair with the fence in
             // `TaskShared::cancel` (store cancel flag; fence; read state)
             // against ours (enter PARKING; fence; read cancel flag). One of
@@ -350,7 +366,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             return result;
         }
         // SAFETY: the running fiber reads its own task slot.
-        if cancellable && unsafe { fiber.is_cancel_requested() } {
+        if interruptible() && unsafe { fiber.is_cancel_requested() } {
             // SAFETY: as above.
             return unsafe { cancelled_wait(fiber) };
         }

@@ -438,7 +438,9 @@ impl JobCore {
         let result = fiber_wait(
             &Children(self.clone()),
             &mut WaitSlot::default(),
-            WaitOptions::new().interrupt(Interrupt::NotCancellable),
+            // The children borrow the scope owner's stack: not even
+            // teardown may unwind the owner out of this wait.
+            WaitOptions::new().interrupt(Interrupt::Never),
         );
         debug_assert_eq!(result, WaitResult::Ok);
     }

@@ -288,7 +288,8 @@ where
     if let Err(job) = pool.submit(job) {
         job();
     }
-    let options = WaitOptions::new().interrupt(Interrupt::NotCancellable);
+    // The job borrows this frame: not even teardown may unwind out of here.
+    let options = WaitOptions::new().interrupt(Interrupt::Never);
     while fiber_wait(&*done, &mut (), options) != WaitResult::Ok {}
     let result = done.wait_blocking();
     drop(guard);

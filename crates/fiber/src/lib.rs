@@ -2,7 +2,8 @@
 //! that runs hundreds of thousands of fibers on a few OS threads.
 //!
 //! `fiber` is the crate users depend on; it re-exports the layers: the
-//! scheduler ([`Runtime`]), channels ([`chan`], [`select!`]), structured
+//! scheduler ([`Runtime`]), channels ([`chan`], [`select!`]), locks that
+//! park fibers ([`sync`]), structured
 //! concurrency ([`scope`], [`try_scope`], [`with_timeout`], [`Job`]) and the
 //! core ([`spawn`], [`JoinHandle`], [`yield_now`]).
 //!
@@ -38,6 +39,8 @@ pub use fiber_jobs::{
 };
 pub use fiber_net as net;
 pub use fiber_sched::{blocking, Builder, Config, ConfigError, Runtime};
+#[doc(inline)]
+pub use fiber_sync as sync;
 
 use std::fmt;
 use std::time::Duration;
@@ -89,6 +92,10 @@ fn outside(function: &str) -> ! {
 /// `std::sync` ones across a park, and [`spawn_pinned`] (or
 /// `Runtime::builder().pinned(true)`) for code that must keep thread-local
 /// caches: a pinned fiber always resumes on the worker it first ran on.
+///
+/// Do not hold a `std::sync::Mutex` guard across a park (`sleep`, a channel
+/// operation, a join): waiters block their worker threads. Use
+/// [`sync::Mutex`] and the other [`sync`] types, which park the fiber.
 ///
 /// # Panics
 ///

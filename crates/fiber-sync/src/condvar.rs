@@ -1,0 +1,370 @@
+//! [`Condvar`]: `std::sync::Condvar`'s API for [`crate::Mutex`] guards.
+//!
+//! # Protocol
+//!
+//! A wait queues its node on the condvar's queue (under the condvar's
+//! queue lock) *before* it releases the mutex, inside `publish`. A notifier
+//! changes the shared state under the mutex, so it runs after that release
+//! and finds the node: no notification sent after the waiter checked its
+//! condition is lost. `notify_*` marks the nodes it takes `Granted` under
+//! the queue lock and wakes them after releasing it. The woken waiter
+//! re-acquires the mutex (not a cancellation point) before returning.
+//!
+//! A wait ended by cancellation, by its deadline or by a stray wake-up
+//! unlinks its node and returns as a spurious wake-up would.
+
+use crate::mutex::MutexGuard;
+use crate::poison;
+use crate::queue::{Node, Status, WaitQueue};
+use crate::raw_mutex::RawMutex;
+use crate::sync::{AtomicUsize, Ordering, SpinLock};
+use fiber_core::{fiber_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use std::fmt;
+use std::sync::LockResult;
+use std::time::{Duration, Instant};
+
+/// A condition variable: park until notified, releasing a
+/// [`crate::Mutex`] meanwhile. `std::sync::Condvar`'s API.
+///
+/// Every wait is a cancellation point: when the calling fiber's job is
+/// cancelled the wait returns early, with the guard re-acquired, exactly
+/// like a spurious wake-up; callers that loop on their condition should
+/// also check for cancellation (for example `fiber::is_cancelled()`).
+/// [`Condvar::wait_while`] and [`Condvar::wait_timeout_while`] stop looping
+/// when cancelled and return the guard with the condition possibly still
+/// true.
+///
+/// Using one condvar with two different mutexes panics.
+///
+/// # Examples
+///
+/// ```
+/// use fiber_sync::{Condvar, Mutex};
+///
+/// let queue = Mutex::new(Vec::new());
+/// let ready = Condvar::new();
+/// std::thread::scope(|s| {
+///     s.spawn(|| {
+///         queue.lock().unwrap().push(1);
+///         ready.notify_one();
+///     });
+///     let items = ready.wait_while(queue.lock().unwrap(), |q| q.is_empty()).unwrap();
+///     assert_eq!(*items, [1]);
+/// });
+/// ```
+pub struct Condvar {
+    queue: SpinLock<WaitQueue>,
+    /// Nodes queued (changed under the queue lock): lets `notify_*` skip
+    /// the lock when nobody waits.
+    waiting: AtomicUsize,
+    /// Address of the mutex the waits use (0 before the first wait).
+    mutex: AtomicUsize,
+}
+
+/// Whether a timed wait ended by its deadline, like
+/// `std::sync::WaitTimeoutResult`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitTimeoutResult(bool);
+
+impl WaitTimeoutResult {
+    /// Did the wait end because its time ran out?
+    pub fn timed_out(&self) -> bool {
+        self.0
+    }
+}
+
+/// How one wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Woke {
+    Notified,
+    TimedOut,
+    Cancelled,
+}
+
+impl Condvar {
+    /// A condvar nobody waits on.
+    #[cfg(not(loom))]
+    pub const fn new() -> Condvar {
+        Condvar {
+            queue: SpinLock::new(WaitQueue::new()),
+            waiting: AtomicUsize::new(0),
+            mutex: AtomicUsize::new(0),
+        }
+    }
+
+    /// A condvar nobody waits on.
+    #[cfg(loom)]
+    pub fn new() -> Condvar {
+        Condvar {
+            queue: SpinLock::new(WaitQueue::new()),
+            waiting: AtomicUsize::new(0),
+            mutex: AtomicUsize::new(0),
+        }
+    }
+
+    /// Release the guard's mutex and park until notified, then re-acquire
+    /// it. May wake spuriously; a cancelled fiber returns early (see the
+    /// type docs).
+    ///
+    /// # Errors
+    ///
+    /// `Err` (holding the guard) if the mutex is poisoned on return.
+    ///
+    /// # Panics
+    ///
+    /// If this condvar was used with another mutex.
+    #[track_caller]
+    pub fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> LockResult<MutexGuard<'a, T>> {
+        self.wait_inner(guard, None).0
+    }
+
+    /// Wait until `condition` returns `false` (checked under the lock), or
+    /// until the calling fiber's job is cancelled.
+    ///
+    /// # Errors
+    ///
+    /// `Err` (holding the guard) if the mutex is poisoned.
+    #[track_caller]
+    pub fn wait_while<'a, T, F>(&self, guard: MutexGuard<'a, T>, mut condition: F) -> LockResult<MutexGuard<'a, T>>
+    where
+        F: FnMut(&mut T) -> bool,
+    {
+        let mut guard = guard;
+        loop {
+            if !condition(&mut *guard) {
+                return Ok(guard);
+            }
+            let (result, woke) = self.wait_inner(guard, None);
+            guard = result?;
+            if woke == Woke::Cancelled {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// As [`Condvar::wait`], giving up after `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// `Err` (holding the guard and the result) if the mutex is poisoned.
+    #[track_caller]
+    pub fn wait_timeout<'a, T>(
+        &self,
+        guard: MutexGuard<'a, T>,
+        timeout: Duration,
+    ) -> LockResult<(MutexGuard<'a, T>, WaitTimeoutResult)> {
+        let deadline = Instant::now().checked_add(timeout);
+        let (result, woke) = self.wait_inner(guard, deadline);
+        let timed_out = WaitTimeoutResult(woke == Woke::TimedOut);
+        match result {
+            Ok(guard) => Ok((guard, timed_out)),
+            Err(e) => Err(std::sync::PoisonError::new((e.into_inner(), timed_out))),
+        }
+    }
+
+    /// Wait until `condition` returns `false`, for at most `timeout`
+    /// overall (or until the fiber's job is cancelled). The result says
+    /// whether the time ran out with the condition still true.
+    ///
+    /// # Errors
+    ///
+    /// `Err` (holding the guard and the result) if the mutex is poisoned.
+    #[track_caller]
+    pub fn wait_timeout_while<'a, T, F>(
+        &self,
+        guard: MutexGuard<'a, T>,
+        timeout: Duration,
+        mut condition: F,
+    ) -> LockResult<(MutexGuard<'a, T>, WaitTimeoutResult)>
+    where
+        F: FnMut(&mut T) -> bool,
+    {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut guard = guard;
+        loop {
+            if !condition(&mut *guard) {
+                return Ok((guard, WaitTimeoutResult(false)));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok((guard, WaitTimeoutResult(true)));
+            }
+            let (result, woke) = self.wait_inner(guard, deadline);
+            let poisoned = result.is_err();
+            guard = result.unwrap_or_else(|e| e.into_inner());
+            let timed_out = woke == Woke::TimedOut && condition(&mut *guard);
+            if poisoned {
+                return Err(std::sync::PoisonError::new((guard, WaitTimeoutResult(timed_out))));
+            }
+            if woke != Woke::Notified {
+                return Ok((guard, WaitTimeoutResult(timed_out)));
+            }
+        }
+    }
+
+    /// Wake one waiter, if any (the one that has waited longest).
+    pub fn notify_one(&self) {
+        // Relaxed: a notifier that must see a waiter is ordered after the
+        // waiter's enqueue by the mutex (the waiter queues before it
+        // releases the mutex; the notifier changed the state under it).
+        if self.waiting.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let wake = {
+            let mut queue = self.queue.lock();
+            let wake = queue.pop_front(Status::Granted);
+            if wake.is_some() {
+                // Relaxed: changed under the queue lock; see above.
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
+            }
+            wake.flatten()
+        };
+        if let Some(w) = wake {
+            fiber_core::fiber_wake(&w);
+        }
+    }
+
+    /// Wake every waiter.
+    pub fn notify_all(&self) {
+        // Relaxed: as in `notify_one`.
+        if self.waiting.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let wakes = {
+            let mut queue = self.queue.lock();
+            let wakes = queue.drain(Status::Granted);
+            // Relaxed: as in `notify_one`.
+            self.waiting.store(0, Ordering::Relaxed);
+            wakes
+        };
+        WaitQueue::wake_all(&wakes);
+    }
+
+    fn check_mutex(&self, raw: &RawMutex) {
+        let addr = raw as *const RawMutex as usize;
+        // Relaxed: only the address is compared, no data is attached.
+        match self
+            .mutex
+            .compare_exchange(0, addr, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => {}
+            Err(seen) if seen == addr => {}
+            Err(_) => panic!("fiber_sync::Condvar: attempted to use a condition variable with two mutexes"),
+        }
+    }
+
+    fn wait_inner<'a, T>(
+        &self,
+        guard: MutexGuard<'a, T>,
+        deadline: Option<Instant>,
+    ) -> (LockResult<MutexGuard<'a, T>>, Woke) {
+        let mutex = guard.mutex();
+        let raw = mutex.raw();
+        self.check_mutex(raw);
+        // The guard's unlock happens inside `publish`, after the node is
+        // queued; its poison bookkeeping happens here.
+        let poison = guard.take_for_wait();
+        let mut io = CondIo {
+            node: Node::new(0),
+            raw,
+            unlocked: false,
+            condvar: self,
+        };
+        let result = fiber_wait(&CondWait(self), &mut io, WaitOptions::new().deadline(deadline));
+        debug_assert!(!io.node.queued, "a finished wait left its node queued");
+        if io.unlocked {
+            raw.lock();
+        }
+        drop(io);
+        let woke = match result {
+            WaitResult::TimedOut => Woke::TimedOut,
+            WaitResult::Cancelled => Woke::Cancelled,
+            WaitResult::Ok | WaitResult::Closed => Woke::Notified,
+        };
+        // SAFETY: we hold the lock again (or never released it).
+        let guard = unsafe { MutexGuard::relock(mutex, poison) };
+        (poison::map_result(mutex.is_poisoned(), guard), woke)
+    }
+}
+
+impl Default for Condvar {
+    fn default() -> Self {
+        Condvar::new()
+    }
+}
+
+impl fmt::Debug for Condvar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Condvar").finish_non_exhaustive()
+    }
+}
+
+/// The `Io` of one wait.
+struct CondIo<'a> {
+    node: Node,
+    raw: &'a RawMutex,
+    /// `publish` released the mutex.
+    unlocked: bool,
+    condvar: &'a Condvar,
+}
+
+impl Drop for CondIo<'_> {
+    fn drop(&mut self) {
+        if self.node.queued {
+            // Unwound while parked (shutdown): leave the queue.
+            let mut queue = self.condvar.queue.lock();
+            if queue.unlink(&mut self.node) == Status::Waiting {
+                // Relaxed: as in `notify_one`.
+                self.condvar.waiting.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// A condvar wait as a fiber-core waitable.
+struct CondWait<'a>(&'a Condvar);
+
+impl<'a> Waitable for CondWait<'a> {
+    type Io = CondIo<'a>;
+
+    fn kind(&self) -> fiber_core::WaitKind {
+        fiber_core::WaitKind::Lock
+    }
+
+    fn try_complete(&self, io: &mut CondIo<'a>) -> Option<WaitResult> {
+        // Not queued here, so the owner reads its own node. A node unlinked
+        // by its owner (stray wake) ends the wait as a spurious wake-up.
+        match io.node.status() {
+            Status::Idle => None,
+            _ => Some(WaitResult::Ok),
+        }
+    }
+
+    fn publish(&self, waiter: &Waiter, io: &mut CondIo<'a>) -> Publish {
+        {
+            let mut queue = self.0.queue.lock();
+            queue.push(&mut io.node, waiter, false);
+            // Relaxed: as in `notify_one`.
+            self.0.waiting.fetch_add(1, Ordering::Relaxed);
+        }
+        // Only now, with the node discoverable, release the mutex: a
+        // notifier that needs it runs after this and finds the node.
+        if !io.unlocked {
+            io.unlocked = true;
+            io.raw.unlock();
+        }
+        Publish::Published
+    }
+
+    fn unpublish(&self, _: &Waiter, io: &mut CondIo<'a>) -> Option<WaitResult> {
+        let mut queue = self.0.queue.lock();
+        match queue.unlink(&mut io.node) {
+            Status::Granted => Some(WaitResult::Ok),
+            Status::Waiting => {
+                // Relaxed: as in `notify_one`.
+                self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+                None
+            }
+            _ => None,
+        }
+    }
+}

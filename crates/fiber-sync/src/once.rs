@@ -1,0 +1,282 @@
+//! [`OnceLock`]: `std::sync::OnceLock`'s API; callers that arrive while
+//! another initializes park.
+//!
+//! # Protocol
+//!
+//! `state` goes `INCOMPLETE -> RUNNING -> COMPLETE` (or back to
+//! `INCOMPLETE` if the initializer panics). The caller whose CAS moves it to
+//! `RUNNING` runs the initializer, writes the value, stores `COMPLETE`
+//! (Release) and then, under the queue lock, wakes every waiter. A waiter
+//! re-reads `state` under the queue lock before queueing: the completer
+//! either ran its wake pass after the waiter queued (and finds the node) or
+//! before, in which case the queue lock orders the `COMPLETE` store before
+//! the waiter's read.
+
+use crate::queue::{Node, Status, WaitQueue};
+use crate::sync::{AtomicUsize, Ordering, SpinLock, UnsafeCell};
+use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use std::fmt;
+use std::mem::MaybeUninit;
+
+const INCOMPLETE: usize = 0;
+const RUNNING: usize = 1;
+const COMPLETE: usize = 2;
+
+/// A cell written once, with the API of [`std::sync::OnceLock`]. While one
+/// caller runs the initializer of [`OnceLock::get_or_init`], the others
+/// park (fibers) or block (threads) until the value is there; the
+/// initializer runs once. Waiting here is not a cancellation point.
+///
+/// # Examples
+///
+/// ```
+/// use fiber_sync::OnceLock;
+///
+/// static CONFIG: OnceLock<String> = OnceLock::new();
+/// let value = CONFIG.get_or_init(|| "ready".to_string());
+/// assert_eq!(value, "ready");
+/// assert_eq!(CONFIG.set("again".to_string()), Err("again".to_string()));
+/// ```
+pub struct OnceLock<T> {
+    state: AtomicUsize,
+    queue: SpinLock<WaitQueue>,
+    value: UnsafeCell<MaybeUninit<T>>,
+}
+
+// SAFETY: as `std::sync::OnceLock`: the value is written by one thread and
+// read by many (`T: Sync`), and may be dropped on another (`T: Send`).
+unsafe impl<T: Sync + Send> Sync for OnceLock<T> {}
+// SAFETY: moving the lock moves the value.
+unsafe impl<T: Send> Send for OnceLock<T> {}
+
+impl<T> OnceLock<T> {
+    /// An empty cell.
+    #[cfg(not(loom))]
+    pub const fn new() -> OnceLock<T> {
+        OnceLock {
+            state: AtomicUsize::new(INCOMPLETE),
+            queue: SpinLock::new(WaitQueue::new()),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
+    /// An empty cell.
+    #[cfg(loom)]
+    pub fn new() -> OnceLock<T> {
+        OnceLock {
+            state: AtomicUsize::new(INCOMPLETE),
+            queue: SpinLock::new(WaitQueue::new()),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
+    /// The value, if initialized (never waits).
+    pub fn get(&self) -> Option<&T> {
+        // Acquire: pairs with the Release store of COMPLETE in `complete`.
+        if self.state.load(Ordering::Acquire) == COMPLETE {
+            // SAFETY: COMPLETE means the value was written and is never
+            // written again.
+            Some(unsafe { self.value_ref() })
+        } else {
+            None
+        }
+    }
+
+    /// Initialize with `value` if empty. If another caller is initializing,
+    /// wait for it first.
+    ///
+    /// # Errors
+    ///
+    /// `Err(value)` if the cell was already initialized.
+    #[track_caller]
+    pub fn set(&self, value: T) -> Result<(), T> {
+        let mut value = Some(value);
+        self.get_or_init(|| value.take().expect("the initializer runs once"));
+        match value {
+            None => Ok(()),
+            Some(v) => Err(v),
+        }
+    }
+
+    /// The value, running `f` to make it if the cell is empty. Exactly one
+    /// caller runs an initializer; the others wait for its value. If `f`
+    /// panics the cell stays empty, the panic propagates, and one of the
+    /// waiters runs its own initializer.
+    #[track_caller]
+    pub fn get_or_init<F: FnOnce() -> T>(&self, f: F) -> &T {
+        if let Some(value) = self.get() {
+            return value;
+        }
+        self.init_slow(f)
+    }
+
+    /// The value through `&mut self`.
+    pub fn get_mut(&mut self) -> Option<&mut T> {
+        if self.state_mut() == COMPLETE {
+            // SAFETY: COMPLETE and `&mut self`.
+            Some(self.value.with_mut(|p| unsafe { (*p).assume_init_mut() }))
+        } else {
+            None
+        }
+    }
+
+    /// Consume the cell and return its value, if any.
+    pub fn into_inner(mut self) -> Option<T> {
+        if self.state_mut() != COMPLETE {
+            return None;
+        }
+        self.state = AtomicUsize::new(INCOMPLETE);
+        // SAFETY: it was COMPLETE; resetting the state above keeps `Drop`
+        // from dropping the value we move out.
+        Some(self.value.with(|p| unsafe { (*p).assume_init_read() }))
+    }
+
+    fn state_mut(&mut self) -> usize {
+        // Relaxed: `&mut self` orders everything.
+        self.state.load(Ordering::Relaxed)
+    }
+
+    /// # Safety
+    ///
+    /// The state is COMPLETE (observed with Acquire).
+    unsafe fn value_ref(&self) -> &T {
+        // SAFETY: see the function's contract.
+        self.value.with(|p| unsafe { (*p).assume_init_ref() })
+    }
+
+    #[cold]
+    fn init_slow<F: FnOnce() -> T>(&self, f: F) -> &T {
+        let mut f = Some(f);
+        loop {
+            // Acquire: pairs with the Release in `complete`.
+            match self
+                .state
+                .compare_exchange(INCOMPLETE, RUNNING, Ordering::Acquire, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let reset = ResetOnPanic(self);
+                    let value = (f.take().expect("one initializer per call"))();
+                    std::mem::forget(reset);
+                    // SAFETY: RUNNING is ours: nobody else writes or reads
+                    // the value until COMPLETE.
+                    self.value.with_mut(|p| unsafe { (*p).write(value) });
+                    self.finish(COMPLETE);
+                }
+                // SAFETY: COMPLETE seen with Acquire.
+                Err(COMPLETE) => return unsafe { self.value_ref() },
+                Err(_) => {
+                    let mut io = OnceIo {
+                        node: Node::new(0),
+                        queue: &self.queue,
+                    };
+                    fiber_wait(
+                        &OnceWait(&self.state, &self.queue),
+                        &mut io,
+                        WaitOptions::new().interrupt(Interrupt::NotCancellable),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Leave RUNNING for `to` and wake every waiter.
+    fn finish(&self, to: usize) {
+        // Release: pairs with the Acquire loads in `get` / `init_slow` /
+        // the waitable, publishing the value.
+        self.state.store(to, Ordering::Release);
+        let wakes = self.queue.lock().drain(Status::Granted);
+        WaitQueue::wake_all(&wakes);
+    }
+}
+
+/// Puts the cell back to INCOMPLETE (and wakes the waiters) when the
+/// initializer panics.
+struct ResetOnPanic<'a, T>(&'a OnceLock<T>);
+
+impl<T> Drop for ResetOnPanic<'_, T> {
+    fn drop(&mut self) {
+        self.0.finish(INCOMPLETE);
+    }
+}
+
+impl<T> Drop for OnceLock<T> {
+    fn drop(&mut self) {
+        if self.state_mut() == COMPLETE {
+            // SAFETY: COMPLETE and `&mut self`: the value is there, and
+            // dropped once.
+            self.value.with_mut(|p| unsafe { (*p).assume_init_drop() });
+        }
+    }
+}
+
+impl<T> Default for OnceLock<T> {
+    fn default() -> Self {
+        OnceLock::new()
+    }
+}
+
+impl<T> From<T> for OnceLock<T> {
+    fn from(value: T) -> Self {
+        let cell = OnceLock::new();
+        let _ = cell.set(value);
+        cell
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for OnceLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_tuple("OnceLock");
+        match self.get() {
+            Some(v) => d.field(v),
+            None => d.field(&format_args!("<uninit>")),
+        };
+        d.finish()
+    }
+}
+
+/// The `Io` of one wait.
+struct OnceIo<'a> {
+    node: Node,
+    queue: &'a SpinLock<WaitQueue>,
+}
+
+impl Drop for OnceIo<'_> {
+    fn drop(&mut self) {
+        if self.node.queued {
+            // Unwound while parked (shutdown): leave the queue.
+            self.queue.lock().unlink(&mut self.node);
+        }
+    }
+}
+
+/// A wait for the initializer as a fiber-core waitable.
+struct OnceWait<'a>(&'a AtomicUsize, &'a SpinLock<WaitQueue>);
+
+impl<'a> Waitable for OnceWait<'a> {
+    type Io = OnceIo<'a>;
+
+    fn kind(&self) -> fiber_core::WaitKind {
+        fiber_core::WaitKind::Lock
+    }
+
+    fn try_complete(&self, _: &mut Self::Io) -> Option<WaitResult> {
+        // Acquire: pairs with the Release in `finish`.
+        (self.0.load(Ordering::Acquire) != RUNNING).then_some(WaitResult::Ok)
+    }
+
+    fn publish(&self, waiter: &Waiter, io: &mut Self::Io) -> Publish {
+        let mut queue = self.1.lock();
+        // Acquire: pairs with the Release in `finish`; under the queue lock
+        // (module docs).
+        if self.0.load(Ordering::Acquire) != RUNNING {
+            return Publish::Ready(WaitResult::Ok);
+        }
+        queue.push(&mut io.node, waiter, false);
+        Publish::Published
+    }
+
+    fn unpublish(&self, _: &Waiter, io: &mut Self::Io) -> Option<WaitResult> {
+        let status = self.1.lock().unlink(&mut io.node);
+        (status == Status::Granted).then_some(WaitResult::Ok)
+    }
+}

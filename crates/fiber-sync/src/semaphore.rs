@@ -1,0 +1,338 @@
+//! [`Semaphore`]: a counting semaphore in tokio's shape, FIFO.
+//!
+//! # State
+//!
+//! One word: the available permits shifted left by one, and [`QUEUED`]
+//! (the waiter queue is not empty; changed under the queue lock only).
+//!
+//! # Protocol
+//!
+//! * Acquire, fast path: while `QUEUED` is clear and enough permits are
+//!   there, CAS them away. With waiters queued nobody takes permits past
+//!   them: strict FIFO, so a large `acquire_many` is never starved by a
+//!   stream of small ones.
+//! * Acquire, slow path (`publish`, under the queue lock): set `QUEUED` in
+//!   an RMW that also reads the permits; with the queue empty and enough
+//!   permits, take them, else queue the node.
+//! * Release: `fetch_add` the permits; if the previous value had `QUEUED`,
+//!   take the queue lock and grant permits to the queue's head nodes in
+//!   order while they fit (`grant`). A release that raced a `publish` is
+//!   ordered against it by the RMWs on the one word: either `publish` sees
+//!   the permits, or the release sees `QUEUED` and grants.
+//! * A waiter that leaves (cancelled) may have blocked the head: it runs
+//!   `grant` after unlinking.
+
+use crate::queue::{Node, Status, WaitQueue};
+use crate::sync::{AtomicUsize, Ordering, SpinLock};
+use fiber_core::{fiber_wait, Cancelled, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use std::fmt;
+
+/// The waiter queue is not empty.
+const QUEUED: usize = 1;
+/// Permits are counted above the flag bit.
+const SHIFT: u32 = 1;
+
+/// A counting semaphore (tokio's `Semaphore` API): `acquire` parks the
+/// fiber (or blocks the thread) until a permit is free; the permit returns
+/// when dropped. Waiters are served in FIFO order.
+///
+/// [`Semaphore::acquire`] and [`Semaphore::acquire_many`] are cancellation
+/// points: they return `Err(Cancelled)` when the calling fiber's job is
+/// cancelled while they wait.
+///
+/// # Examples
+///
+/// ```
+/// use fiber_sync::Semaphore;
+///
+/// let sem = Semaphore::new(2);
+/// let a = sem.acquire().unwrap();
+/// let _b = sem.try_acquire().unwrap();
+/// assert!(sem.try_acquire().is_none());
+/// drop(a);
+/// assert_eq!(sem.available_permits(), 1);
+/// ```
+pub struct Semaphore {
+    state: AtomicUsize,
+    queue: SpinLock<WaitQueue>,
+}
+
+/// Permits taken from a [`Semaphore`]; they return to it on drop.
+#[must_use = "dropping the permit returns it at once"]
+pub struct SemaphorePermit<'a> {
+    sem: &'a Semaphore,
+    permits: u32,
+}
+
+impl Semaphore {
+    /// The most permits a semaphore can hold.
+    pub const MAX_PERMITS: usize = usize::MAX >> 3;
+
+    /// A semaphore with `permits` permits.
+    ///
+    /// # Panics
+    ///
+    /// If `permits` exceeds [`Semaphore::MAX_PERMITS`].
+    pub fn new(permits: usize) -> Semaphore {
+        assert!(
+            permits <= Self::MAX_PERMITS,
+            "fiber_sync::Semaphore::new: {permits} permits exceed MAX_PERMITS"
+        );
+        Semaphore {
+            state: AtomicUsize::new(permits << SHIFT),
+            queue: SpinLock::new(WaitQueue::new()),
+        }
+    }
+
+    /// The permits available right now.
+    pub fn available_permits(&self) -> usize {
+        // Relaxed: a snapshot.
+        self.state.load(Ordering::Relaxed) >> SHIFT
+    }
+
+    /// Acquire one permit, parking until one is free (FIFO).
+    ///
+    /// # Errors
+    ///
+    /// [`Cancelled`] if the calling fiber's job was cancelled while it
+    /// waited (no permit is taken).
+    #[track_caller]
+    pub fn acquire(&self) -> Result<SemaphorePermit<'_>, Cancelled> {
+        self.acquire_many(1)
+    }
+
+    /// Acquire `n` permits at once, parking until they are free (FIFO: no
+    /// later request is served first).
+    ///
+    /// # Errors
+    ///
+    /// [`Cancelled`] if the calling fiber's job was cancelled while it
+    /// waited (no permit is taken).
+    #[track_caller]
+    pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit<'_>, Cancelled> {
+        if let Some(permit) = self.try_acquire_many(n) {
+            return Ok(permit);
+        }
+        let mut io = SemIo {
+            node: Node::new(n as usize),
+            sem: self,
+        };
+        match fiber_wait(&SemWait(self), &mut io, WaitOptions::new()) {
+            WaitResult::Ok => Ok(SemaphorePermit { sem: self, permits: n }),
+            WaitResult::Cancelled => Err(Cancelled),
+            other => unreachable!("a semaphore wait has no deadline and never closes: {other:?}"),
+        }
+    }
+
+    /// Take one permit if one is free and nobody waits.
+    pub fn try_acquire(&self) -> Option<SemaphorePermit<'_>> {
+        self.try_acquire_many(1)
+    }
+
+    /// Take `n` permits if they are free and nobody waits.
+    pub fn try_acquire_many(&self, n: u32) -> Option<SemaphorePermit<'_>> {
+        let need = (n as usize) << SHIFT;
+        // Relaxed: the CAS below acquires.
+        let mut seen = self.state.load(Ordering::Relaxed);
+        while seen & QUEUED == 0 && seen >= need {
+            // Acquire: pairs with the Release in `release`, so what the
+            // previous holder wrote is visible to us.
+            match self
+                .state
+                .compare_exchange_weak(seen, seen - need, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(SemaphorePermit { sem: self, permits: n }),
+                Err(s) => seen = s,
+            }
+        }
+        None
+    }
+
+    /// Add `n` permits (waiters are served first, in order).
+    ///
+    /// # Panics
+    ///
+    /// If the total would exceed [`Semaphore::MAX_PERMITS`].
+    pub fn add_permits(&self, n: usize) {
+        assert!(
+            n <= Self::MAX_PERMITS,
+            "fiber_sync::Semaphore::add_permits: {n} permits exceed MAX_PERMITS"
+        );
+        self.release(n);
+    }
+
+    fn release(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        // Release: pairs with the Acquire of the next taker (fast path CAS
+        // or `grant`).
+        let prev = self.state.fetch_add(n << SHIFT, Ordering::Release);
+        if (prev >> SHIFT) + n > Self::MAX_PERMITS {
+            // Undo before panicking so the count stays meaningful.
+            self.state.fetch_sub(n << SHIFT, Ordering::Relaxed);
+            panic!("fiber_sync::Semaphore: adding {n} permits exceeds MAX_PERMITS");
+        }
+        if prev & QUEUED != 0 {
+            let wakes = {
+                let mut queue = self.queue.lock();
+                self.grant(&mut queue)
+            };
+            WaitQueue::wake_all(&wakes);
+        }
+    }
+
+    /// Under the queue lock: give permits to the head nodes in order while
+    /// they fit; keep `QUEUED` equal to "the queue is not empty".
+    fn grant(&self, queue: &mut WaitQueue) -> Vec<Waiter> {
+        let mut wakes = Vec::new();
+        while let Some(first) = queue.front() {
+            let need = first.arg << SHIFT;
+            // Acquire: pairs with the Release in `release`.
+            let mut seen = self.state.load(Ordering::Acquire);
+            let mut taken = false;
+            while seen >= need + QUEUED {
+                // Acquire: as above.
+                match self
+                    .state
+                    .compare_exchange_weak(seen, seen - need, Ordering::Acquire, Ordering::Acquire)
+                {
+                    Ok(_) => {
+                        taken = true;
+                        break;
+                    }
+                    Err(s) => seen = s,
+                }
+            }
+            if !taken {
+                break;
+            }
+            wakes.extend(queue.pop_front(Status::Granted).flatten());
+        }
+        if queue.is_empty() {
+            // Relaxed: QUEUED is read as a hint outside the queue lock; the
+            // permits it guards are ordered by the CASes above.
+            self.state.fetch_and(!QUEUED, Ordering::Relaxed);
+        }
+        wakes
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("permits", &self.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SemaphorePermit<'_> {
+    /// How many permits this holds.
+    pub fn num_permits(&self) -> usize {
+        self.permits as usize
+    }
+
+    /// Keep the permits out of the semaphore for good.
+    pub fn forget(mut self) {
+        self.permits = 0;
+    }
+}
+
+impl Drop for SemaphorePermit<'_> {
+    fn drop(&mut self) {
+        self.sem.release(self.permits as usize);
+    }
+}
+
+impl fmt::Debug for SemaphorePermit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SemaphorePermit")
+            .field("permits", &self.permits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The `Io` of one acquire.
+struct SemIo<'a> {
+    node: Node,
+    sem: &'a Semaphore,
+}
+
+impl Drop for SemIo<'_> {
+    fn drop(&mut self) {
+        if !self.node.queued {
+            return;
+        }
+        // Unwound while parked (shutdown): leave, or give back a grant.
+        let (status, wakes) = {
+            let mut queue = self.sem.queue.lock();
+            let status = queue.unlink(&mut self.node);
+            let wakes = self.sem.grant(&mut queue);
+            (status, wakes)
+        };
+        WaitQueue::wake_all(&wakes);
+        if status == Status::Granted {
+            self.sem.release(self.node.arg);
+        }
+    }
+}
+
+/// An acquire as a fiber-core waitable.
+struct SemWait<'a>(&'a Semaphore);
+
+impl<'a> Waitable for SemWait<'a> {
+    type Io = SemIo<'a>;
+
+    fn kind(&self) -> fiber_core::WaitKind {
+        fiber_core::WaitKind::Lock
+    }
+
+    fn try_complete(&self, io: &mut SemIo<'a>) -> Option<WaitResult> {
+        let permit = self.0.try_acquire_many(io.node.arg as u32)?;
+        std::mem::forget(permit);
+        Some(WaitResult::Ok)
+    }
+
+    fn publish(&self, waiter: &Waiter, io: &mut SemIo<'a>) -> Publish {
+        let sem = self.0;
+        let need = io.node.arg << SHIFT;
+        let mut queue = sem.queue.lock();
+        // Relaxed on the RMW: its place in the word's modification order
+        // against `release`'s fetch_add is what matters (module docs); the
+        // CAS below acquires.
+        let mut seen = sem.state.fetch_or(QUEUED, Ordering::Relaxed) | QUEUED;
+        if queue.is_empty() {
+            while seen >= need + QUEUED {
+                // Acquire: pairs with the Release in `release`. The queue
+                // is empty, so QUEUED is cleared again.
+                match sem.state.compare_exchange_weak(
+                    seen,
+                    (seen - need) & !QUEUED,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return Publish::Ready(WaitResult::Ok),
+                    Err(s) => seen = s,
+                }
+            }
+        }
+        queue.push(&mut io.node, waiter, false);
+        Publish::Published
+    }
+
+    fn unpublish(&self, _: &Waiter, io: &mut SemIo<'a>) -> Option<WaitResult> {
+        let (status, wakes) = {
+            let mut queue = self.0.queue.lock();
+            let status = queue.unlink(&mut io.node);
+            // Our node may have blocked the head: serve whoever fits now.
+            let wakes = if status == Status::Waiting {
+                self.0.grant(&mut queue)
+            } else {
+                Vec::new()
+            };
+            (status, wakes)
+        };
+        WaitQueue::wake_all(&wakes);
+        (status == Status::Granted).then_some(WaitResult::Ok)
+    }
+}

@@ -1,0 +1,3 @@
+//! Loom models of the fiber-sync protocols (`cargo xtask loom fiber-sync`).
+
+mod loom_sync;
