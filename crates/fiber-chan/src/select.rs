@@ -3,17 +3,25 @@
 //!
 //! # Protocol
 //!
-//! 1. Try every operation once, starting at a random one (fairness).
-//! 2. Otherwise publish one node per operation, all in one select group,
-//!    and park. A peer that claims any node must first win the group by CAS
-//!    (one winner per select, chosen before any wake); it skips nodes of a
-//!    select that already has a winner.
-//! 3. After waking, unlink every node from every channel (losers included)
-//!    before returning; the winner's result is read under its channel lock.
+//! 1. Try every operation once, from a random start (in order when biased).
+//!    A receive takes its value; a send *reserves* (a parked receiver or a
+//!    buffer slot) and its value is produced only afterwards, by
+//!    [`SelectedOperation::send`].
+//! 2. Otherwise publish one node per channel operation, all in one select
+//!    group, and park (a cancellation point). A peer that claims any node
+//!    must first win the group by CAS (one winner per select, chosen before
+//!    any transfer and any wake); it skips nodes of a select that already
+//!    has a winner, and a select never claims its own nodes. Send arms
+//!    publish probes: a receiver claiming one only wakes the select, which
+//!    then reserves.
+//! 3. After waking, unlink every node from every channel; the winner is the
+//!    group's CAS winner and nothing else: an operation that did not win
+//!    never consumes (timer arms have no node; they are read in step 1 of
+//!    the next round).
 
-use crate::chan::{Node, Reg, SelectGroup};
-use crate::channel::{sleep_until, Flavor, Receiver, Sender, TimerChan};
-use crate::error::{RecvError, SelectTimeoutError, SendError, TryRecvError, TrySelectError};
+use crate::chan::{Node, Reg, Reservation, SelectGroup};
+use crate::channel::{sleep_until, Flavor, Receiver, Sender};
+use crate::error::{ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryRecvError, TrySelectError};
 use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::cell::Cell;
 use std::fmt;
@@ -22,18 +30,30 @@ use std::time::{Duration, Instant};
 
 /// One operation of a select, type-erased.
 trait Operation {
-    /// Complete now if possible (with `ready_only`, only check readiness).
-    fn try_now(&mut self, ready_only: bool) -> bool;
-    /// Publish a node for the parked phase.
+    /// Complete now if possible (a send reserves); with `ready_only`, only
+    /// check readiness.
+    fn try_now(&mut self, group: &SelectGroup, ready_only: bool) -> bool;
+    /// Publish a node for the parked phase (timers and `never`: none).
     fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg;
-    /// Unlink the node; `true` if a peer completed the operation.
-    fn unregister(&mut self) -> bool;
+    /// Unlink the node; what a peer did to it, if anything.
+    fn unregister(&mut self) -> Option<WaitResult>;
+    /// This operation won with `result` (read from its node).
+    fn finish(&mut self, result: WaitResult);
+    /// Has a result for `SelectedOperation` (a send arm woken by its probe
+    /// still has to reserve).
+    fn settled(&self) -> bool;
+    /// The select was cancelled and picked this operation: it fails.
+    fn fail(&mut self);
+    /// Forget any result; give a reservation back.
+    fn release(&mut self);
     /// A timer deadline this operation needs a wake-up for.
     fn deadline(&self) -> Option<Instant>;
     /// The channel's address (to check `SelectedOperation::recv` / `send`).
     fn addr(&self) -> usize;
     /// Is this a send operation?
     fn is_send(&self) -> bool;
+    /// Is this an operation on a real channel (not a timer or `never`)?
+    fn is_channel(&self) -> bool;
 }
 
 struct RecvOp<'a, T> {
@@ -43,7 +63,7 @@ struct RecvOp<'a, T> {
 }
 
 impl<T> Operation for RecvOp<'_, T> {
-    fn try_now(&mut self, ready_only: bool) -> bool {
+    fn try_now(&mut self, _: &SelectGroup, ready_only: bool) -> bool {
         if ready_only {
             return match &self.receiver.flavor {
                 Flavor::Chan(chan) => chan.is_recv_ready(),
@@ -63,26 +83,36 @@ impl<T> Operation for RecvOp<'_, T> {
         let Flavor::Chan(chan) = &self.receiver.flavor else {
             return Reg::Queued;
         };
-        let node = self.node.insert(Node::for_select(chan, None, ready_only, group, index));
-        let reg = chan.register_recv(node, waiter);
-        if let Reg::Completed(result) = reg {
-            self.finish(result);
-        }
-        reg
+        let node = self.node.insert(Node::for_select(chan, ready_only, group, index));
+        chan.register_recv(node, waiter)
     }
 
-    fn unregister(&mut self) -> bool {
+    fn unregister(&mut self) -> Option<WaitResult> {
         let Flavor::Chan(chan) = &self.receiver.flavor else {
-            return self.timer_fired();
+            return None;
         };
-        let Some(node) = self.node.as_mut() else { return false };
-        match chan.unregister(node) {
-            Some(result) => {
-                self.finish(result);
-                true
-            }
-            None => false,
-        }
+        let node = self.node.as_mut()?;
+        chan.unregister(node)
+    }
+
+    fn finish(&mut self, result: WaitResult) {
+        let value = self.node.as_mut().and_then(|n| n.take_value());
+        self.result = Some(match (result, value) {
+            (WaitResult::Ok, Some(value)) => Ok(value),
+            _ => Err(RecvError),
+        });
+    }
+
+    fn settled(&self) -> bool {
+        self.result.is_some()
+    }
+
+    fn fail(&mut self) {
+        self.result = Some(Err(RecvError));
+    }
+
+    fn release(&mut self) {
+        self.result = None;
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -93,94 +123,87 @@ impl<T> Operation for RecvOp<'_, T> {
     }
 
     fn addr(&self) -> usize {
-        self.receiver.addr()
+        let me = self.receiver as *const Receiver<T> as *const () as usize;
+        if me == removed_ref() as *const Receiver<()> as *const () as usize {
+            REMOVED
+        } else {
+            self.receiver.addr()
+        }
     }
 
     fn is_send(&self) -> bool {
         false
     }
+
+    fn is_channel(&self) -> bool {
+        matches!(self.receiver.flavor, Flavor::Chan(_))
+    }
 }
 
-impl<T> RecvOp<'_, T> {
-    fn finish(&mut self, result: WaitResult) {
-        let value = self.node.as_mut().and_then(|n| n.take_value());
-        self.result = Some(match (result, value) {
-            (WaitResult::Ok, Some(value)) => Ok(value),
-            _ => Err(RecvError),
-        });
-    }
-
-    fn timer_fired(&mut self) -> bool {
-        if let Flavor::Timer(timer, convert) = &self.receiver.flavor {
-            if let Some(at) = TimerChan::try_take(timer, Instant::now()) {
-                self.result = Some(Ok(convert(at)));
-                return true;
-            }
-        }
-        false
-    }
+/// What a selected send arm holds until its value is given.
+enum SendOutcome<T> {
+    /// A receiver or a buffer slot is reserved for the value.
+    Reserved(Reservation<T>),
+    /// Ready for `Select::ready` (nothing reserved).
+    Ready,
+    /// Disconnected (or the select was cancelled): the send fails.
+    Failed,
 }
 
 struct SendOp<'a, T> {
     sender: &'a Sender<T>,
-    /// `Some` for the macro (the value is sent iff selected); `None` for a
-    /// readiness probe (the dynamic API sends after selection).
-    value: Option<T>,
-    probe: bool,
     node: Option<Node<T>>,
-    result: Option<Result<(), SendError<T>>>,
+    outcome: Option<SendOutcome<T>>,
 }
 
 impl<T> Operation for SendOp<'_, T> {
-    fn try_now(&mut self, ready_only: bool) -> bool {
-        if self.probe || ready_only {
+    fn try_now(&mut self, group: &SelectGroup, ready_only: bool) -> bool {
+        if ready_only {
             if self.sender.chan.is_send_ready() {
-                self.result = Some(Ok(()));
+                self.outcome = Some(SendOutcome::Ready);
                 return true;
             }
             return false;
         }
-        let value = self
-            .value
-            .take()
-            .expect("a send operation holds its value until selected");
-        match self.sender.try_send(value) {
-            Ok(()) => self.result = Some(Ok(())),
-            Err(crate::TrySendError::Disconnected(value)) => self.result = Some(Err(SendError(value))),
-            Err(crate::TrySendError::Full(value)) => {
-                self.value = Some(value);
-                return false;
-            }
+        match self.sender.chan.try_reserve(group) {
+            Ok(Some(reservation)) => self.outcome = Some(SendOutcome::Reserved(reservation)),
+            Ok(None) => return false,
+            Err(()) => self.outcome = Some(SendOutcome::Failed),
         }
         true
     }
 
-    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg {
+    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, _: bool) -> Reg {
         let chan = &self.sender.chan;
-        let probe = self.probe || ready_only;
-        let value = if probe { None } else { self.value.take() };
-        let node = self.node.insert(Node::for_select(chan, value, probe, group, index));
-        let reg = chan.register_send(node, waiter);
-        match reg {
-            Reg::Completed(result) => self.finish(result),
-            Reg::Lost | Reg::Retry => self.value = node.take_value(),
-            Reg::Queued => {}
-        }
-        reg
+        let node = self.node.insert(Node::for_select(chan, true, group, index));
+        chan.register_send(node, waiter)
     }
 
-    fn unregister(&mut self) -> bool {
-        let Some(node) = self.node.as_mut() else { return false };
-        let outcome = self.sender.chan.unregister(node);
-        match outcome {
-            Some(result) => {
-                self.finish(result);
-                true
-            }
-            None => {
-                self.value = self.node.as_mut().and_then(|n| n.take_value());
-                false
-            }
+    fn unregister(&mut self) -> Option<WaitResult> {
+        let node = self.node.as_mut()?;
+        self.sender.chan.unregister(node)
+    }
+
+    fn finish(&mut self, result: WaitResult) {
+        // The probe fired: the send can proceed (it reserves next), or the
+        // channel is disconnected.
+        if result != WaitResult::Ok {
+            self.outcome = Some(SendOutcome::Failed);
+        }
+    }
+
+    fn settled(&self) -> bool {
+        self.outcome.is_some()
+    }
+
+    fn fail(&mut self) {
+        self.release();
+        self.outcome = Some(SendOutcome::Failed);
+    }
+
+    fn release(&mut self) {
+        if let Some(SendOutcome::Reserved(reservation)) = self.outcome.take() {
+            self.sender.chan.release_reservation(reservation);
         }
     }
 
@@ -195,20 +218,9 @@ impl<T> Operation for SendOp<'_, T> {
     fn is_send(&self) -> bool {
         true
     }
-}
 
-impl<T> SendOp<'_, T> {
-    fn finish(&mut self, result: WaitResult) {
-        let leftover = self
-            .node
-            .as_mut()
-            .and_then(|n| n.take_value())
-            .or_else(|| self.value.take());
-        self.result = Some(match result {
-            WaitResult::Ok => Ok(()),
-            _ => Err(SendError(leftover.expect("a failed send keeps its value"))),
-        });
-        // A probe has no value; a failed probe reports readiness anyway.
+    fn is_channel(&self) -> bool {
+        true
     }
 }
 
@@ -217,19 +229,24 @@ struct SelectWait<'s, 'a> {
     ops: &'s mut Vec<Box<dyn Operation + 'a>>,
     group: &'s SelectGroup,
     chosen: Cell<Option<usize>>,
-    retry: Cell<bool>,
     ready_only: bool,
 }
 
 impl SelectWait<'_, '_> {
+    /// Unlink every node; the winner is the group's CAS winner, and only it
+    /// reads a result (PITFALLS 16: losers never consume).
     fn unregister_all(&mut self) -> Option<usize> {
-        let mut winner = None;
+        let mut won = None;
         for (i, op) in self.ops.iter_mut().enumerate() {
-            if op.unregister() && winner.is_none() {
-                winner = Some(i);
+            if let Some(result) = op.unregister() {
+                debug_assert!(won.is_none(), "two operations of one select completed");
+                won = Some((i, result));
             }
         }
-        winner
+        let (i, result) = won?;
+        debug_assert_eq!(self.group.winner(), Some(i), "a completed node is its group's winner");
+        self.ops[i].finish(result);
+        Some(i)
     }
 }
 
@@ -244,24 +261,23 @@ impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
     }
 
     fn publish(&self, waiter: &Waiter, wait: &mut Self::Io) -> Publish {
+        // No node of this group is queued now: the reset races with nobody.
         wait.group.reset();
         for i in 0..wait.ops.len() {
             match wait.ops[i].register(wait.group, i, waiter, wait.ready_only) {
                 Reg::Queued => {}
-                Reg::Completed(_) => {
-                    wait.unregister_all();
+                Reg::Completed(result) => {
+                    let other = wait.unregister_all();
+                    debug_assert!(other.is_none(), "the group had one winner");
+                    wait.ops[i].finish(result);
                     wait.chosen.set(Some(i));
                     return Publish::Ready(WaitResult::Ok);
                 }
-                Reg::Lost => {
-                    // A node registered earlier was completed by a peer.
+                Reg::Lost | Reg::Retry => {
+                    // Lost: a peer completed a node registered earlier.
+                    // Retry: nothing to take after all; go round.
                     let winner = wait.unregister_all();
                     wait.chosen.set(winner);
-                    return Publish::Ready(WaitResult::Ok);
-                }
-                Reg::Retry => {
-                    wait.unregister_all();
-                    wait.retry.set(true);
                     return Publish::Ready(WaitResult::Ok);
                 }
             }
@@ -271,9 +287,7 @@ impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
 
     fn unpublish(&self, _: &Waiter, wait: &mut Self::Io) -> Option<WaitResult> {
         let winner = wait.unregister_all();
-        if winner.is_some() {
-            wait.chosen.set(winner);
-        }
+        wait.chosen.set(winner);
         winner.map(|_| WaitResult::Ok)
     }
 }
@@ -305,15 +319,30 @@ enum Mode {
 ///     _ => unreachable!(),
 /// }
 /// ```
+///
+/// # Cancellation
+///
+/// The parked phase is a cancellation point. A fiber cancelled while a
+/// blocking [`select`](Select::select) waits gets its first operation on a
+/// channel (the first operation if there is none), which fails as if
+/// disconnected: `recv` gives `Err(RecvError)` and took nothing, `send`
+/// gives the value back in `Err(SendError(v))`. `select_timeout` /
+/// `select_deadline` / `ready_timeout` report a timeout instead. An
+/// operation a peer already committed to completes normally. Tell the cases
+/// apart with `fiber::is_cancelled()`.
 pub struct Select<'a> {
     ops: Vec<Box<dyn Operation + 'a>>,
     group: SelectGroup,
     rng: u64,
+    biased: bool,
 }
 
 impl fmt::Debug for Select<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Select").field("operations", &self.ops.len()).finish()
+        f.debug_struct("Select")
+            .field("operations", &self.ops.len())
+            .field("biased", &self.biased)
+            .finish()
     }
 }
 
@@ -337,12 +366,23 @@ fn seed() -> u64 {
 }
 
 impl<'a> Select<'a> {
-    /// An empty select.
+    /// An empty select; when several operations are ready, one is picked at
+    /// random.
     pub fn new() -> Select<'a> {
         Select {
             ops: Vec::new(),
             group: SelectGroup::new(),
             rng: seed(),
+            biased: false,
+        }
+    }
+
+    /// An empty select that, when several operations are ready, picks the
+    /// one added first (crossbeam's `new_biased`).
+    pub fn new_biased() -> Select<'a> {
+        Select {
+            biased: true,
+            ..Select::new()
         }
     }
 
@@ -356,66 +396,55 @@ impl<'a> Select<'a> {
         self.ops.len() - 1
     }
 
-    /// Add a send; returns its index. The select waits until the send can
-    /// proceed; the value is given to [`SelectedOperation::send`].
+    /// Add a send; returns its index. When it is selected, a receiver or a
+    /// buffer slot is already reserved for it, and the value is given to
+    /// [`SelectedOperation::send`] (so it is produced only if this
+    /// operation is selected).
     pub fn send<T>(&mut self, sender: &'a Sender<T>) -> usize {
         self.ops.push(Box::new(SendOp {
             sender,
-            value: None,
-            probe: true,
             node: None,
-            result: None,
+            outcome: None,
         }));
         self.ops.len() - 1
     }
 
-    /// Add a send of `value` that happens if and only if this operation is
-    /// selected (used by `select!`); returns its index.
-    #[doc(hidden)]
-    pub fn send_value<T>(&mut self, sender: &'a Sender<T>, value: T) -> usize {
-        self.ops.push(Box::new(SendOp {
-            sender,
-            value: Some(value),
-            probe: false,
-            node: None,
-            result: None,
-        }));
-        self.ops.len() - 1
-    }
-
-    /// Remove an operation (by index); later indices stay valid because the
-    /// slot is kept as an operation that is never ready.
+    /// Remove an operation (by index); the indices of the others do not
+    /// change (crossbeam's `remove`).
+    ///
+    /// # Panics
+    ///
+    /// Panics if there is no operation with that index, or it was removed.
     pub fn remove(&mut self, index: usize) {
         assert!(
-            index < self.ops.len(),
+            index < self.ops.len() && self.ops[index].addr() != REMOVED,
             "Select::remove: no operation with index {index}"
         );
         self.ops[index] = Box::new(RecvOp::<()> {
-            receiver: never_ref(),
+            receiver: removed_ref(),
             node: None,
             result: None,
         });
     }
 
     /// Wait until one operation completes (blocks forever if none ever
-    /// does).
+    /// does; see the type's docs for cancellation).
     ///
     /// # Panics
     ///
     /// Panics if no operation was added: such a select could never return.
     pub fn select(&mut self) -> SelectedOperation<'_, 'a> {
-        assert!(
-            !self.ops.is_empty(),
-            "Select::select called with no operations: it would block forever; add an operation first"
-        );
-        let index = self.run(Mode::Block).expect("a blocking select returns an operation");
-        SelectedOperation { select: self, index }
+        self.assert_live("select");
+        let index = self
+            .run(Mode::Block, false)
+            .expect("a blocking select returns an operation");
+        SelectedOperation::new(self, index)
     }
 
     /// Complete an operation that is ready now, if any.
     pub fn try_select(&mut self) -> Result<SelectedOperation<'_, 'a>, TrySelectError> {
-        match self.run(Mode::Try) {
-            Some(index) => Ok(SelectedOperation { select: self, index }),
+        match self.run(Mode::Try, false) {
+            Some(index) => Ok(SelectedOperation::new(self, index)),
             None => Err(TrySelectError),
         }
     }
@@ -430,8 +459,8 @@ impl<'a> Select<'a> {
 
     /// Wait until `deadline` at most for an operation to complete.
     pub fn select_deadline(&mut self, deadline: Instant) -> Result<SelectedOperation<'_, 'a>, SelectTimeoutError> {
-        match self.run(Mode::Until(deadline)) {
-            Some(index) => Ok(SelectedOperation { select: self, index }),
+        match self.run(Mode::Until(deadline), false) {
+            Some(index) => Ok(SelectedOperation::new(self, index)),
             None => Err(SelectTimeoutError),
         }
     }
@@ -444,27 +473,33 @@ impl<'a> Select<'a> {
     ///
     /// Panics if no operation was added.
     pub fn ready(&mut self) -> usize {
-        assert!(
-            !self.ops.is_empty(),
-            "Select::ready called with no operations: it would block forever; add an operation first"
-        );
-        self.run_with(Mode::Block, true)
-            .expect("a blocking ready returns an index")
+        self.assert_live("ready");
+        self.run(Mode::Block, true).expect("a blocking ready returns an index")
     }
 
     /// The index of an operation that is ready now, if any.
     pub fn try_ready(&mut self) -> Result<usize, TrySelectError> {
-        self.run_with(Mode::Try, true).ok_or(TrySelectError)
+        self.run(Mode::Try, true).ok_or(TrySelectError)
     }
 
     /// Wait at most `timeout` for an operation to become ready.
-    pub fn ready_timeout(&mut self, timeout: Duration) -> Result<usize, crate::ReadyTimeoutError> {
+    pub fn ready_timeout(&mut self, timeout: Duration) -> Result<usize, ReadyTimeoutError> {
         match Instant::now().checked_add(timeout) {
-            Some(deadline) => self
-                .run_with(Mode::Until(deadline), true)
-                .ok_or(crate::ReadyTimeoutError),
+            Some(deadline) => self.ready_deadline(deadline),
             None => Ok(self.ready()),
         }
+    }
+
+    /// Wait until `deadline` at most for an operation to become ready.
+    pub fn ready_deadline(&mut self, deadline: Instant) -> Result<usize, ReadyTimeoutError> {
+        self.run(Mode::Until(deadline), true).ok_or(ReadyTimeoutError)
+    }
+
+    fn assert_live(&self, what: &str) {
+        assert!(
+            self.ops.iter().any(|op| op.addr() != REMOVED),
+            "Select::{what} called with no operations: it would block forever; add an operation first"
+        );
     }
 
     fn next_random(&mut self) -> u64 {
@@ -474,18 +509,21 @@ impl<'a> Select<'a> {
         self.rng
     }
 
-    fn run(&mut self, mode: Mode) -> Option<usize> {
-        self.run_with(mode, false)
-    }
-
-    fn run_with(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
+    fn run(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
+        for op in self.ops.iter_mut() {
+            op.release();
+        }
         loop {
             let n = self.ops.len();
             if n > 0 {
-                let start = (self.next_random() % n as u64) as usize;
+                let start = if self.biased {
+                    0
+                } else {
+                    (self.next_random() % n as u64) as usize
+                };
                 for k in 0..n {
                     let i = (start + k) % n;
-                    if self.ops[i].try_now(ready_only) {
+                    if self.ops[i].try_now(&self.group, ready_only) {
                         return Some(i);
                     }
                 }
@@ -496,10 +534,6 @@ impl<'a> Select<'a> {
                 Mode::Until(d) if Instant::now() >= d => return None,
                 Mode::Until(d) => Some(d),
             };
-            if n == 0 {
-                sleep_until(deadline);
-                continue;
-            }
             let timer = self.ops.iter().filter_map(|op| op.deadline()).min();
             let wake_at = match (deadline, timer) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -509,32 +543,67 @@ impl<'a> Select<'a> {
                 ops: &mut self.ops,
                 group: &self.group,
                 chosen: Cell::new(None),
-                retry: Cell::new(false),
                 ready_only,
             };
-            let options = WaitOptions::new()
-                .deadline(wake_at)
-                .interrupt(Interrupt::NotCancellable);
-            let _ = fiber_wait(&SelectWaitable(std::marker::PhantomData), &mut wait, options);
+            crate::sync::depth::assert_unlocked("fiber-chan: a select wait");
+            let options = WaitOptions::new().deadline(wake_at).interrupt(Interrupt::Cancellable);
+            let result = if n == 0 {
+                // Nothing to publish (`Select` with every operation removed
+                // under a deadline): just wait.
+                if sleep_until(wake_at) {
+                    WaitResult::TimedOut
+                } else {
+                    WaitResult::Cancelled
+                }
+            } else {
+                fiber_wait(&SelectWaitable(std::marker::PhantomData), &mut wait, options)
+            };
             if let Some(i) = wait.chosen.get() {
-                return Some(i);
+                // A send arm woken by its probe reserves now; if the
+                // chance passed, go round.
+                if ready_only || self.ops[i].settled() || self.ops[i].try_now(&self.group, false) {
+                    return Some(i);
+                }
+                continue;
+            }
+            if result == WaitResult::Cancelled {
+                return match mode {
+                    Mode::Block => {
+                        let i = self.ops.iter().position(|op| op.is_channel()).unwrap_or(0);
+                        if !ready_only {
+                            self.ops[i].fail();
+                        }
+                        Some(i)
+                    }
+                    _ => None,
+                };
             }
             // Timed out, a timer is due, a retry, or spurious: go round.
         }
     }
 }
 
-/// A receiver that never delivers, shared by removed operations.
-fn never_ref() -> &'static Receiver<()> {
-    static NEVER: Receiver<()> = Receiver { flavor: Flavor::Never };
-    &NEVER
+/// The address of removed operations.
+const REMOVED: usize = 1;
+
+/// A receiver that never delivers, standing in for removed operations.
+fn removed_ref() -> &'static Receiver<()> {
+    static REMOVED_OP: Receiver<()> = Receiver { flavor: Flavor::Never };
+    &REMOVED_OP
 }
 
 /// The operation a select completed; finish it with `recv` or `send` on the
 /// same handle it was added with.
+///
+/// Dropping it without calling `recv` or `send` panics ("dropped without
+/// completing the operation"), as in crossbeam: a received value it holds
+/// is dropped, and a reservation it holds for a send is given back first,
+/// so no peer waits for it. (While the thread is already panicking, it
+/// only gives back.)
 pub struct SelectedOperation<'s, 'a> {
     select: &'s mut Select<'a>,
     index: usize,
+    completed: bool,
 }
 
 impl fmt::Debug for SelectedOperation<'_, '_> {
@@ -543,7 +612,27 @@ impl fmt::Debug for SelectedOperation<'_, '_> {
     }
 }
 
+impl Drop for SelectedOperation<'_, '_> {
+    fn drop(&mut self) {
+        if self.completed {
+            return;
+        }
+        self.select.ops[self.index].release();
+        if !std::thread::panicking() {
+            panic!("dropped `SelectedOperation` without completing the operation");
+        }
+    }
+}
+
 impl<'s, 'a> SelectedOperation<'s, 'a> {
+    fn new(select: &'s mut Select<'a>, index: usize) -> Self {
+        SelectedOperation {
+            select,
+            index,
+            completed: false,
+        }
+    }
+
     /// The index of the selected operation.
     pub fn index(&self) -> usize {
         self.index
@@ -554,29 +643,40 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
     /// # Panics
     ///
     /// Panics if `receiver` is not the receiver of the selected operation.
-    pub fn recv<T: 'a>(self, receiver: &Receiver<T>) -> Result<T, RecvError> {
+    pub fn recv<T: 'a>(mut self, receiver: &Receiver<T>) -> Result<T, RecvError> {
+        self.completed = true;
         let op = &mut self.select.ops[self.index];
+        let never = matches!(receiver.flavor, Flavor::Never);
         assert!(
-            !op.is_send() && op.addr() == receiver.addr() && receiver.addr() != 0,
+            !op.is_send() && op.addr() == receiver.addr() && op.addr() != REMOVED,
             "SelectedOperation::recv: this receiver is not the one of the selected operation"
         );
+        if never {
+            // `never()` receivers share address 0 whatever their type; one
+            // is selected only when the select was cancelled.
+            op.release();
+            return Err(RecvError);
+        }
         let op: *mut (dyn Operation + 'a) = &mut **op;
         // SAFETY: the selected operation is a receive on the channel at
-        // `receiver.addr()` (checked above); it was created by
-        // `Select::recv::<T>` on a receiver of that channel, and a channel
-        // has one element type, so the operation is a `RecvOp<'a, T>`.
+        // `receiver.addr()` (checked above, and not `never`, whose address
+        // is shared); it was created by `Select::recv::<T>` on a receiver of
+        // that channel, and a channel has one element type, so the
+        // operation is a `RecvOp<'a, T>`.
         let op = unsafe { &mut *(op as *mut RecvOp<'a, T>) };
         op.result.take().expect("the selected receive holds its result")
     }
 
-    /// Complete the selected send with `value`. For an operation added with
-    /// [`Select::send`] the send happens now (the channel was ready when it
-    /// was selected); for `select!`'s sends it already happened.
+    /// Complete the selected send with `value`: a receiver or a buffer slot
+    /// was reserved for it when it was selected, so it does not block.
+    /// `Err(SendError(value))` if the channel was disconnected (or the
+    /// select was cancelled).
     ///
     /// # Panics
     ///
     /// Panics if `sender` is not the sender of the selected operation.
-    pub fn send<T: 'a>(self, sender: &Sender<T>, value: T) -> Result<(), SendError<T>> {
+    pub fn send<T: 'a>(mut self, sender: &Sender<T>, value: T) -> Result<(), SendError<T>> {
+        self.completed = true;
         let op = &mut self.select.ops[self.index];
         assert!(
             op.is_send() && op.addr() == Arc::as_ptr(&sender.chan) as *const () as usize,
@@ -586,22 +686,12 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
         // SAFETY: as in `recv`: a send operation on this channel is a
         // `SendOp<'a, T>`.
         let op = unsafe { &mut *(op as *mut SendOp<'a, T>) };
-        if op.probe {
-            op.result = None;
-            return sender.send(value);
+        match op.outcome.take() {
+            Some(SendOutcome::Reserved(reservation)) => {
+                sender.chan.complete_reservation(reservation, value).map_err(SendError)
+            }
+            Some(SendOutcome::Failed) => Err(SendError(value)),
+            Some(SendOutcome::Ready) | None => unreachable!("a selected send holds a reservation or a failure"),
         }
-        drop(value);
-        op.result.take().expect("the selected send holds its result")
-    }
-
-    /// The result of a send added with `Select::send_value` (`select!`).
-    #[doc(hidden)]
-    pub fn send_result<T: 'a>(self, sender: &Sender<T>) -> Result<(), SendError<T>> {
-        let op = &mut self.select.ops[self.index];
-        assert!(op.is_send() && op.addr() == Arc::as_ptr(&sender.chan) as *const () as usize);
-        let op: *mut (dyn Operation + 'a) = &mut **op;
-        // SAFETY: as in `send`.
-        let op = unsafe { &mut *(op as *mut SendOp<'a, T>) };
-        op.result.take().expect("the selected send holds its result")
     }
 }

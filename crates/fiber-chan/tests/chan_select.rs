@@ -143,10 +143,15 @@ fn select_with_no_operations_is_refused() {
     assert_eq!(sel.try_select().map(|o| o.index()), Err(TrySelectError));
     let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut sel = Select::new();
-        sel.select().index()
+        let oper = sel.select();
+        oper.index()
     }))
     .unwrap_err();
-    let msg = err.downcast_ref::<&str>().map(|s| s.to_string()).unwrap_or_default();
+    let msg = err
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| err.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
     assert!(msg.contains("no operations"), "{msg}");
 }
 
