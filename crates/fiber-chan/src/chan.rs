@@ -379,6 +379,27 @@ pub(crate) enum Reservation<T> {
     Receiver(*const Node<T>),
 }
 
+impl<T> Reservation<T> {
+    /// As one word (a select keeps it untyped): 0 for a slot, else the node.
+    pub(crate) fn into_raw(self) -> usize {
+        match self {
+            Reservation::Slot => 0,
+            Reservation::Receiver(node) => node as usize,
+        }
+    }
+
+    /// # Safety
+    ///
+    /// `raw` came from `into_raw` of a `Reservation<T>` of the same `T`,
+    /// and is used once.
+    pub(crate) unsafe fn from_raw(raw: usize) -> Reservation<T> {
+        match raw {
+            0 => Reservation::Slot,
+            node => Reservation::Receiver(node as *const Node<T>),
+        }
+    }
+}
+
 /// The shared channel.
 pub(crate) struct Chan<T> {
     inner: Mutex<Inner<T>>,

@@ -23,62 +23,201 @@ use crate::chan::{Node, Reg, Reservation, SelectGroup};
 use crate::channel::{sleep_until, Flavor, Receiver, Sender};
 use crate::error::{ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryRecvError, TrySelectError};
 use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use smallvec::SmallVec;
 use std::cell::Cell;
 use std::fmt;
+use std::mem::{align_of, size_of, MaybeUninit};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One operation of a select, type-erased.
-trait Operation {
-    /// Complete now if possible (a send reserves); with `ready_only`, only
-    /// check readiness.
-    fn try_now(&mut self, group: &SelectGroup, ready_only: bool) -> bool;
-    /// Publish a node for the parked phase (timers and `never`: none).
+/// Operations kept inline in a [`Select`] (more spill to the heap).
+const INLINE_OPS: usize = 8;
+
+/// Untyped storage for one operation's outcome: a received value (inline
+/// if it fits, else boxed) or a send reservation (one word).
+type Slot = [MaybeUninit<u64>; 4];
+
+const fn fits<T>() -> bool {
+    size_of::<T>() <= size_of::<Slot>() && align_of::<T>() <= align_of::<Slot>()
+}
+
+/// # Safety
+///
+/// The slot holds no value (nothing is overwritten without a drop).
+unsafe fn slot_put<T>(slot: &mut Slot, value: T) {
+    let p = slot.as_mut_ptr();
+    if fits::<T>() {
+        // SAFETY: `T` fits the slot's size and alignment (checked above).
+        unsafe { p.cast::<T>().write(value) }
+    } else {
+        // SAFETY: a `Box` is one word, which fits.
+        unsafe { p.cast::<Box<T>>().write(Box::new(value)) }
+    }
+}
+
+/// # Safety
+///
+/// The slot holds a `T` written by `slot_put::<T>`; it is taken once.
+unsafe fn slot_take<T>(slot: &mut Slot) -> T {
+    let p = slot.as_ptr();
+    if fits::<T>() {
+        // SAFETY: see the function's contract.
+        unsafe { p.cast::<T>().read() }
+    } else {
+        // SAFETY: as above (boxed by `slot_put`).
+        *unsafe { p.cast::<Box<T>>().read() }
+    }
+}
+
+/// What an operation's slot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    /// Nothing (not selected, or a send arm woken that still has to
+    /// reserve).
+    Empty,
+    /// A received value of the receiver's type.
+    Value,
+    /// The receive failed (disconnected, or the select was cancelled).
+    RecvFailed,
+    /// A send reservation (`Reservation::into_raw`).
+    Reserved,
+    /// The send fails (disconnected, or the select was cancelled).
+    SendFailed,
+    /// Ready (`Select::ready`); nothing taken.
+    Ready,
+}
+
+/// The receive side of a select operation, untyped (implemented by
+/// `Receiver<T>`; the value moves through a [`Slot`]).
+trait RecvHandle {
+    /// Take a value now: `Value` (in `slot`), `RecvFailed` or `Empty`.
+    fn try_take(&self, slot: &mut Slot) -> Status;
+    fn is_ready(&self) -> bool;
+    fn timer_due(&self) -> Option<Instant>;
+    fn addr(&self) -> usize;
+    fn is_channel(&self) -> bool;
+    /// # Safety
+    ///
+    /// `slot` holds a value taken by this handle.
+    unsafe fn drop_value(&self, slot: &mut Slot);
+    /// The parked-phase operation (one allocation, only when parking).
+    fn parked(&self) -> Box<dyn Parked + '_>;
+}
+
+/// The send side of a select operation, untyped (implemented by
+/// `Sender<T>`).
+trait SendHandle {
+    /// Reserve now: `Reserved` (in `slot`), `SendFailed` or `Empty`.
+    fn try_reserve(&self, group: &SelectGroup, slot: &mut Slot) -> Status;
+    fn is_ready(&self) -> bool;
+    fn addr(&self) -> usize;
+    /// # Safety
+    ///
+    /// `slot` holds a reservation made by this handle.
+    unsafe fn release(&self, slot: &mut Slot);
+    fn parked(&self) -> Box<dyn Parked + '_>;
+}
+
+/// An operation's node for the parked phase.
+trait Parked {
     fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg;
     /// Unlink the node; what a peer did to it, if anything.
     fn unregister(&mut self) -> Option<WaitResult>;
-    /// This operation won with `result` (read from its node).
-    fn finish(&mut self, result: WaitResult);
-    /// Has a result for `SelectedOperation` (a send arm woken by its probe
-    /// still has to reserve).
-    fn settled(&self) -> bool;
-    /// The select was cancelled and picked this operation: it fails.
-    fn fail(&mut self);
-    /// Forget any result; give a reservation back.
-    fn release(&mut self);
-    /// A timer deadline this operation needs a wake-up for.
-    fn deadline(&self) -> Option<Instant>;
-    /// The channel's address (to check `SelectedOperation::recv` / `send`).
-    fn addr(&self) -> usize;
-    /// Is this a send operation?
-    fn is_send(&self) -> bool;
-    /// Is this an operation on a real channel (not a timer or `never`)?
-    fn is_channel(&self) -> bool;
+    /// This operation won with `result`: move its outcome into `slot`.
+    fn finish(&mut self, result: WaitResult, slot: &mut Slot) -> Status;
 }
 
-struct RecvOp<'a, T> {
-    receiver: &'a Receiver<T>,
-    node: Option<Node<T>>,
-    result: Option<Result<T, RecvError>>,
-}
-
-impl<T> Operation for RecvOp<'_, T> {
-    fn try_now(&mut self, _: &SelectGroup, ready_only: bool) -> bool {
-        if ready_only {
-            return match &self.receiver.flavor {
-                Flavor::Chan(chan) => chan.is_recv_ready(),
-                Flavor::Timer(timer, _) => timer.due().is_some_and(|d| d <= Instant::now()),
-                Flavor::Never => false,
-            };
+impl<T> RecvHandle for Receiver<T> {
+    fn try_take(&self, slot: &mut Slot) -> Status {
+        match self.try_recv() {
+            Ok(value) => {
+                // SAFETY: callers pass an empty slot (`Op::release` first).
+                unsafe { slot_put(slot, value) };
+                Status::Value
+            }
+            Err(TryRecvError::Disconnected) => Status::RecvFailed,
+            Err(TryRecvError::Empty) => Status::Empty,
         }
-        match self.receiver.try_recv() {
-            Ok(value) => self.result = Some(Ok(value)),
-            Err(TryRecvError::Disconnected) => self.result = Some(Err(RecvError)),
-            Err(TryRecvError::Empty) => return false,
-        }
-        true
     }
 
+    fn is_ready(&self) -> bool {
+        match &self.flavor {
+            Flavor::Chan(chan) => chan.is_recv_ready(),
+            Flavor::Timer(timer, _) => timer.due().is_some_and(|d| d <= Instant::now()),
+            Flavor::Never => false,
+        }
+    }
+
+    fn timer_due(&self) -> Option<Instant> {
+        match &self.flavor {
+            Flavor::Timer(timer, _) => timer.due(),
+            _ => None,
+        }
+    }
+
+    fn addr(&self) -> usize {
+        Receiver::addr(self)
+    }
+
+    fn is_channel(&self) -> bool {
+        matches!(self.flavor, Flavor::Chan(_))
+    }
+
+    unsafe fn drop_value(&self, slot: &mut Slot) {
+        // SAFETY: see the trait's contract.
+        drop(unsafe { slot_take::<T>(slot) });
+    }
+
+    fn parked(&self) -> Box<dyn Parked + '_> {
+        Box::new(ParkedRecv {
+            receiver: self,
+            node: None,
+        })
+    }
+}
+
+impl<T> SendHandle for Sender<T> {
+    fn try_reserve(&self, group: &SelectGroup, slot: &mut Slot) -> Status {
+        match self.chan.try_reserve(group) {
+            Ok(Some(reservation)) => {
+                // SAFETY: callers pass an empty slot; a word fits.
+                unsafe { slot_put(slot, reservation.into_raw()) };
+                Status::Reserved
+            }
+            Ok(None) => Status::Empty,
+            Err(()) => Status::SendFailed,
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        self.chan.is_send_ready()
+    }
+
+    fn addr(&self) -> usize {
+        Arc::as_ptr(&self.chan) as *const () as usize
+    }
+
+    unsafe fn release(&self, slot: &mut Slot) {
+        // SAFETY: see the trait's contract: the word is a `Reservation<T>`
+        // of this channel.
+        let reservation = unsafe { Reservation::<T>::from_raw(slot_take::<usize>(slot)) };
+        self.chan.release_reservation(reservation);
+    }
+
+    fn parked(&self) -> Box<dyn Parked + '_> {
+        Box::new(ParkedSend {
+            sender: self,
+            node: None,
+        })
+    }
+}
+
+struct ParkedRecv<'r, T> {
+    receiver: &'r Receiver<T>,
+    node: Option<Node<T>>,
+}
+
+impl<T> Parked for ParkedRecv<'_, T> {
     fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg {
         let Flavor::Chan(chan) = &self.receiver.flavor else {
             return Reg::Queued;
@@ -91,88 +230,30 @@ impl<T> Operation for RecvOp<'_, T> {
         let Flavor::Chan(chan) = &self.receiver.flavor else {
             return None;
         };
-        let node = self.node.as_mut()?;
-        chan.unregister(node)
+        chan.unregister(self.node.as_ref()?)
     }
 
-    fn finish(&mut self, result: WaitResult) {
-        let value = self.node.as_mut().and_then(|n| n.take_value());
-        self.result = Some(match (result, value) {
-            (WaitResult::Ok, Some(value)) => Ok(value),
-            _ => Err(RecvError),
-        });
-    }
-
-    fn settled(&self) -> bool {
-        self.result.is_some()
-    }
-
-    fn fail(&mut self) {
-        self.result = Some(Err(RecvError));
-    }
-
-    fn release(&mut self) {
-        self.result = None;
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        match &self.receiver.flavor {
-            Flavor::Timer(timer, _) => timer.due(),
-            _ => None,
-        }
-    }
-
-    fn addr(&self) -> usize {
-        let me = self.receiver as *const Receiver<T> as *const () as usize;
-        if me == removed_ref() as *const Receiver<()> as *const () as usize {
-            REMOVED
-        } else {
-            self.receiver.addr()
-        }
-    }
-
-    fn is_send(&self) -> bool {
-        false
-    }
-
-    fn is_channel(&self) -> bool {
-        matches!(self.receiver.flavor, Flavor::Chan(_))
-    }
-}
-
-/// What a selected send arm holds until its value is given.
-enum SendOutcome<T> {
-    /// A receiver or a buffer slot is reserved for the value.
-    Reserved(Reservation<T>),
-    /// Ready for `Select::ready` (nothing reserved).
-    Ready,
-    /// Disconnected (or the select was cancelled): the send fails.
-    Failed,
-}
-
-struct SendOp<'a, T> {
-    sender: &'a Sender<T>,
-    node: Option<Node<T>>,
-    outcome: Option<SendOutcome<T>>,
-}
-
-impl<T> Operation for SendOp<'_, T> {
-    fn try_now(&mut self, group: &SelectGroup, ready_only: bool) -> bool {
-        if ready_only {
-            if self.sender.chan.is_send_ready() {
-                self.outcome = Some(SendOutcome::Ready);
-                return true;
+    fn finish(&mut self, result: WaitResult, slot: &mut Slot) -> Status {
+        match (result, self.node.as_mut().and_then(|n| n.take_value())) {
+            (WaitResult::Ok, Some(value)) => {
+                // SAFETY: a winning operation's slot is empty (released
+                // before each run).
+                unsafe { slot_put(slot, value) };
+                Status::Value
             }
-            return false;
+            // A readiness probe (`Select::ready`) takes nothing.
+            (WaitResult::Ok, None) => Status::Ready,
+            _ => Status::RecvFailed,
         }
-        match self.sender.chan.try_reserve(group) {
-            Ok(Some(reservation)) => self.outcome = Some(SendOutcome::Reserved(reservation)),
-            Ok(None) => return false,
-            Err(()) => self.outcome = Some(SendOutcome::Failed),
-        }
-        true
     }
+}
 
+struct ParkedSend<'r, T> {
+    sender: &'r Sender<T>,
+    node: Option<Node<T>>,
+}
+
+impl<T> Parked for ParkedSend<'_, T> {
     fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, _: bool) -> Reg {
         let chan = &self.sender.chan;
         let node = self.node.insert(Node::for_select(chan, true, group, index));
@@ -180,53 +261,153 @@ impl<T> Operation for SendOp<'_, T> {
     }
 
     fn unregister(&mut self) -> Option<WaitResult> {
-        let node = self.node.as_mut()?;
-        self.sender.chan.unregister(node)
+        self.sender.chan.unregister(self.node.as_ref()?)
+    }
+
+    fn finish(&mut self, result: WaitResult, _: &mut Slot) -> Status {
+        // The probe fired: the send can proceed (it reserves next), or the
+        // channel is disconnected.
+        if result == WaitResult::Ok {
+            Status::Empty
+        } else {
+            Status::SendFailed
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Handle<'a> {
+    Recv(&'a (dyn RecvHandle + 'a)),
+    Send(&'a (dyn SendHandle + 'a)),
+    Removed,
+}
+
+/// One operation of a select.
+struct Op<'a> {
+    handle: Handle<'a>,
+    status: Status,
+    slot: Slot,
+    parked: Option<Box<dyn Parked + 'a>>,
+}
+
+impl<'a> Op<'a> {
+    fn new(handle: Handle<'a>) -> Op<'a> {
+        Op {
+            handle,
+            status: Status::Empty,
+            slot: [MaybeUninit::uninit(); 4],
+            parked: None,
+        }
+    }
+
+    /// Complete now if possible (a send reserves); with `ready_only`, only
+    /// check readiness.
+    fn try_now(&mut self, group: &SelectGroup, ready_only: bool) -> bool {
+        debug_assert_eq!(self.status, Status::Empty);
+        self.status = match self.handle {
+            Handle::Recv(h) if ready_only => {
+                if h.is_ready() {
+                    Status::Ready
+                } else {
+                    Status::Empty
+                }
+            }
+            Handle::Send(h) if ready_only => {
+                if h.is_ready() {
+                    Status::Ready
+                } else {
+                    Status::Empty
+                }
+            }
+            Handle::Recv(h) => h.try_take(&mut self.slot),
+            Handle::Send(h) => h.try_reserve(group, &mut self.slot),
+            Handle::Removed => Status::Empty,
+        };
+        self.status != Status::Empty
+    }
+
+    /// Publish a node for the parked phase (timers and `never`: none).
+    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg {
+        let parked = match (&mut self.parked, self.handle) {
+            (Some(p), _) => p,
+            (slot @ None, Handle::Recv(h)) => slot.insert(h.parked()),
+            (slot @ None, Handle::Send(h)) => slot.insert(h.parked()),
+            (None, Handle::Removed) => return Reg::Queued,
+        };
+        parked.register(group, index, waiter, ready_only)
+    }
+
+    fn unregister(&mut self) -> Option<WaitResult> {
+        self.parked.as_mut()?.unregister()
     }
 
     fn finish(&mut self, result: WaitResult) {
-        // The probe fired: the send can proceed (it reserves next), or the
-        // channel is disconnected.
-        if result != WaitResult::Ok {
-            self.outcome = Some(SendOutcome::Failed);
-        }
+        let parked = self.parked.as_mut().expect("a winner has a node");
+        self.status = parked.finish(result, &mut self.slot);
     }
 
     fn settled(&self) -> bool {
-        self.outcome.is_some()
+        self.status != Status::Empty
     }
 
+    /// The select was cancelled and picked this operation: it fails.
     fn fail(&mut self) {
         self.release();
-        self.outcome = Some(SendOutcome::Failed);
+        self.status = match self.handle {
+            Handle::Send(_) => Status::SendFailed,
+            _ => Status::RecvFailed,
+        };
     }
 
+    /// Forget the outcome: drop a received value, give a reservation back.
     fn release(&mut self) {
-        if let Some(SendOutcome::Reserved(reservation)) = self.outcome.take() {
-            self.sender.chan.release_reservation(reservation);
+        match (self.status, self.handle) {
+            // SAFETY: the slot holds a value this handle took.
+            (Status::Value, Handle::Recv(h)) => unsafe { h.drop_value(&mut self.slot) },
+            // SAFETY: the slot holds a reservation this handle made.
+            (Status::Reserved, Handle::Send(h)) => unsafe { h.release(&mut self.slot) },
+            _ => {}
         }
+        self.status = Status::Empty;
     }
 
     fn deadline(&self) -> Option<Instant> {
-        None
+        match self.handle {
+            Handle::Recv(h) => h.timer_due(),
+            _ => None,
+        }
     }
 
     fn addr(&self) -> usize {
-        Arc::as_ptr(&self.sender.chan) as *const () as usize
+        match self.handle {
+            Handle::Recv(h) => h.addr(),
+            Handle::Send(h) => h.addr(),
+            Handle::Removed => REMOVED,
+        }
     }
 
     fn is_send(&self) -> bool {
-        true
+        matches!(self.handle, Handle::Send(_))
     }
 
     fn is_channel(&self) -> bool {
-        true
+        match self.handle {
+            Handle::Recv(h) => h.is_channel(),
+            Handle::Send(_) => true,
+            Handle::Removed => false,
+        }
+    }
+}
+
+impl Drop for Op<'_> {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
 /// Park until any operation completes (the parked phase of a select).
 struct SelectWait<'s, 'a> {
-    ops: &'s mut Vec<Box<dyn Operation + 'a>>,
+    ops: &'s mut [Op<'a>],
     group: &'s SelectGroup,
     chosen: Cell<Option<usize>>,
     ready_only: bool,
@@ -331,7 +512,7 @@ enum Mode {
 /// operation a peer already committed to completes normally. Tell the cases
 /// apart with `fiber::is_cancelled()`.
 pub struct Select<'a> {
-    ops: Vec<Box<dyn Operation + 'a>>,
+    ops: SmallVec<[Op<'a>; INLINE_OPS]>,
     group: SelectGroup,
     rng: u64,
     biased: bool,
@@ -370,7 +551,7 @@ impl<'a> Select<'a> {
     /// random.
     pub fn new() -> Select<'a> {
         Select {
-            ops: Vec::new(),
+            ops: SmallVec::new(),
             group: SelectGroup::new(),
             rng: seed(),
             biased: false,
@@ -388,11 +569,7 @@ impl<'a> Select<'a> {
 
     /// Add a receive; returns its index.
     pub fn recv<T>(&mut self, receiver: &'a Receiver<T>) -> usize {
-        self.ops.push(Box::new(RecvOp {
-            receiver,
-            node: None,
-            result: None,
-        }));
+        self.ops.push(Op::new(Handle::Recv(receiver)));
         self.ops.len() - 1
     }
 
@@ -401,11 +578,7 @@ impl<'a> Select<'a> {
     /// [`SelectedOperation::send`] (so it is produced only if this
     /// operation is selected).
     pub fn send<T>(&mut self, sender: &'a Sender<T>) -> usize {
-        self.ops.push(Box::new(SendOp {
-            sender,
-            node: None,
-            outcome: None,
-        }));
+        self.ops.push(Op::new(Handle::Send(sender)));
         self.ops.len() - 1
     }
 
@@ -420,11 +593,7 @@ impl<'a> Select<'a> {
             index < self.ops.len() && self.ops[index].addr() != REMOVED,
             "Select::remove: no operation with index {index}"
         );
-        self.ops[index] = Box::new(RecvOp::<()> {
-            receiver: removed_ref(),
-            node: None,
-            result: None,
-        });
+        self.ops[index] = Op::new(Handle::Removed);
     }
 
     /// Wait until one operation completes (blocks forever if none ever
@@ -540,7 +709,7 @@ impl<'a> Select<'a> {
                 (a, b) => a.or(b),
             };
             let mut wait = SelectWait {
-                ops: &mut self.ops,
+                ops: &mut self.ops[..],
                 group: &self.group,
                 chosen: Cell::new(None),
                 ready_only,
@@ -585,12 +754,6 @@ impl<'a> Select<'a> {
 
 /// The address of removed operations.
 const REMOVED: usize = 1;
-
-/// A receiver that never delivers, standing in for removed operations.
-fn removed_ref() -> &'static Receiver<()> {
-    static REMOVED_OP: Receiver<()> = Receiver { flavor: Flavor::Never };
-    &REMOVED_OP
-}
 
 /// The operation a select completed; finish it with `recv` or `send` on the
 /// same handle it was added with.
@@ -657,14 +820,22 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
             op.release();
             return Err(RecvError);
         }
-        let op: *mut (dyn Operation + 'a) = &mut **op;
-        // SAFETY: the selected operation is a receive on the channel at
-        // `receiver.addr()` (checked above, and not `never`, whose address
-        // is shared); it was created by `Select::recv::<T>` on a receiver of
-        // that channel, and a channel has one element type, so the
-        // operation is a `RecvOp<'a, T>`.
-        let op = unsafe { &mut *(op as *mut RecvOp<'a, T>) };
-        op.result.take().expect("the selected receive holds its result")
+        match op.status {
+            Status::Value => {
+                op.status = Status::Empty;
+                // SAFETY: the selected operation is a receive on the channel
+                // at `receiver.addr()` (checked above, and not `never`,
+                // whose address is shared); it was added by
+                // `Select::recv::<T>` with a receiver of that channel, and a
+                // channel has one element type, so its slot holds a `T`.
+                Ok(unsafe { slot_take::<T>(&mut op.slot) })
+            }
+            Status::RecvFailed => {
+                op.status = Status::Empty;
+                Err(RecvError)
+            }
+            other => unreachable!("a selected receive holds a value or a failure, not {other:?}"),
+        }
     }
 
     /// Complete the selected send with `value`: a receiver or a buffer slot
@@ -682,16 +853,20 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
             op.is_send() && op.addr() == Arc::as_ptr(&sender.chan) as *const () as usize,
             "SelectedOperation::send: this sender is not the one of the selected operation"
         );
-        let op: *mut (dyn Operation + 'a) = &mut **op;
-        // SAFETY: as in `recv`: a send operation on this channel is a
-        // `SendOp<'a, T>`.
-        let op = unsafe { &mut *(op as *mut SendOp<'a, T>) };
-        match op.outcome.take() {
-            Some(SendOutcome::Reserved(reservation)) => {
+        match op.status {
+            Status::Reserved => {
+                op.status = Status::Empty;
+                // SAFETY: as in `recv`: a send operation on this channel was
+                // added with a `Sender<T>`, so its slot holds the word of a
+                // `Reservation<T>`, taken once here.
+                let reservation = unsafe { Reservation::<T>::from_raw(slot_take::<usize>(&mut op.slot)) };
                 sender.chan.complete_reservation(reservation, value).map_err(SendError)
             }
-            Some(SendOutcome::Failed) => Err(SendError(value)),
-            Some(SendOutcome::Ready) | None => unreachable!("a selected send holds a reservation or a failure"),
+            Status::SendFailed => {
+                op.status = Status::Empty;
+                Err(SendError(value))
+            }
+            other => unreachable!("a selected send holds a reservation or a failure, not {other:?}"),
         }
     }
 }
