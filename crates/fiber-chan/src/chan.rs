@@ -33,7 +33,7 @@
 //! (one CAS) and skips nodes whose select already has a winner; a select
 //! never claims a node of its own group.
 
-use crate::sync::{backoff, depth, lock, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::sync::{backoff, depth, lock, AtomicUsize, Mutex, MutexGuard, Ordering, UnsafeCell};
 use fiber_core::{fiber_wait, fiber_wake, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -408,6 +408,41 @@ pub(crate) struct Chan<T> {
     pub(crate) receivers: AtomicUsize,
     /// Wakes issued (diagnostics and tests: each wake counted once).
     wakes: AtomicUsize,
+    /// 1 when a receive might find something (a buffered value, a parked
+    /// sender or probe, or the close), else 0: written on every unlock, so
+    /// `try_recv` skips the lock of an empty open channel (a select's
+    /// readiness pass over many channels).
+    recv_hint: AtomicUsize,
+}
+
+/// The channel lock held; on release it refreshes `Chan::recv_hint`.
+struct Locked<'c, T> {
+    chan: &'c Chan<T>,
+    guard: MutexGuard<'c, Inner<T>>,
+}
+
+impl<T> std::ops::Deref for Locked<'_, T> {
+    type Target = Inner<T>;
+    fn deref(&self) -> &Inner<T> {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for Locked<'_, T> {
+    fn deref_mut(&mut self) -> &mut Inner<T> {
+        &mut self.guard
+    }
+}
+
+impl<T> Drop for Locked<'_, T> {
+    fn drop(&mut self) {
+        let inner = &*self.guard;
+        let maybe = !inner.buf.is_empty() || !inner.sendq.is_empty() || inner.closed;
+        // Release (still under the lock, before the unlock): pairs with the
+        // Acquire load in `try_recv`; a reader that happens after this
+        // critical section sees its state.
+        self.chan.recv_hint.store(usize::from(maybe), Ordering::Release);
+    }
 }
 
 // SAFETY: all interior state is behind the mutex (node pointers included,
@@ -438,6 +473,14 @@ impl<T> Chan<T> {
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
             wakes: AtomicUsize::new(0),
+            recv_hint: AtomicUsize::new(0),
+        }
+    }
+
+    fn lock(&self) -> Locked<'_, T> {
+        Locked {
+            chan: self,
+            guard: lock(&self.inner),
         }
     }
 
@@ -446,12 +489,12 @@ impl<T> Chan<T> {
     }
 
     pub(crate) fn len(&self) -> usize {
-        lock(&self.inner).buf.len()
+        self.lock().buf.len()
     }
 
     /// Queued (receivers, senders), for tests and diagnostics.
     pub(crate) fn waiting(&self) -> (usize, usize) {
-        let inner = lock(&self.inner);
+        let inner = self.lock();
         (inner.recvq.len(), inner.sendq.len())
     }
 
@@ -469,7 +512,7 @@ impl<T> Chan<T> {
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        let inner = lock(&self.inner);
+        let inner = self.lock();
         inner.closed || inner.receivers_gone
     }
 
@@ -480,7 +523,7 @@ impl<T> Chan<T> {
     /// Send without blocking; `Err(value)` with why.
     pub(crate) fn try_send(&self, value: T) -> Result<(), (T, bool)> {
         let mut wakes = Wakes::new();
-        let mut inner = lock(&self.inner);
+        let mut inner = self.lock();
         self.send_locked(&mut inner, value, &mut wakes)
     }
 
@@ -530,8 +573,12 @@ impl<T> Chan<T> {
 
     /// Receive without blocking.
     pub(crate) fn try_recv(&self) -> Try<T> {
+        // Acquire: pairs with the Release store in `Locked::drop`.
+        if self.recv_hint.load(Ordering::Acquire) == 0 {
+            return Try::WouldBlock;
+        }
         let mut wakes = Wakes::new();
-        let mut inner = lock(&self.inner);
+        let mut inner = self.lock();
         self.recv_locked(&mut inner, std::ptr::null(), &mut wakes)
     }
 
@@ -606,7 +653,7 @@ impl<T> Chan<T> {
     /// are still delivered. Returns `false` if already closed.
     pub(crate) fn close(&self) -> bool {
         let mut wakes = Wakes::new();
-        let mut inner = lock(&self.inner);
+        let mut inner = self.lock();
         if inner.closed {
             return false;
         }
@@ -643,7 +690,7 @@ impl<T> Chan<T> {
     pub(crate) fn disconnect_receivers(&self) {
         let mut wakes = Wakes::new();
         let dropped = {
-            let mut inner = lock(&self.inner);
+            let mut inner = self.lock();
             inner.receivers_gone = true;
             inner.closed = true;
             let before = wakes.count();
@@ -699,7 +746,7 @@ impl<T> Chan<T> {
     /// the value exists. `Err(())` if the channel is disconnected.
     pub(crate) fn try_reserve(&self, own: &SelectGroup) -> Result<Option<Reservation<T>>, ()> {
         let mut wakes = Wakes::new();
-        let mut inner = lock(&self.inner);
+        let mut inner = self.lock();
         if inner.closed || inner.receivers_gone {
             return Err(());
         }
@@ -730,7 +777,7 @@ impl<T> Chan<T> {
     /// is a receiver that is still there).
     pub(crate) fn complete_reservation(&self, reservation: Reservation<T>, value: T) -> Result<(), T> {
         let mut wakes = Wakes::new();
-        let mut inner = lock(&self.inner);
+        let mut inner = self.lock();
         let before = wakes.count();
         let result = match reservation {
             Reservation::Receiver(node) => {
@@ -764,7 +811,7 @@ impl<T> Chan<T> {
     /// waiting (it sees a spurious wake and retries), the slot is freed.
     pub(crate) fn release_reservation(&self, reservation: Reservation<T>) {
         let mut wakes = Wakes::new();
-        let mut inner = lock(&self.inner);
+        let mut inner = self.lock();
         let before = wakes.count();
         match reservation {
             Reservation::Receiver(node) => {
@@ -797,7 +844,7 @@ impl<T> Chan<T> {
     /// complete it (a probe completes without a transfer); otherwise queue.
     fn register(&self, node: &mut Node<T>, waiter: &Waiter, side: Side) -> Reg {
         let mut wakes = Wakes::new();
-        let mut inner = lock(&self.inner);
+        let mut inner = self.lock();
         let own = node.group();
         let ready = match side {
             Side::Recv => Self::recv_ready(&inner, own),
@@ -866,12 +913,12 @@ impl<T> Chan<T> {
 
     /// Would a receive complete (or fail as disconnected) right now?
     pub(crate) fn is_recv_ready(&self) -> bool {
-        Self::recv_ready(&lock(&self.inner), std::ptr::null())
+        Self::recv_ready(&self.lock(), std::ptr::null())
     }
 
     /// Would a send complete (or fail as disconnected) right now?
     pub(crate) fn is_send_ready(&self) -> bool {
-        self.send_ready(&lock(&self.inner), std::ptr::null())
+        self.send_ready(&self.lock(), std::ptr::null())
     }
 
     fn send_ready(&self, inner: &Inner<T>, own: *const SelectGroup) -> bool {
@@ -881,7 +928,7 @@ impl<T> Chan<T> {
     /// Blocking-operation publish (not a select): complete now or queue.
     fn register_plain_recv(&self, node: &mut Node<T>, waiter: &Waiter) -> Option<WaitResult> {
         let mut wakes = Wakes::new();
-        let mut inner = lock(&self.inner);
+        let mut inner = self.lock();
         match self.recv_locked(&mut inner, std::ptr::null(), &mut wakes) {
             Try::Done(value) => {
                 node.put_value(value);
@@ -897,7 +944,7 @@ impl<T> Chan<T> {
 
     fn register_plain_send(&self, node: &mut Node<T>, waiter: &Waiter) -> Option<WaitResult> {
         let mut wakes = Wakes::new();
-        let mut inner = lock(&self.inner);
+        let mut inner = self.lock();
         let value = node.take_value().expect("a send node holds its value");
         match self.send_locked(&mut inner, value, &mut wakes) {
             Ok(()) => Some(WaitResult::Ok),
@@ -938,7 +985,7 @@ impl<T> Chan<T> {
     /// (yielding) until the value arrives or the reservation is released.
     pub(crate) fn unregister(&self, node: &Node<T>) -> Option<WaitResult> {
         loop {
-            let mut inner = lock(&self.inner);
+            let mut inner = self.lock();
             if node.state() == NodeState::Reserved {
                 drop(inner);
                 backoff();

@@ -666,7 +666,7 @@ impl<'a> Select<'a> {
 
     fn assert_live(&self, what: &str) {
         assert!(
-            self.ops.iter().any(|op| op.addr() != REMOVED),
+            self.ops.iter().any(|op| !matches!(op.handle, Handle::Removed)),
             "Select::{what} called with no operations: it would block forever; add an operation first"
         );
     }
@@ -679,9 +679,20 @@ impl<'a> Select<'a> {
     }
 
     fn run(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
-        for op in self.ops.iter_mut() {
-            op.release();
+        // Every outcome of an earlier run was consumed or given back (by
+        // `SelectedOperation`, or below for `ready`): nothing to clear.
+        debug_assert!(self.ops.iter().all(|op| op.status == Status::Empty));
+        let index = self.run_inner(mode, ready_only);
+        if ready_only {
+            if let Some(i) = index {
+                // `ready` reports an index; it holds nothing.
+                self.ops[i].release();
+            }
         }
+        index
+    }
+
+    fn run_inner(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
         loop {
             let n = self.ops.len();
             if n > 0 {
