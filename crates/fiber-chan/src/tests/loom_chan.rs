@@ -142,3 +142,36 @@ fn loom_select_send_arm_reserves_a_receiver() {
         assert_eq!(got, Some(if sent { 5 } else { 6 }));
     });
 }
+
+/// A select's send arm reserves a buffer slot, then sends, racing a close
+/// and a parked receiver: a reservation made before the close is admitted
+/// and delivered (the receiver waits for it rather than reporting the
+/// channel disconnected); one refused by the close fails with its value.
+/// Letting a receive report `Disconnected` while a slot is reserved breaks
+/// it (the receiver misses an admitted value).
+#[test]
+fn loom_reserved_slot_vs_close() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let closer = {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                tx.close();
+            })
+        };
+        let receiver = thread::spawn(move || (rx.recv().ok(), rx.recv().ok()));
+        let mut sel = Select::new();
+        sel.send(&tx);
+        let sent = sel.select().send(&tx, 5);
+        closer.join().unwrap();
+        let (first, second) = receiver.join().unwrap();
+        match sent {
+            Ok(()) => assert_eq!(first, Some(5), "an admitted (reserved) value is delivered"),
+            Err(SendError(v)) => {
+                assert_eq!(v, 5);
+                assert_eq!(first, None, "a refused send transfers nothing");
+            }
+        }
+        assert_eq!(second, None);
+    });
+}
