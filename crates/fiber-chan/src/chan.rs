@@ -1073,3 +1073,36 @@ impl<T> Waitable for RecvWait<'_, T> {
         self.0.unregister(node)
     }
 }
+
+#[cfg(all(test, debug_assertions, not(loom)))]
+mod lock_discipline {
+    use super::*;
+
+    fn panics(f: impl FnOnce()) -> String {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("the misuse is caught");
+        err.downcast_ref::<String>().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_wake_flush_under_a_channel_lock_is_caught() {
+        let chan = Chan::<u8>::new(Some(1));
+        let msg = panics(|| {
+            let _held = chan.lock();
+            depth::assert_unlocked("fiber-chan: a wake flush");
+        });
+        assert!(msg.contains("while holding 1 channel lock"), "{msg}");
+        // Released: no complaint.
+        depth::assert_unlocked("fiber-chan: a wake flush");
+    }
+
+    #[test]
+    fn a_wait_under_a_channel_lock_is_caught() {
+        let a = Chan::<u8>::new(Some(0));
+        let b = Chan::<u8>::new(Some(0));
+        let msg = panics(|| {
+            let _held = a.lock();
+            let _ = b.recv(None);
+        });
+        assert!(msg.contains("a wait while holding"), "{msg}");
+    }
+}
