@@ -302,7 +302,7 @@ impl<T> Drop for Node<T> {
         // SAFETY: `chan` points to the channel this node was made for; the
         // owner holds a handle (Sender/Receiver) to it for the node's life.
         let chan = unsafe { &*self.chan };
-        let _ = chan.unregister(self);
+        let _ = chan.unregister(self, false);
     }
 }
 
@@ -983,12 +983,15 @@ impl<T> Chan<T> {
     /// Unlink `node` if still queued; report a completion that raced. A
     /// node reserved by a select's send arm is a committed hand-off: wait
     /// (yielding) until the value arrives or the reservation is released.
-    pub(crate) fn unregister(&self, node: &Node<T>) -> Option<WaitResult> {
+    ///
+    /// `fiber_may_yield`: false when called from a `publish` (the fiber is
+    /// PARKING and must not yield) or from a node's drop.
+    pub(crate) fn unregister(&self, node: &Node<T>, fiber_may_yield: bool) -> Option<WaitResult> {
         loop {
             let mut inner = self.lock();
             if node.state() == NodeState::Reserved {
                 drop(inner);
-                backoff();
+                backoff(fiber_may_yield);
                 continue;
             }
             return Self::unpublish_locked(&mut inner, node);
@@ -1041,7 +1044,7 @@ impl<T> Waitable for SendWait<'_, T> {
     }
 
     fn unpublish(&self, _: &Waiter, node: &mut Node<T>) -> Option<WaitResult> {
-        self.0.unregister(node)
+        self.0.unregister(node, true)
     }
 }
 
@@ -1070,7 +1073,7 @@ impl<T> Waitable for RecvWait<'_, T> {
     }
 
     fn unpublish(&self, _: &Waiter, node: &mut Node<T>) -> Option<WaitResult> {
-        self.0.unregister(node)
+        self.0.unregister(node, true)
     }
 }
 

@@ -121,8 +121,9 @@ trait SendHandle {
 /// An operation's node for the parked phase.
 trait Parked {
     fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg;
-    /// Unlink the node; what a peer did to it, if anything.
-    fn unregister(&mut self) -> Option<WaitResult>;
+    /// Unlink the node; what a peer did to it, if anything
+    /// (`fiber_may_yield`: see `Chan::unregister`).
+    fn unregister(&mut self, fiber_may_yield: bool) -> Option<WaitResult>;
     /// This operation won with `result`: move its outcome into `slot`.
     fn finish(&mut self, result: WaitResult, slot: &mut Slot) -> Status;
 }
@@ -226,11 +227,11 @@ impl<T> Parked for ParkedRecv<'_, T> {
         chan.register_recv(node, waiter)
     }
 
-    fn unregister(&mut self) -> Option<WaitResult> {
+    fn unregister(&mut self, fiber_may_yield: bool) -> Option<WaitResult> {
         let Flavor::Chan(chan) = &self.receiver.flavor else {
             return None;
         };
-        chan.unregister(self.node.as_ref()?)
+        chan.unregister(self.node.as_ref()?, fiber_may_yield)
     }
 
     fn finish(&mut self, result: WaitResult, slot: &mut Slot) -> Status {
@@ -260,8 +261,8 @@ impl<T> Parked for ParkedSend<'_, T> {
         chan.register_send(node, waiter)
     }
 
-    fn unregister(&mut self) -> Option<WaitResult> {
-        self.sender.chan.unregister(self.node.as_ref()?)
+    fn unregister(&mut self, fiber_may_yield: bool) -> Option<WaitResult> {
+        self.sender.chan.unregister(self.node.as_ref()?, fiber_may_yield)
     }
 
     fn finish(&mut self, result: WaitResult, _: &mut Slot) -> Status {
@@ -337,8 +338,8 @@ impl<'a> Op<'a> {
         parked.register(group, index, waiter, ready_only)
     }
 
-    fn unregister(&mut self) -> Option<WaitResult> {
-        self.parked.as_mut()?.unregister()
+    fn unregister(&mut self, fiber_may_yield: bool) -> Option<WaitResult> {
+        self.parked.as_mut()?.unregister(fiber_may_yield)
     }
 
     fn finish(&mut self, result: WaitResult) {
@@ -416,10 +417,10 @@ struct SelectWait<'s, 'a> {
 impl SelectWait<'_, '_> {
     /// Unlink every node; the winner is the group's CAS winner, and only it
     /// reads a result (PITFALLS 16: losers never consume).
-    fn unregister_all(&mut self) -> Option<usize> {
+    fn unregister_all(&mut self, fiber_may_yield: bool) -> Option<usize> {
         let mut won = None;
         for (i, op) in self.ops.iter_mut().enumerate() {
-            if let Some(result) = op.unregister() {
+            if let Some(result) = op.unregister(fiber_may_yield) {
                 debug_assert!(won.is_none(), "two operations of one select completed");
                 won = Some((i, result));
             }
@@ -448,7 +449,7 @@ impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
             match wait.ops[i].register(wait.group, i, waiter, wait.ready_only) {
                 Reg::Queued => {}
                 Reg::Completed(result) => {
-                    let other = wait.unregister_all();
+                    let other = wait.unregister_all(false);
                     debug_assert!(other.is_none(), "the group had one winner");
                     wait.ops[i].finish(result);
                     wait.chosen.set(Some(i));
@@ -457,7 +458,7 @@ impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
                 Reg::Lost | Reg::Retry => {
                     // Lost: a peer completed a node registered earlier.
                     // Retry: nothing to take after all; go round.
-                    let winner = wait.unregister_all();
+                    let winner = wait.unregister_all(false);
                     wait.chosen.set(winner);
                     return Publish::Ready(WaitResult::Ok);
                 }
@@ -467,7 +468,7 @@ impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
     }
 
     fn unpublish(&self, _: &Waiter, wait: &mut Self::Io) -> Option<WaitResult> {
-        let winner = wait.unregister_all();
+        let winner = wait.unregister_all(true);
         wait.chosen.set(winner);
         winner.map(|_| WaitResult::Ok)
     }

@@ -172,13 +172,18 @@ pub(crate) mod depth {
 }
 
 /// Give way while another party finishes a short step (a committed
-/// hand-off): yield the fiber, or the thread.
-pub(crate) fn backoff() {
+/// hand-off): yield the fiber (only if `fiber_may_yield`: not while the
+/// fiber is between PARKING and its park, i.e. inside a waitable's
+/// `publish`, nor while it is unwound), or else the thread.
+pub(crate) fn backoff(fiber_may_yield: bool) {
     #[cfg(loom)]
-    loom::thread::yield_now();
+    {
+        let _ = fiber_may_yield;
+        loom::thread::yield_now();
+    }
     #[cfg(not(loom))]
     {
-        if fiber_core::in_fiber() {
+        if fiber_may_yield && fiber_core::in_fiber() {
             // (`yield_now` may report a cancellation: the caller is seeing a
             // committed step through, which cancellation never interrupts.)
             #[allow(clippy::let_unit_value, clippy::ignored_unit_patterns)]
