@@ -146,6 +146,15 @@ fn send_and_recv_arms_on_one_rendezvous_channel_dynamic_does_not_spin() {
                 "the select parked (a busy loop keeps the only worker from running the other fiber)"
             );
             other.join();
+            // Receive registered first: its own node must not make the send
+            // arm look ready.
+            let mut sel = Select::new();
+            sel.recv(&r);
+            sel.send(&s);
+            assert!(
+                sel.select_timeout(Duration::from_millis(20)).is_err(),
+                "a select's send arm cannot pair with its own receive"
+            );
         })
     });
 }
