@@ -542,9 +542,22 @@ fn seed() -> u64 {
 
 #[cfg(not(loom))]
 fn seed() -> u64 {
-    // Not a protocol: a per-process counter mixed into each select's seed.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x9E37_79B9_7F4A_7C15);
-    NEXT.fetch_add(0x6A09_E667_F3BC_C909, std::sync::atomic::Ordering::Relaxed) | 1
+    // Not a protocol: a per-thread xorshift stream (no shared cache line
+    // between threads that select), seeded from the thread's address space.
+    std::thread_local! {
+        static NEXT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    NEXT.with(|next| {
+        let mut x = next.get();
+        if x == 0 {
+            x = (next as *const _ as u64) ^ 0x9E37_79B9_7F4A_7C15;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        next.set(x);
+        x | 1
+    })
 }
 
 impl<'a> Select<'a> {
