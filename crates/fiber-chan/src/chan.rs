@@ -9,20 +9,31 @@
 //! access to a queued node happens under the channel lock, and the owner
 //! unlinks its node under the lock before the node goes away (`unpublish`,
 //! or the node's `Drop` when a fiber is unwound at shutdown), so no pointer
-//! in a queue ever dangles.
+//! in a queue ever dangles. A node a select's send arm has *reserved*
+//! (state `Reserved`, popped from the queue) stays alive because its owner
+//! does not leave `unregister` until the reservation is completed or
+//! released.
+//!
+//! # Lock discipline
+//!
+//! Wakes are collected under the lock into a [`Wakes`] and flushed after
+//! the lock is released (collect, unlock, wake); debug builds assert that no
+//! wake is flushed and no wait starts while the thread holds a channel lock.
 //!
 //! # Linearization points (spec 5)
 //!
 //! * Close: `closed = true` under the lock (`Chan::close`).
-//! * Send admission: a claimed receiver node, a buffer slot taken, or a
-//!   sender node queued, each under the lock while not closed.
+//! * Send admission: a claimed receiver node, a buffer slot taken (or
+//!   reserved by a select's send arm), or a sender node queued, each under
+//!   the lock while not closed.
 //! * Receive admission: a buffer pop, a claimed sender node, or a receiver
 //!   node queued while not closed.
 //!
 //! A claim of a node that belongs to a select first wins the select's group
-//! (one CAS) and skips nodes whose select already has a winner.
+//! (one CAS) and skips nodes whose select already has a winner; a select
+//! never claims a node of its own group.
 
-use crate::sync::{lock, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::sync::{backoff, depth, lock, AtomicUsize, Mutex, MutexGuard, Ordering, UnsafeCell};
 use fiber_core::{fiber_wait, fiber_wake, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -38,6 +49,9 @@ pub(crate) enum NodeState {
     Done,
     /// The channel closed (or lost its peers) while it waited.
     Closed,
+    /// A receiver node claimed by a select's send arm, which is evaluating
+    /// the value it will hand over: out of the queue, committed.
+    Reserved,
 }
 
 /// The group of a select: the first claim wins.
@@ -55,15 +69,16 @@ impl SelectGroup {
         }
     }
 
-    /// Try to make `index` the winner. AcqRel: the winning claim orders the
-    /// peer's transfer before the selecting fiber reads it (it reads under
-    /// the channel lock anyway); losers see the winner.
+    /// Try to make `index` the winner. AcqRel: pairs with the Acquire load
+    /// in `winner` (the selecting party reads the winner after unlinking;
+    /// the node's state itself is read under the channel lock).
     pub(crate) fn try_win(&self, index: usize) -> bool {
         self.winner
             .compare_exchange(NO_WINNER, index, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
+    /// Acquire: pairs with the AcqRel CAS in `try_win`.
     pub(crate) fn winner(&self) -> Option<usize> {
         match self.winner.load(Ordering::Acquire) {
             NO_WINNER => None,
@@ -71,8 +86,58 @@ impl SelectGroup {
         }
     }
 
+    /// Only while none of the group's nodes is queued. Release: pairs with
+    /// the Acquire of the next round's CAS.
     pub(crate) fn reset(&self) {
         self.winner.store(NO_WINNER, Ordering::Release);
+    }
+}
+
+/// Wakes collected under a channel lock, flushed after it is released (on
+/// `flush` or drop; declare it before the guard so it drops after).
+pub(crate) struct Wakes {
+    one: Option<Waiter>,
+    more: Vec<Waiter>,
+}
+
+impl Wakes {
+    pub(crate) fn new() -> Wakes {
+        Wakes {
+            one: None,
+            more: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, waiter: Option<Waiter>) {
+        let Some(w) = waiter else { return };
+        if self.one.is_none() {
+            self.one = Some(w);
+        } else {
+            self.more.push(w);
+        }
+    }
+
+    fn count(&self) -> usize {
+        usize::from(self.one.is_some()) + self.more.len()
+    }
+
+    pub(crate) fn flush(&mut self) {
+        if self.one.is_none() {
+            return;
+        }
+        depth::assert_unlocked("fiber-chan: a wake flush");
+        if let Some(w) = self.one.take() {
+            fiber_wake(&w);
+        }
+        for w in self.more.drain(..) {
+            fiber_wake(&w);
+        }
+    }
+}
+
+impl Drop for Wakes {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -102,7 +167,8 @@ pub(crate) struct Node<T> {
     state: UnsafeCell<NodeState>,
     /// Send: the value to hand over. Receive: where the value arrives.
     slot: UnsafeCell<Option<T>>,
-    /// A send node of a select that only waits for readiness (no value).
+    /// A node that only waits for readiness (a select's send arm, or
+    /// `Select::ready`): no value moves through it.
     probe: bool,
     /// The select this node belongs to, and its index there.
     select: Option<(*const SelectGroup, usize)>,
@@ -125,6 +191,22 @@ impl<T> Node<T> {
         }
     }
 
+    pub(crate) fn for_select(chan: &Chan<T>, probe: bool, group: &SelectGroup, index: usize) -> Node<T> {
+        Node {
+            waiter: UnsafeCell::new(None),
+            state: UnsafeCell::new(NodeState::Idle),
+            slot: UnsafeCell::new(None),
+            probe,
+            select: Some((group, index)),
+            chan,
+            queued: std::cell::Cell::new(false),
+        }
+    }
+
+    fn group(&self) -> *const SelectGroup {
+        self.select.map_or(std::ptr::null(), |(g, _)| g)
+    }
+
     /// Could a peer claim this node (its select has no winner yet)?
     fn is_claimable(&self) -> bool {
         // SAFETY: the group outlives the select's queued nodes (the select
@@ -145,24 +227,6 @@ impl<T> Node<T> {
         self.set_state(NodeState::Waiting);
         self.queued.set(true);
         queue.push_back(NodeRef(self));
-    }
-
-    pub(crate) fn for_select(
-        chan: &Chan<T>,
-        value: Option<T>,
-        probe: bool,
-        group: &SelectGroup,
-        index: usize,
-    ) -> Node<T> {
-        Node {
-            waiter: UnsafeCell::new(None),
-            state: UnsafeCell::new(NodeState::Idle),
-            slot: UnsafeCell::new(value),
-            probe,
-            select: Some((group, index)),
-            chan,
-            queued: std::cell::Cell::new(false),
-        }
     }
 
     /// The value slot, for the owner once the node is not queued.
@@ -196,6 +260,23 @@ impl<T> Node<T> {
         // SAFETY: as in `state`.
         self.waiter.with(|w| unsafe { (*w).clone() })
     }
+
+    /// Under the lock: hand `value` to this (claimed) receiver node.
+    fn deliver(&self, value: T) {
+        // SAFETY: the node is claimed (out of the queue) and we hold the
+        // lock; its owner reads the slot only after seeing `Done` under the
+        // lock.
+        self.slot.with_mut(|s| unsafe { *s = Some(value) });
+        self.set_state(NodeState::Done);
+    }
+
+    /// Under the lock: take the value of this (claimed) sender node.
+    fn take_sent(&self) -> T {
+        // SAFETY: as in `deliver`.
+        self.slot
+            .with_mut(|s| unsafe { (*s).take() })
+            .expect("a parked sender holds its value")
+    }
 }
 
 impl<T> Node<T> {
@@ -221,8 +302,7 @@ impl<T> Drop for Node<T> {
         // SAFETY: `chan` points to the channel this node was made for; the
         // owner holds a handle (Sender/Receiver) to it for the node's life.
         let chan = unsafe { &*self.chan };
-        let mut inner = lock(&chan.inner);
-        Self::unlink(&mut inner, self);
+        let _ = chan.unregister(self, false);
     }
 }
 
@@ -246,28 +326,78 @@ impl<T> NodeRef<T> {
 
 struct Inner<T> {
     buf: VecDeque<T>,
+    /// Buffer slots reserved by selects' send arms (counted as full).
+    reserved: usize,
     closed: bool,
     receivers_gone: bool,
     recvq: VecDeque<NodeRef<T>>,
     sendq: VecDeque<NodeRef<T>>,
 }
 
-/// Pop the first claimable node (skipping nodes whose select already won).
-fn pop_claim<T>(queue: &mut VecDeque<NodeRef<T>>) -> Option<NodeRef<T>> {
-    while let Some(node) = queue.pop_front() {
+/// Pop the first node another party may claim: nodes of the group `own`
+/// (the caller's select) stay queued; nodes whose select already won are
+/// dropped from the queue; a node of a select is claimed by winning its
+/// group.
+fn pop_claim<T>(queue: &mut VecDeque<NodeRef<T>>, own: *const SelectGroup) -> Option<NodeRef<T>> {
+    let mut i = 0;
+    while i < queue.len() {
         // SAFETY: we hold the channel lock (every caller does).
-        let n = unsafe { node.get() };
+        let n = unsafe { queue[i].get() };
         if let Some((group, index)) = n.select {
+            if group == own {
+                i += 1;
+                continue;
+            }
             // SAFETY: the select's group outlives its queued nodes (the
             // select unlinks every node before it returns).
             if !unsafe { &*group }.try_win(index) {
                 n.set_state(NodeState::Idle);
+                queue.remove(i);
                 continue;
             }
         }
-        return Some(node);
+        return queue.remove(i);
     }
     None
+}
+
+/// Is a real (non-probe) partner of another group waiting in `queue`?
+fn has_partner<T>(queue: &VecDeque<NodeRef<T>>, own: *const SelectGroup) -> bool {
+    queue.iter().any(|n| {
+        // SAFETY: under the lock (every caller holds it).
+        let n = unsafe { n.get() };
+        !n.probe && n.group() != own && n.is_claimable()
+    })
+}
+
+/// A select's send arm's claim on the channel, made before its value is
+/// evaluated.
+pub(crate) enum Reservation<T> {
+    /// A buffer slot (`Inner::reserved`).
+    Slot,
+    /// A parked receiver, taken out of the queue in state `Reserved`.
+    Receiver(*const Node<T>),
+}
+
+impl<T> Reservation<T> {
+    /// As one word (a select keeps it untyped): 0 for a slot, else the node.
+    pub(crate) fn into_raw(self) -> usize {
+        match self {
+            Reservation::Slot => 0,
+            Reservation::Receiver(node) => node as usize,
+        }
+    }
+
+    /// # Safety
+    ///
+    /// `raw` came from `into_raw` of a `Reservation<T>` of the same `T`,
+    /// and is used once.
+    pub(crate) unsafe fn from_raw(raw: usize) -> Reservation<T> {
+        match raw {
+            0 => Reservation::Slot,
+            node => Reservation::Receiver(node as *const Node<T>),
+        }
+    }
 }
 
 /// The shared channel.
@@ -276,6 +406,43 @@ pub(crate) struct Chan<T> {
     cap: Option<usize>,
     pub(crate) senders: AtomicUsize,
     pub(crate) receivers: AtomicUsize,
+    /// Wakes issued (diagnostics and tests: each wake counted once).
+    wakes: AtomicUsize,
+    /// 1 when a receive might find something (a buffered value, a parked
+    /// sender or probe, or the close), else 0: written on every unlock, so
+    /// `try_recv` skips the lock of an empty open channel (a select's
+    /// readiness pass over many channels).
+    recv_hint: AtomicUsize,
+}
+
+/// The channel lock held; on release it refreshes `Chan::recv_hint`.
+struct Locked<'c, T> {
+    chan: &'c Chan<T>,
+    guard: MutexGuard<'c, Inner<T>>,
+}
+
+impl<T> std::ops::Deref for Locked<'_, T> {
+    type Target = Inner<T>;
+    fn deref(&self) -> &Inner<T> {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for Locked<'_, T> {
+    fn deref_mut(&mut self) -> &mut Inner<T> {
+        &mut self.guard
+    }
+}
+
+impl<T> Drop for Locked<'_, T> {
+    fn drop(&mut self) {
+        let inner = &*self.guard;
+        let maybe = !inner.buf.is_empty() || !inner.sendq.is_empty() || inner.closed;
+        // Release (still under the lock, before the unlock): pairs with the
+        // Acquire load in `try_recv`; a reader that happens after this
+        // critical section sees its state.
+        self.chan.recv_hint.store(usize::from(maybe), Ordering::Release);
+    }
 }
 
 // SAFETY: all interior state is behind the mutex (node pointers included,
@@ -296,6 +463,7 @@ impl<T> Chan<T> {
         Chan {
             inner: Mutex::new(Inner {
                 buf: VecDeque::with_capacity(cap.unwrap_or(0).min(1024)),
+                reserved: 0,
                 closed: false,
                 receivers_gone: false,
                 recvq: VecDeque::new(),
@@ -304,6 +472,15 @@ impl<T> Chan<T> {
             cap,
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
+            wakes: AtomicUsize::new(0),
+            recv_hint: AtomicUsize::new(0),
+        }
+    }
+
+    fn lock(&self) -> Locked<'_, T> {
+        Locked {
+            chan: self,
+            guard: lock(&self.inner),
         }
     }
 
@@ -312,123 +489,162 @@ impl<T> Chan<T> {
     }
 
     pub(crate) fn len(&self) -> usize {
-        lock(&self.inner).buf.len()
+        self.lock().buf.len()
     }
 
     /// Queued (receivers, senders), for tests and diagnostics.
     pub(crate) fn waiting(&self) -> (usize, usize) {
-        let inner = lock(&self.inner);
+        let inner = self.lock();
         (inner.recvq.len(), inner.sendq.len())
     }
 
+    /// Wakes issued so far (tests and diagnostics).
+    pub(crate) fn wakes_issued(&self) -> usize {
+        self.wakes.load(Ordering::Relaxed)
+    }
+
+    fn note(&self, wakes: &Wakes, before: usize) {
+        let n = wakes.count() - before;
+        if n > 0 {
+            // Relaxed: a statistic.
+            self.wakes.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
-        let inner = lock(&self.inner);
+        let inner = self.lock();
         inner.closed || inner.receivers_gone
+    }
+
+    fn has_room(&self, inner: &Inner<T>) -> bool {
+        self.cap.is_none_or(|cap| inner.buf.len() + inner.reserved < cap)
     }
 
     /// Send without blocking; `Err(value)` with why.
     pub(crate) fn try_send(&self, value: T) -> Result<(), (T, bool)> {
-        let mut inner = lock(&self.inner);
-        match self.send_locked(&mut inner, value) {
-            Ok(wake) => {
-                drop(inner);
-                if let Some(w) = wake {
-                    fiber_wake(&w);
-                }
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
+        let mut wakes = Wakes::new();
+        let mut inner = self.lock();
+        self.send_locked(&mut inner, value, &mut wakes)
     }
 
     /// The send fast path under the lock. `Err((value, disconnected))`.
-    fn send_locked(&self, inner: &mut Inner<T>, value: T) -> Result<Option<Waiter>, (T, bool)> {
+    fn send_locked(&self, inner: &mut Inner<T>, value: T, wakes: &mut Wakes) -> Result<(), (T, bool)> {
         if inner.closed || inner.receivers_gone {
             return Err((value, true));
         }
-        // Rendezvous first: hand the value to a waiting receiver.
-        while let Some(node) = pop_claim(&mut inner.recvq) {
+        match self.hand_to_receiver(inner, value, std::ptr::null(), wakes) {
+            None => Ok(()),
+            Some(value) if self.has_room(inner) => {
+                inner.buf.push_back(value);
+                Ok(())
+            }
+            Some(value) => Err((value, false)),
+        }
+    }
+
+    /// Rendezvous first: hand the value to a waiting receiver (probes are
+    /// told and skipped); the value back if there is none.
+    fn hand_to_receiver(
+        &self,
+        inner: &mut Inner<T>,
+        value: T,
+        own: *const SelectGroup,
+        wakes: &mut Wakes,
+    ) -> Option<T> {
+        let before = wakes.count();
+        let mut value = Some(value);
+        while let Some(node) = pop_claim(&mut inner.recvq, own) {
             // SAFETY: claimed under the lock; the node is alive while queued.
             let node = unsafe { node.get() };
-            node.set_state(NodeState::Done);
             if node.probe {
                 // A select waiting for receive readiness (`Select::ready`):
                 // tell it, and keep looking for a real receiver.
-                if let Some(w) = node.waiter() {
-                    fiber_wake(&w);
-                }
+                node.set_state(NodeState::Done);
+                wakes.push(node.waiter());
                 continue;
             }
-            // SAFETY: as above; the lock guards the slot.
-            node.slot.with_mut(|s| unsafe { *s = Some(value) });
-            return Ok(node.waiter());
+            node.deliver(value.take().expect("the value is still ours"));
+            wakes.push(node.waiter());
+            break;
         }
-        if self.cap.is_none_or(|cap| inner.buf.len() < cap) {
-            inner.buf.push_back(value);
-            return Ok(None);
-        }
-        Err((value, false))
+        self.note(wakes, before);
+        value
     }
 
     /// Receive without blocking.
     pub(crate) fn try_recv(&self) -> Try<T> {
-        let mut inner = lock(&self.inner);
-        let (result, wake) = self.recv_locked(&mut inner);
-        drop(inner);
-        if let Some(w) = wake {
-            fiber_wake(&w);
+        // Acquire: pairs with the Release store in `Locked::drop`.
+        if self.recv_hint.load(Ordering::Acquire) == 0 {
+            return Try::WouldBlock;
         }
+        let mut wakes = Wakes::new();
+        let mut inner = self.lock();
+        self.recv_locked(&mut inner, std::ptr::null(), &mut wakes)
+    }
+
+    fn recv_locked(&self, inner: &mut Inner<T>, own: *const SelectGroup, wakes: &mut Wakes) -> Try<T> {
+        let before = wakes.count();
+        let result = self.recv_locked_inner(inner, own, wakes);
+        self.note(wakes, before);
         result
     }
 
-    fn recv_locked(&self, inner: &mut Inner<T>) -> (Try<T>, Option<Waiter>) {
+    fn recv_locked_inner(&self, inner: &mut Inner<T>, own: *const SelectGroup, wakes: &mut Wakes) -> Try<T> {
         if let Some(value) = inner.buf.pop_front() {
             // Room appeared: admit the first parked sender into the buffer.
-            let wake = self.admit_sender(inner);
-            return (Try::Done(value), wake);
+            self.admit_sender(inner, wakes);
+            return Try::Done(value);
         }
         // Rendezvous: take straight from a parked sender.
-        while let Some(node) = pop_claim(&mut inner.sendq) {
+        while let Some(node) = pop_claim(&mut inner.sendq, own) {
             // SAFETY: claimed under the lock.
             let node = unsafe { node.get() };
             node.set_state(NodeState::Done);
+            wakes.push(node.waiter());
             if node.probe {
-                // A select waiting for send readiness: tell it, keep looking.
-                if let Some(w) = node.waiter() {
-                    fiber_wake(&w);
-                }
+                // A select's send arm or readiness probe: it wakes, reserves
+                // a receiver, and hands its value then. Keep looking.
                 continue;
             }
-            // SAFETY: as above; the lock guards the slot.
-            let value = node
-                .slot
-                .with_mut(|s| unsafe { (*s).take() })
-                .expect("a parked sender holds its value");
-            return (Try::Done(value), node.waiter());
+            return Try::Done(node.take_sent());
         }
-        if inner.closed {
-            return (Try::Disconnected, None);
+        if inner.closed && inner.reserved == 0 {
+            return Try::Disconnected;
         }
-        (Try::WouldBlock, None)
+        Try::WouldBlock
     }
 
-    /// Move the first parked sender's value into the buffer (after a pop).
-    fn admit_sender(&self, inner: &mut Inner<T>) -> Option<Waiter> {
-        if let Some(node) = pop_claim(&mut inner.sendq) {
+    /// Move the first parked sender's value into the buffer (after a pop);
+    /// a probe (a select's send arm) is told there is room.
+    fn admit_sender(&self, inner: &mut Inner<T>, wakes: &mut Wakes) {
+        while self.has_room(inner) {
+            let Some(node) = pop_claim(&mut inner.sendq, std::ptr::null()) else {
+                return;
+            };
             // SAFETY: claimed under the lock.
             let node = unsafe { node.get() };
             node.set_state(NodeState::Done);
+            wakes.push(node.waiter());
             if !node.probe {
-                // SAFETY: as above.
-                let value = node
-                    .slot
-                    .with_mut(|s| unsafe { (*s).take() })
-                    .expect("a parked sender holds its value");
+                let value = node.take_sent();
                 inner.buf.push_back(value);
+                return;
             }
-            return node.waiter();
         }
-        None
+    }
+
+    /// Closed, nothing buffered, nothing reserved: parked receivers can
+    /// never get a value; wake each once with `Closed`.
+    fn fail_receivers_if_drained(inner: &mut Inner<T>, wakes: &mut Wakes) {
+        if !(inner.closed && inner.buf.is_empty() && inner.reserved == 0) {
+            return;
+        }
+        while let Some(node) = pop_claim(&mut inner.recvq, std::ptr::null()) {
+            // SAFETY: claimed under the lock.
+            let node = unsafe { node.get() };
+            node.set_state(NodeState::Closed);
+            wakes.push(node.waiter());
+        }
     }
 
     /// Close (explicit, or the last sender left). Wakes every parked
@@ -436,94 +652,183 @@ impl<T> Chan<T> {
     /// once; parked senders stay queued: they were admitted and their values
     /// are still delivered. Returns `false` if already closed.
     pub(crate) fn close(&self) -> bool {
-        let wakes: Vec<Waiter> = {
-            let mut inner = lock(&self.inner);
-            if inner.closed {
-                return false;
-            }
-            inner.closed = true;
-            let mut wakes = Vec::new();
-            while let Some(node) = pop_claim(&mut inner.recvq) {
-                // SAFETY: claimed under the lock.
-                let node = unsafe { node.get() };
-                node.set_state(NodeState::Closed);
-                wakes.extend(node.waiter());
-            }
-            // Select probes for send readiness learn of the close too.
-            let mut keep = VecDeque::new();
-            while let Some(node) = inner.sendq.pop_front() {
-                // SAFETY: under the lock.
-                let n = unsafe { node.get() };
-                if n.probe {
-                    // SAFETY: the group outlives its queued nodes.
-                    if n.select.is_none_or(|(g, i)| unsafe { &*g }.try_win(i)) {
-                        n.set_state(NodeState::Closed);
-                        wakes.extend(n.waiter());
-                    } else {
-                        n.set_state(NodeState::Idle);
-                    }
-                } else {
-                    keep.push_back(node);
-                }
-            }
-            inner.sendq = keep;
-            wakes
-        };
-        for w in &wakes {
-            fiber_wake(w);
+        let mut wakes = Wakes::new();
+        let mut inner = self.lock();
+        if inner.closed {
+            return false;
         }
+        inner.closed = true;
+        let before = wakes.count();
+        Self::fail_receivers_if_drained(&mut inner, &mut wakes);
+        // Select send arms (probes) learn of the close too: their send is
+        // now ready (it fails).
+        let mut keep = VecDeque::new();
+        while let Some(node) = inner.sendq.pop_front() {
+            // SAFETY: under the lock.
+            let n = unsafe { node.get() };
+            if n.probe {
+                if n.win() {
+                    n.set_state(NodeState::Closed);
+                    wakes.push(n.waiter());
+                } else {
+                    n.set_state(NodeState::Idle);
+                }
+            } else {
+                keep.push_back(node);
+            }
+        }
+        inner.sendq = keep;
+        self.note(&wakes, before);
         true
     }
 
     /// The last receiver left: no value can be delivered any more. Parked
-    /// senders get their values back; buffered values are dropped.
+    /// senders get their values back; buffered values are dropped, after
+    /// the wakes and outside the lock; a panicking `Drop` of one value does
+    /// not stop the others from being dropped, and the first panic is
+    /// resumed at the end.
     pub(crate) fn disconnect_receivers(&self) {
-        let (wakes, dropped) = {
-            let mut inner = lock(&self.inner);
+        let mut wakes = Wakes::new();
+        let dropped = {
+            let mut inner = self.lock();
             inner.receivers_gone = true;
             inner.closed = true;
-            let mut wakes = Vec::new();
-            while let Some(node) = pop_claim(&mut inner.sendq) {
+            let before = wakes.count();
+            while let Some(node) = pop_claim(&mut inner.sendq, std::ptr::null()) {
                 // SAFETY: claimed under the lock.
                 let node = unsafe { node.get() };
                 node.set_state(NodeState::Closed);
-                wakes.extend(node.waiter());
+                wakes.push(node.waiter());
             }
-            while let Some(node) = pop_claim(&mut inner.recvq) {
+            while let Some(node) = pop_claim(&mut inner.recvq, std::ptr::null()) {
                 // SAFETY: claimed under the lock.
                 let node = unsafe { node.get() };
                 node.set_state(NodeState::Closed);
-                wakes.extend(node.waiter());
+                wakes.push(node.waiter());
             }
-            (wakes, std::mem::take(&mut inner.buf))
+            self.note(&wakes, before);
+            std::mem::take(&mut inner.buf)
         };
-        drop(dropped);
-        for w in &wakes {
-            fiber_wake(w);
+        wakes.flush();
+        let mut first_panic = None;
+        for value in dropped {
+            if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))) {
+                first_panic.get_or_insert(panic);
+            }
+        }
+        if let Some(panic) = first_panic {
+            std::panic::resume_unwind(panic);
         }
     }
 
-    /// Blocking send with an optional deadline. `Err((value, disconnected))`.
-    pub(crate) fn send(&self, value: T, deadline: Option<Instant>) -> Result<(), (T, bool)> {
+    /// Blocking send with an optional deadline. `Err((value, why))`.
+    #[track_caller]
+    pub(crate) fn send(&self, value: T, deadline: Option<Instant>) -> Result<(), (T, WaitResult)> {
         let mut node = Node::new(self, Some(value));
+        depth::assert_unlocked("fiber-chan: a wait");
         let result = fiber_wait(&SendWait(self), &mut node, WaitOptions::new().deadline(deadline));
         match result {
             WaitResult::Ok => Ok(()),
-            WaitResult::Closed => Err((node.take_value().expect("an unsent value stays in the node"), true)),
-            WaitResult::TimedOut | WaitResult::Cancelled => {
-                Err((node.take_value().expect("an unsent value stays in the node"), false))
-            }
+            why => Err((node.take_value().expect("an unsent value stays in the node"), why)),
         }
     }
 
-    /// Blocking receive with an optional deadline. `Err(disconnected)`.
-    pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, bool> {
+    /// Blocking receive with an optional deadline. `Err(why)`.
+    #[track_caller]
+    pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, WaitResult> {
         let mut node = Node::new(self, None);
+        depth::assert_unlocked("fiber-chan: a wait");
         match fiber_wait(&RecvWait(self), &mut node, WaitOptions::new().deadline(deadline)) {
             WaitResult::Ok => Ok(node.take_value().expect("a completed receive holds its value")),
-            WaitResult::Closed => Err(true),
-            WaitResult::TimedOut | WaitResult::Cancelled => Err(false),
+            why => Err(why),
         }
+    }
+
+    /// A select's send arm: claim a parked receiver or a buffer slot before
+    /// the value exists. `Err(())` if the channel is disconnected.
+    pub(crate) fn try_reserve(&self, own: &SelectGroup) -> Result<Option<Reservation<T>>, ()> {
+        let mut wakes = Wakes::new();
+        let mut inner = self.lock();
+        if inner.closed || inner.receivers_gone {
+            return Err(());
+        }
+        let before = wakes.count();
+        let own: *const SelectGroup = own;
+        while let Some(node) = pop_claim(&mut inner.recvq, own) {
+            // SAFETY: claimed under the lock.
+            let n = unsafe { node.get() };
+            if n.probe {
+                n.set_state(NodeState::Done);
+                wakes.push(n.waiter());
+                continue;
+            }
+            n.set_state(NodeState::Reserved);
+            self.note(&wakes, before);
+            return Ok(Some(Reservation::Receiver(node.0)));
+        }
+        self.note(&wakes, before);
+        if self.has_room(&inner) {
+            inner.reserved += 1;
+            return Ok(Some(Reservation::Slot));
+        }
+        Ok(None)
+    }
+
+    /// Complete a reservation with the value. `Err(value)` if every
+    /// receiver left meanwhile (a reserved slot only: a reserved receiver
+    /// is a receiver that is still there).
+    pub(crate) fn complete_reservation(&self, reservation: Reservation<T>, value: T) -> Result<(), T> {
+        let mut wakes = Wakes::new();
+        let mut inner = self.lock();
+        let before = wakes.count();
+        let result = match reservation {
+            Reservation::Receiver(node) => {
+                // SAFETY: a reserved node's owner waits in `unregister`
+                // until its state leaves `Reserved`, so it is alive; we hold
+                // the lock.
+                let node = unsafe { &*node };
+                node.deliver(value);
+                wakes.push(node.waiter());
+                Ok(())
+            }
+            Reservation::Slot => {
+                inner.reserved -= 1;
+                if inner.receivers_gone {
+                    Err(value)
+                } else {
+                    // Admitted when reserved: delivered even after a close.
+                    if let Some(value) = self.hand_to_receiver(&mut inner, value, std::ptr::null(), &mut wakes) {
+                        inner.buf.push_back(value);
+                    }
+                    Self::fail_receivers_if_drained(&mut inner, &mut wakes);
+                    Ok(())
+                }
+            }
+        };
+        self.note(&wakes, before);
+        result
+    }
+
+    /// Give a reservation up without sending: the receiver goes back to
+    /// waiting (it sees a spurious wake and retries), the slot is freed.
+    pub(crate) fn release_reservation(&self, reservation: Reservation<T>) {
+        let mut wakes = Wakes::new();
+        let mut inner = self.lock();
+        let before = wakes.count();
+        match reservation {
+            Reservation::Receiver(node) => {
+                // SAFETY: as in `complete_reservation`.
+                let node = unsafe { &*node };
+                node.set_state(NodeState::Idle);
+                wakes.push(node.waiter());
+            }
+            Reservation::Slot => {
+                inner.reserved -= 1;
+                self.admit_sender(&mut inner, &mut wakes);
+                Self::fail_receivers_if_drained(&mut inner, &mut wakes);
+            }
+        }
+        self.note(&wakes, before);
     }
 
     /// A select's receive: complete now (after winning the select), queue
@@ -532,7 +837,7 @@ impl<T> Chan<T> {
         self.register(node, waiter, Side::Recv)
     }
 
-    /// A select's send (a value, or a readiness probe): as `register_recv`.
+    /// A select's send arm (a probe): as `register_recv`.
     pub(crate) fn register_send(&self, node: &mut Node<T>, waiter: &Waiter) -> Reg {
         self.register(node, waiter, Side::Send)
     }
@@ -540,96 +845,93 @@ impl<T> Chan<T> {
     /// Shared by both sides: if the operation is ready, win the select and
     /// complete it (a probe completes without a transfer); otherwise queue.
     fn register(&self, node: &mut Node<T>, waiter: &Waiter, side: Side) -> Reg {
-        let mut inner = lock(&self.inner);
+        let mut wakes = Wakes::new();
+        let mut inner = self.lock();
+        let own = node.group();
         let ready = match side {
-            Side::Recv => Self::recv_ready(&inner),
-            Side::Send => self.send_ready(&inner),
+            Side::Recv => Self::recv_ready(&inner, own),
+            Side::Send => self.send_ready(&inner, own),
         };
         if !ready {
-            let queue = match side {
-                Side::Recv => &mut inner.recvq,
-                Side::Send => &mut inner.sendq,
-            };
-            node.enqueue(queue, waiter);
+            let before = wakes.count();
+            match side {
+                Side::Recv => {
+                    if !node.probe {
+                        // A receiver now waits: selects' send arms parked
+                        // here can now proceed; tell them.
+                        Self::wake_send_probes(&mut inner, own, &mut wakes);
+                    }
+                    node.enqueue(&mut inner.recvq, waiter);
+                }
+                Side::Send => node.enqueue(&mut inner.sendq, waiter),
+            }
+            self.note(&wakes, before);
             return Reg::Queued;
         }
         if !node.win() {
             return Reg::Lost;
         }
-        if node.probe && side == Side::Recv {
-            // Readiness only (`Select::ready`): take nothing. (Send probes
-            // complete in `publish_send`, which also checks readiness.)
-            return Reg::Completed(WaitResult::Ok);
+        if node.probe {
+            // Readiness only: take nothing (a send arm reserves after it
+            // wakes; `Select::ready` reports only).
+            let closed = side == Side::Send && (inner.closed || inner.receivers_gone);
+            return Reg::Completed(if closed { WaitResult::Closed } else { WaitResult::Ok });
         }
-        let published = match side {
-            Side::Recv => self.publish_recv(&mut inner, node, waiter),
-            Side::Send => self.publish_send(&mut inner, node, waiter),
-        };
-        match published {
-            Some(result) => Reg::Completed(result),
-            None => {
-                // Nothing claimable after all (a racing select took it):
-                // undo and let the select retry.
-                Node::unlink(&mut inner, node);
-                Reg::Retry
+        match self.recv_locked(&mut inner, own, &mut wakes) {
+            Try::Done(value) => {
+                node.put_value(value);
+                Reg::Completed(WaitResult::Ok)
+            }
+            Try::Disconnected => Reg::Completed(WaitResult::Closed),
+            Try::WouldBlock => Reg::Retry,
+        }
+    }
+
+    /// Claim and wake every parked send probe of another group.
+    fn wake_send_probes(inner: &mut Inner<T>, own: *const SelectGroup, wakes: &mut Wakes) {
+        let mut i = 0;
+        while i < inner.sendq.len() {
+            // SAFETY: under the lock.
+            let n = unsafe { inner.sendq[i].get() };
+            if !n.probe || n.group() == own {
+                i += 1;
+                continue;
+            }
+            let node = inner.sendq.remove(i).expect("index in range");
+            // SAFETY: as above.
+            let n = unsafe { node.get() };
+            if n.win() {
+                n.set_state(NodeState::Done);
+                wakes.push(n.waiter());
+            } else {
+                n.set_state(NodeState::Idle);
             }
         }
     }
 
-    fn recv_ready(inner: &Inner<T>) -> bool {
-        !inner.buf.is_empty()
-            || inner.closed
-            || inner.sendq.iter().any(|n| {
-                // SAFETY: under the lock (every caller holds it).
-                let n = unsafe { n.get() };
-                !n.probe && n.is_claimable()
-            })
+    fn recv_ready(inner: &Inner<T>, own: *const SelectGroup) -> bool {
+        !inner.buf.is_empty() || (inner.closed && inner.reserved == 0) || has_partner(&inner.sendq, own)
     }
 
     /// Would a receive complete (or fail as disconnected) right now?
     pub(crate) fn is_recv_ready(&self) -> bool {
-        Self::recv_ready(&lock(&self.inner))
+        Self::recv_ready(&self.lock(), std::ptr::null())
     }
 
     /// Would a send complete (or fail as disconnected) right now?
     pub(crate) fn is_send_ready(&self) -> bool {
-        self.send_ready(&lock(&self.inner))
+        self.send_ready(&self.lock(), std::ptr::null())
     }
 
-    fn send_ready(&self, inner: &Inner<T>) -> bool {
-        inner.closed
-            || inner.receivers_gone
-            || self.cap.is_none_or(|cap| inner.buf.len() < cap)
-            || inner.recvq.iter().any(|n| {
-                // SAFETY: under the lock (every caller holds it).
-                let n = unsafe { n.get() };
-                !n.probe && n.is_claimable()
-            })
+    fn send_ready(&self, inner: &Inner<T>, own: *const SelectGroup) -> bool {
+        inner.closed || inner.receivers_gone || self.has_room(inner) || has_partner(&inner.recvq, own)
     }
 
     /// Blocking-operation publish (not a select): complete now or queue.
     fn register_plain_recv(&self, node: &mut Node<T>, waiter: &Waiter) -> Option<WaitResult> {
-        let mut inner = lock(&self.inner);
-        self.publish_recv(&mut inner, node, waiter)
-    }
-
-    fn register_plain_send(&self, node: &mut Node<T>, waiter: &Waiter) -> Option<WaitResult> {
-        let mut inner = lock(&self.inner);
-        self.publish_send(&mut inner, node, waiter)
-    }
-
-    /// Unlink `node` if still queued; report a completion that raced.
-    pub(crate) fn unregister(&self, node: &Node<T>) -> Option<WaitResult> {
-        let mut inner = lock(&self.inner);
-        Self::unpublish_locked(&mut inner, node)
-    }
-
-    fn publish_recv(&self, inner: &mut Inner<T>, node: &mut Node<T>, waiter: &Waiter) -> Option<WaitResult> {
-        let (result, wake) = self.recv_locked(inner);
-        if let Some(w) = wake {
-            fiber_wake(&w);
-        }
-        match result {
+        let mut wakes = Wakes::new();
+        let mut inner = self.lock();
+        match self.recv_locked(&mut inner, std::ptr::null(), &mut wakes) {
             Try::Done(value) => {
                 node.put_value(value);
                 Some(WaitResult::Ok)
@@ -642,38 +944,60 @@ impl<T> Chan<T> {
         }
     }
 
-    fn publish_send(&self, inner: &mut Inner<T>, node: &mut Node<T>, waiter: &Waiter) -> Option<WaitResult> {
-        if inner.closed || inner.receivers_gone {
-            return Some(WaitResult::Closed);
-        }
-        if node.probe {
-            let receiver_waits = inner.recvq.iter().any(|n| {
-                // SAFETY: under the lock (every caller holds it).
-                let n = unsafe { n.get() };
-                !n.probe && n.is_claimable()
-            });
-            if receiver_waits || self.cap.is_none_or(|cap| inner.buf.len() < cap) {
-                return Some(WaitResult::Ok);
-            }
-        } else {
-            let value = node.take_value().expect("a send node holds its value");
-            match self.send_locked(inner, value) {
-                Ok(wake) => {
-                    if let Some(w) = wake {
-                        fiber_wake(&w);
-                    }
-                    return Some(WaitResult::Ok);
+    fn register_plain_send(&self, node: &mut Node<T>, waiter: &Waiter) -> Option<WaitResult> {
+        let mut wakes = Wakes::new();
+        let mut inner = self.lock();
+        let value = node.take_value().expect("a send node holds its value");
+        match self.send_locked(&mut inner, value, &mut wakes) {
+            Ok(()) => Some(WaitResult::Ok),
+            Err((value, disconnected)) => {
+                node.put_value(value);
+                if disconnected {
+                    return Some(WaitResult::Closed);
                 }
-                Err((value, disconnected)) => {
-                    node.put_value(value);
-                    if disconnected {
-                        return Some(WaitResult::Closed);
+                let before = wakes.count();
+                // A sender now waits: `Select::ready` receive probes learn it.
+                let mut i = 0;
+                while i < inner.recvq.len() {
+                    // SAFETY: under the lock.
+                    let n = unsafe { inner.recvq[i].get() };
+                    if !n.probe {
+                        i += 1;
+                        continue;
+                    }
+                    let probe = inner.recvq.remove(i).expect("index in range");
+                    // SAFETY: as above.
+                    let n = unsafe { probe.get() };
+                    if n.win() {
+                        n.set_state(NodeState::Done);
+                        wakes.push(n.waiter());
+                    } else {
+                        n.set_state(NodeState::Idle);
                     }
                 }
+                self.note(&wakes, before);
+                node.enqueue(&mut inner.sendq, waiter);
+                None
             }
         }
-        node.enqueue(&mut inner.sendq, waiter);
-        None
+    }
+
+    /// Unlink `node` if still queued; report a completion that raced. A
+    /// node reserved by a select's send arm is a committed hand-off: wait
+    /// (yielding) until the value arrives or the reservation is released.
+    ///
+    /// `fiber_may_yield`: false when called from a `publish` (the fiber is
+    /// PARKING and must not yield) or from a node's drop.
+    pub(crate) fn unregister(&self, node: &Node<T>, fiber_may_yield: bool) -> Option<WaitResult> {
+        loop {
+            let mut inner = self.lock();
+            if node.state() == NodeState::Reserved {
+                drop(inner);
+                backoff(fiber_may_yield);
+                continue;
+            }
+            return Self::unpublish_locked(&mut inner, node);
+        }
     }
 
     fn unpublish_locked(inner: &mut Inner<T>, node: &Node<T>) -> Option<WaitResult> {
@@ -692,6 +1016,7 @@ impl<T> Chan<T> {
                 Some(WaitResult::Closed)
             }
             NodeState::Idle => None,
+            NodeState::Reserved => unreachable!("unregister waits out a reservation"),
         }
     }
 }
@@ -701,6 +1026,10 @@ struct SendWait<'a, T>(&'a Chan<T>);
 
 impl<T> Waitable for SendWait<'_, T> {
     type Io = Node<T>;
+
+    fn kind(&self) -> fiber_core::WaitKind {
+        fiber_core::WaitKind::Send
+    }
 
     fn try_complete(&self, node: &mut Node<T>) -> Option<WaitResult> {
         let value = node.take_value()?;
@@ -721,7 +1050,7 @@ impl<T> Waitable for SendWait<'_, T> {
     }
 
     fn unpublish(&self, _: &Waiter, node: &mut Node<T>) -> Option<WaitResult> {
-        self.0.unregister(node)
+        self.0.unregister(node, true)
     }
 }
 
@@ -730,6 +1059,10 @@ struct RecvWait<'a, T>(&'a Chan<T>);
 
 impl<T> Waitable for RecvWait<'_, T> {
     type Io = Node<T>;
+
+    fn kind(&self) -> fiber_core::WaitKind {
+        fiber_core::WaitKind::Recv
+    }
 
     fn try_complete(&self, node: &mut Node<T>) -> Option<WaitResult> {
         match self.0.try_recv() {
@@ -750,6 +1083,39 @@ impl<T> Waitable for RecvWait<'_, T> {
     }
 
     fn unpublish(&self, _: &Waiter, node: &mut Node<T>) -> Option<WaitResult> {
-        self.0.unregister(node)
+        self.0.unregister(node, true)
+    }
+}
+
+#[cfg(all(test, debug_assertions, not(loom)))]
+mod lock_discipline {
+    use super::*;
+
+    fn panics(f: impl FnOnce()) -> String {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("the misuse is caught");
+        err.downcast_ref::<String>().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_wake_flush_under_a_channel_lock_is_caught() {
+        let chan = Chan::<u8>::new(Some(1));
+        let msg = panics(|| {
+            let _held = chan.lock();
+            depth::assert_unlocked("fiber-chan: a wake flush");
+        });
+        assert!(msg.contains("while holding 1 channel lock"), "{msg}");
+        // Released: no complaint.
+        depth::assert_unlocked("fiber-chan: a wake flush");
+    }
+
+    #[test]
+    fn a_wait_under_a_channel_lock_is_caught() {
+        let a = Chan::<u8>::new(Some(0));
+        let b = Chan::<u8>::new(Some(0));
+        let msg = panics(|| {
+            let _held = a.lock();
+            let _ = b.recv(None);
+        });
+        assert!(msg.contains("a wait while holding"), "{msg}");
     }
 }

@@ -101,11 +101,12 @@ impl TimerChan {
 }
 
 /// Wait until `deadline` (or forever): park a fiber, block a thread.
-/// `false` if cancelled first.
+/// `false` if cancelled first (a cancellation point).
 pub(crate) fn sleep_until(deadline: Option<Instant>) -> bool {
     if deadline.is_some_and(|d| d <= Instant::now()) {
         return true;
     }
+    crate::sync::depth::assert_unlocked("fiber-chan: a wait");
     matches!(
         fiber_core::wait_until(deadline, fiber_core::Interrupt::Cancellable),
         WaitResult::TimedOut
@@ -134,6 +135,16 @@ impl<T> Sender<T> {
     /// until a receiver takes the value). In a fiber this parks the fiber;
     /// on a plain thread it blocks the thread. Fails, returning the value,
     /// once the channel is closed or every receiver is gone.
+    ///
+    /// # Cancellation
+    ///
+    /// A cancellation point: a fiber cancelled while it waits gets
+    /// `Err(SendError(value))` with its value, and nothing was sent (a
+    /// hand-off a receiver already committed to completes: then the send
+    /// returns `Ok`). Cancellation never closes the channel. Tell a
+    /// cancelled send from a disconnected channel with
+    /// `fiber::is_cancelled()` (or [`Sender::is_closed`]).
+    #[track_caller]
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
         match self.chan.send(value, None) {
             Ok(()) => Ok(()),
@@ -151,6 +162,7 @@ impl<T> Sender<T> {
     }
 
     /// Send, waiting at most `timeout`.
+    #[track_caller]
     pub fn send_timeout(&self, value: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
         match Instant::now().checked_add(timeout) {
             Some(deadline) => self.send_deadline(value, deadline),
@@ -159,12 +171,13 @@ impl<T> Sender<T> {
     }
 
     /// Send, waiting until `deadline` at most. A fiber cancelled while it
-    /// waits gets `Timeout` (with its value back).
+    /// waits gets `Timeout` (with its value back; see [`Sender::send`]).
+    #[track_caller]
     pub fn send_deadline(&self, value: T, deadline: Instant) -> Result<(), SendTimeoutError<T>> {
         match self.chan.send(value, Some(deadline)) {
             Ok(()) => Ok(()),
-            Err((value, true)) => Err(SendTimeoutError::Disconnected(value)),
-            Err((value, false)) => Err(SendTimeoutError::Timeout(value)),
+            Err((value, WaitResult::Closed)) => Err(SendTimeoutError::Disconnected(value)),
+            Err((value, _)) => Err(SendTimeoutError::Timeout(value)),
         }
     }
 
@@ -208,6 +221,13 @@ impl<T> Sender<T> {
         self.chan.waiting()
     }
 
+    /// Wakes this channel has issued so far (a diagnostic: each parked
+    /// operation woken counts once).
+    #[doc(hidden)]
+    pub fn wakes_issued(&self) -> usize {
+        self.chan.wakes_issued()
+    }
+
     /// Do both handles belong to one channel?
     pub fn same_channel(&self, other: &Sender<T>) -> bool {
         Arc::ptr_eq(&self.chan, &other.chan)
@@ -236,25 +256,33 @@ impl<T> Receiver<T> {
     /// Receive, blocking while the channel is empty and open. In a fiber
     /// this parks the fiber; on a plain thread it blocks the thread. Fails
     /// once the channel is closed and empty.
+    ///
+    /// # Cancellation
+    ///
+    /// A cancellation point (timer and never channels included): a fiber
+    /// cancelled while it waits gets `Err(RecvError)` and took nothing (a
+    /// value a sender already handed over is returned). Cancellation never
+    /// closes the channel; tell the two apart with `fiber::is_cancelled()`
+    /// (or [`Receiver::is_closed`]).
+    #[track_caller]
     pub fn recv(&self) -> Result<T, RecvError> {
         match &self.flavor {
             Flavor::Chan(chan) => chan.recv(None).map_err(|_| RecvError),
             Flavor::Timer(timer, convert) => loop {
-                match timer.due() {
-                    None => {
-                        sleep_until(None);
-                    }
-                    Some(due) => {
-                        sleep_until(Some(due));
-                        if let Some(at) = timer.try_take(Instant::now()) {
-                            return Ok(convert(at));
-                        }
-                    }
+                // Wait for the due instant (forever when exhausted); a
+                // cancellation ends the receive.
+                if !sleep_until(timer.due()) {
+                    return Err(RecvError);
+                }
+                if let Some(at) = timer.try_take(Instant::now()) {
+                    return Ok(convert(at));
                 }
             },
-            Flavor::Never => loop {
-                sleep_until(None);
-            },
+            Flavor::Never => {
+                let cancelled = !sleep_until(None);
+                debug_assert!(cancelled, "a wait without a deadline ends only by cancellation");
+                Err(RecvError)
+            }
         }
     }
 
@@ -272,6 +300,7 @@ impl<T> Receiver<T> {
     }
 
     /// Receive, waiting at most `timeout`.
+    #[track_caller]
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         match Instant::now().checked_add(timeout) {
             Some(deadline) => self.recv_deadline(deadline),
@@ -281,23 +310,26 @@ impl<T> Receiver<T> {
 
     /// Receive, waiting until `deadline` at most. A fiber cancelled while it
     /// waits gets `Timeout`.
+    #[track_caller]
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
         match &self.flavor {
-            Flavor::Chan(chan) => chan.recv(Some(deadline)).map_err(|disconnected| {
-                if disconnected {
+            Flavor::Chan(chan) => chan.recv(Some(deadline)).map_err(|why| {
+                if why == WaitResult::Closed {
                     RecvTimeoutError::Disconnected
                 } else {
                     RecvTimeoutError::Timeout
                 }
             }),
-            Flavor::Timer(timer, convert) => {
+            Flavor::Timer(timer, convert) => loop {
                 let until = timer.due().map_or(deadline, |due| due.min(deadline));
-                sleep_until(Some(until));
-                timer
-                    .try_take(Instant::now())
-                    .map(convert)
-                    .ok_or(RecvTimeoutError::Timeout)
-            }
+                let cancelled = !sleep_until(Some(until));
+                if let Some(at) = timer.try_take(Instant::now()) {
+                    return Ok(convert(at));
+                }
+                if cancelled || Instant::now() >= deadline {
+                    return Err(RecvTimeoutError::Timeout);
+                }
+            },
             Flavor::Never => {
                 sleep_until(Some(deadline));
                 Err(RecvTimeoutError::Timeout)
@@ -305,7 +337,8 @@ impl<T> Receiver<T> {
         }
     }
 
-    /// A blocking iterator: yields until the channel is closed and empty.
+    /// A blocking iterator: yields until the channel is closed and empty
+    /// (or the fiber is cancelled: each step is a [`Receiver::recv`]).
     pub fn iter(&self) -> Iter<'_, T> {
         Iter { receiver: self }
     }

@@ -39,5 +39,8 @@ pub use error::{
 };
 pub use select::{Select, SelectedOperation};
 
+#[doc(hidden)]
+pub use macros::__Arm;
+
 #[cfg(all(test, loom))]
 mod tests;

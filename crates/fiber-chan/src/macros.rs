@@ -1,10 +1,10 @@
-//! The `select!` macro (crossbeam-channel's syntax).
+//! The `select!` and `select_biased!` macros (crossbeam-channel's syntax).
 
 /// Wait on several channel operations and run the arm of the one that
 /// completes; when several are ready, one is picked at random.
 ///
 /// ```
-/// use fiber_chan::{bounded, select, unbounded};
+/// use fiber_chan::{after, bounded, never, select, unbounded};
 /// use std::time::Duration;
 ///
 /// let (s1, r1) = unbounded();
@@ -16,140 +16,223 @@
 ///     send(s2, 2) -> res => assert_eq!(res, Ok(())),
 ///     default(Duration::from_secs(1)) => panic!("both were ready"),
 /// }
+///
+/// // Receivers made in the arm, and an arm that replaces its receiver.
+/// let timeout: Option<Duration> = None;
+/// let mut r = r2;
+/// select! {
+///     recv(r) -> _ => r = never(),
+///     recv(timeout.map(after).unwrap_or_else(never)) -> _ => unreachable!(),
+/// }
+/// assert!(r.try_recv().is_err());
 /// ```
 ///
 /// Arms: `recv(receiver) -> result => body`, `send(sender, value) -> result
-/// => body` (the value is evaluated on entry, as in Go, and sent only if
-/// that arm is selected), and at most one `default => body` (run if nothing
-/// is ready now) or `default(timeout) => body` (run if nothing completes in
-/// time). Without a default, `select!` waits; with no operations and no
-/// default it panics (it could never return).
+/// => body`, and at most one `default => body` (run if nothing is ready
+/// now) or `default(timeout) => body` (run if nothing completes in time).
+/// Without a default, `select!` waits; with no operations and no default it
+/// panics (it could never return).
+///
+/// As in crossbeam: the operands (`receiver`, `sender`) are evaluated once,
+/// in order, and borrowed only while selecting, so a body may reassign or
+/// drop them; a send arm's `value` is evaluated only if that arm is
+/// selected (a receiver or buffer slot is reserved for it first, so the
+/// send then cannot block or lose the value).
+///
+/// Cancellation: see [`Select`](crate::Select#cancellation); a cancelled
+/// blocking `select!` runs its first channel arm with a failed result.
 #[macro_export]
 macro_rules! select {
     ($($tokens:tt)*) => {
-        $crate::__select_internal!(@parse () () $($tokens)*)
+        $crate::__select_internal!(@parse new () () $($tokens)*)
     };
+}
+
+/// [`select!`] that, when several operations are ready, picks the first in
+/// the order written (crossbeam-channel's `select_biased!`).
+///
+/// ```
+/// use fiber_chan::{select_biased, unbounded};
+///
+/// let (s1, r1) = unbounded();
+/// let (s2, r2) = unbounded();
+/// s1.send(1).unwrap();
+/// s2.send(2).unwrap();
+/// let first = select_biased! {
+///     recv(r1) -> v => v.unwrap(),
+///     recv(r2) -> v => v.unwrap(),
+/// };
+/// assert_eq!(first, 1);
+/// ```
+#[macro_export]
+macro_rules! select_biased {
+    ($($tokens:tt)*) => {
+        $crate::__select_internal!(@parse new_biased () () $($tokens)*)
+    };
+}
+
+/// One arm's result inside the expansion of `select!` (not public API).
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum __Arm<A, B> {
+    /// This arm.
+    This(A),
+    /// A later arm.
+    Next(B),
 }
 
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __select_internal {
-    // ---- parsing: (@parse (arms) (default) tokens) ----
-    (@parse ($($arms:tt)*) ($($def:tt)*)) => {
-        $crate::__select_internal!(@emit ($($arms)*) ($($def)*))
+    // ---- parsing: (@parse ctor (arms) (default) tokens) ----
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*)) => {
+        $crate::__select_internal!(@emit $new ($($arms)*) ($($def)*))
     };
-    (@parse ($($arms:tt)*) ($($def:tt)*) , $($rest:tt)*) => {
-        $crate::__select_internal!(@parse ($($arms)*) ($($def)*) $($rest)*)
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) , $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) ($($def)*) $($rest)*)
     };
-    (@parse ($($arms:tt)*) ($($def:tt)*) recv($r:expr) -> $p:pat => $body:block $($rest:tt)*) => {
-        $crate::__select_internal!(@parse ($($arms)* [recv handle index ($r) ($p) ($body)]) ($($def)*) $($rest)*)
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) recv($r:expr) -> $p:pat => $body:block $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)* [recv __h __i ($r) ($p) ($body)]) ($($def)*) $($rest)*)
     };
-    (@parse ($($arms:tt)*) ($($def:tt)*) recv($r:expr) -> $p:pat => $body:expr , $($rest:tt)*) => {
-        $crate::__select_internal!(@parse ($($arms)* [recv handle index ($r) ($p) ($body)]) ($($def)*) $($rest)*)
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) recv($r:expr) -> $p:pat => $body:expr , $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)* [recv __h __i ($r) ($p) ($body)]) ($($def)*) $($rest)*)
     };
-    (@parse ($($arms:tt)*) ($($def:tt)*) recv($r:expr) -> $p:pat => $body:expr) => {
-        $crate::__select_internal!(@parse ($($arms)* [recv handle index ($r) ($p) ($body)]) ($($def)*))
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) recv($r:expr) -> $p:pat => $body:expr) => {
+        $crate::__select_internal!(@parse $new ($($arms)* [recv __h __i ($r) ($p) ($body)]) ($($def)*))
     };
-    (@parse ($($arms:tt)*) ($($def:tt)*) send($s:expr, $v:expr) -> $p:pat => $body:block $($rest:tt)*) => {
-        $crate::__select_internal!(@parse ($($arms)* [send handle index ($s, $v) ($p) ($body)]) ($($def)*) $($rest)*)
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) send($s:expr, $v:expr) -> $p:pat => $body:block $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)* [send __h __i ($s, $v) ($p) ($body)]) ($($def)*) $($rest)*)
     };
-    (@parse ($($arms:tt)*) ($($def:tt)*) send($s:expr, $v:expr) -> $p:pat => $body:expr , $($rest:tt)*) => {
-        $crate::__select_internal!(@parse ($($arms)* [send handle index ($s, $v) ($p) ($body)]) ($($def)*) $($rest)*)
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) send($s:expr, $v:expr) -> $p:pat => $body:expr , $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)* [send __h __i ($s, $v) ($p) ($body)]) ($($def)*) $($rest)*)
     };
-    (@parse ($($arms:tt)*) ($($def:tt)*) send($s:expr, $v:expr) -> $p:pat => $body:expr) => {
-        $crate::__select_internal!(@parse ($($arms)* [send handle index ($s, $v) ($p) ($body)]) ($($def)*))
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) send($s:expr, $v:expr) -> $p:pat => $body:expr) => {
+        $crate::__select_internal!(@parse $new ($($arms)* [send __h __i ($s, $v) ($p) ($body)]) ($($def)*))
     };
-    (@parse ($($arms:tt)*) () default => $body:block $($rest:tt)*) => {
-        $crate::__select_internal!(@parse ($($arms)*) (now ($body)) $($rest)*)
+    (@parse $new:ident ($($arms:tt)*) () default => $body:block $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) (now ($body)) $($rest)*)
     };
-    (@parse ($($arms:tt)*) () default => $body:expr , $($rest:tt)*) => {
-        $crate::__select_internal!(@parse ($($arms)*) (now ($body)) $($rest)*)
+    (@parse $new:ident ($($arms:tt)*) () default => $body:expr , $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) (now ($body)) $($rest)*)
     };
-    (@parse ($($arms:tt)*) () default => $body:expr) => {
-        $crate::__select_internal!(@parse ($($arms)*) (now ($body)))
+    (@parse $new:ident ($($arms:tt)*) () default => $body:expr) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) (now ($body)))
     };
-    (@parse ($($arms:tt)*) () default($t:expr) => $body:block $($rest:tt)*) => {
-        $crate::__select_internal!(@parse ($($arms)*) (after ($t) ($body)) $($rest)*)
+    (@parse $new:ident ($($arms:tt)*) () default($t:expr) => $body:block $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) (after ($t) ($body)) $($rest)*)
     };
-    (@parse ($($arms:tt)*) () default($t:expr) => $body:expr , $($rest:tt)*) => {
-        $crate::__select_internal!(@parse ($($arms)*) (after ($t) ($body)) $($rest)*)
+    (@parse $new:ident ($($arms:tt)*) () default($t:expr) => $body:expr , $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) (after ($t) ($body)) $($rest)*)
     };
-    (@parse ($($arms:tt)*) () default($t:expr) => $body:expr) => {
-        $crate::__select_internal!(@parse ($($arms)*) (after ($t) ($body)))
+    (@parse $new:ident ($($arms:tt)*) () default($t:expr) => $body:expr) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) (after ($t) ($body)))
     };
-    (@parse ($($arms:tt)*) ($($def:tt)+) default $($rest:tt)*) => {
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)+) default $($rest:tt)*) => {
         compile_error!("select! takes at most one `default` arm")
     };
-    (@parse ($($arms:tt)*) ($($def:tt)*) $($rest:tt)+) => {
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) $($rest:tt)+) => {
         compile_error!("select! arms are `recv(r) -> res => body`, `send(s, v) -> res => body`, `default => body` or `default(timeout) => body`")
     };
 
     // ---- code generation ----
-    (@emit ($($arms:tt)*) ($($def:tt)*)) => {{
-        let mut __select = $crate::Select::new();
-        $crate::__select_internal!(@register __select $($arms)*);
-        $crate::__select_internal!(@run __select ($($arms)*) ($($def)*))
+    // The operands are borrowed inside an inner block that yields the
+    // selected arm's result (`__Arm` chain, or `None` for the default);
+    // the bodies run after it, with every borrow released.
+    (@emit $new:ident ($([$kind:ident $h:ident $i:ident $operands:tt $p:tt $body:tt])*) ($($def:tt)*)) => {{
+        #[allow(unreachable_code, clippy::diverging_sub_expression)]
+        let __outcome = {
+            // Operands first, in order (temporaries made here live to the
+            // end of this block, longer than the select that borrows them).
+            $( $crate::__select_internal!(@operand $kind $h $operands); )*
+            let mut __select = $crate::Select::$new();
+            $( let $i = $crate::__select_internal!(@add __select $kind $h); )*
+            $crate::__select_internal!(@run __select ($([$kind $h $i $operands $p $body])*) ($($def)*))
+        };
+        $crate::__select_internal!(@bodies __outcome ($([$kind $h $i $operands $p $body])*) ($($def)*))
     }};
 
-    (@register $sel:ident) => {};
-    (@register $sel:ident [recv $h:ident $i:ident ($r:expr) ($p:pat) ($body:expr)] $($rest:tt)*) => {
-        let $h = &$r;
-        let $i = $sel.recv($h);
-        $crate::__select_internal!(@register $sel $($rest)*);
-    };
-    (@register $sel:ident [send $h:ident $i:ident ($s:expr, $v:expr) ($p:pat) ($body:expr)] $($rest:tt)*) => {
-        let $h = &$s;
-        let $i = $sel.send_value($h, $v);
-        $crate::__select_internal!(@register $sel $($rest)*);
-    };
+    (@operand recv $h:ident ($r:expr)) => { let $h = &$r; };
+    (@operand send $h:ident ($s:expr, $v:expr)) => { let $h = &$s; };
+    (@add $sel:ident recv $h:ident) => { $sel.recv($h) };
+    (@add $sel:ident send $h:ident) => { $sel.send($h) };
 
+    // (Each result is bound to a local before the block ends, so no
+    // temporary borrowing the select outlives it.)
     (@run $sel:ident ($($arms:tt)*) ()) => {{
         let __oper = $sel.select();
         let __index = __oper.index();
-        $crate::__select_internal!(@dispatch __oper __index $($arms)*)
+        let __result = ::std::option::Option::Some($crate::__select_internal!(@dispatch __oper __index $($arms)*));
+        __result
     }};
-    (@run $sel:ident ($($arms:tt)*) (now ($default:expr))) => {
-        match $sel.try_select() {
+    (@run $sel:ident ($($arms:tt)*) (now ($default:expr))) => {{
+        let __selected = $sel.try_select();
+        let __result = match __selected {
             ::std::result::Result::Ok(__oper) => {
                 let __index = __oper.index();
-                $crate::__select_internal!(@dispatch __oper __index $($arms)*)
+                ::std::option::Option::Some($crate::__select_internal!(@dispatch __oper __index $($arms)*))
             }
-            ::std::result::Result::Err(_) => {
-                drop($sel);
-                $default
+            ::std::result::Result::Err(_) => ::std::option::Option::None,
+        };
+        __result
+    }};
+    (@run $sel:ident ($($arms:tt)*) (after ($t:expr) ($default:expr))) => {{
+        let __selected = $sel.select_timeout($t);
+        let __result = match __selected {
+            ::std::result::Result::Ok(__oper) => {
+                let __index = __oper.index();
+                ::std::option::Option::Some($crate::__select_internal!(@dispatch __oper __index $($arms)*))
             }
+            ::std::result::Result::Err(_) => ::std::option::Option::None,
+        };
+        __result
+    }};
+
+    (@dispatch $o:ident $idx:ident) => {{
+        ::std::mem::forget($o);
+        unreachable!("select! returned an operation it did not register")
+    }};
+    (@dispatch $o:ident $idx:ident [recv $h:ident $i:ident ($r:expr) $p:tt $body:tt] $($rest:tt)*) => {
+        if $idx == $i {
+            $crate::__Arm::This($o.recv($h))
+        } else {
+            $crate::__Arm::Next($crate::__select_internal!(@dispatch $o $idx $($rest)*))
         }
     };
-    (@run $sel:ident ($($arms:tt)*) (after ($t:expr) ($default:expr))) => {
-        match $sel.select_timeout($t) {
-            ::std::result::Result::Ok(__oper) => {
-                let __index = __oper.index();
-                $crate::__select_internal!(@dispatch __oper __index $($arms)*)
-            }
-            ::std::result::Result::Err(_) => {
-                drop($sel);
-                $default
-            }
+    (@dispatch $o:ident $idx:ident [send $h:ident $i:ident ($s:expr, $v:expr) $p:tt $body:tt] $($rest:tt)*) => {
+        if $idx == $i {
+            // The value is evaluated only now, for the selected arm.
+            $crate::__Arm::This($o.send($h, $v))
+        } else {
+            $crate::__Arm::Next($crate::__select_internal!(@dispatch $o $idx $($rest)*))
         }
     };
 
-    (@dispatch $o:ident $idx:ident) => {
-        unreachable!("select! returned an operation it did not register")
-    };
-    (@dispatch $o:ident $idx:ident [recv $h:ident $i:ident ($r:expr) ($p:pat) ($body:expr)] $($rest:tt)*) => {
-        if $idx == $i {
-            let $p = $o.recv($h);
-            $body
-        } else {
-            $crate::__select_internal!(@dispatch $o $idx $($rest)*)
+    (@bodies $out:ident ($($arms:tt)*) ()) => {
+        match $out {
+            ::std::option::Option::Some(__chain) => $crate::__select_internal!(@arm __chain $($arms)*),
+            ::std::option::Option::None => unreachable!("a blocking select returns an operation"),
         }
     };
-    (@dispatch $o:ident $idx:ident [send $h:ident $i:ident ($s:expr, $v:expr) ($p:pat) ($body:expr)] $($rest:tt)*) => {
-        if $idx == $i {
-            let $p = $o.send_result($h);
-            $body
-        } else {
-            $crate::__select_internal!(@dispatch $o $idx $($rest)*)
+    (@bodies $out:ident ($($arms:tt)*) (now ($default:expr))) => {
+        match $out {
+            ::std::option::Option::Some(__chain) => $crate::__select_internal!(@arm __chain $($arms)*),
+            ::std::option::Option::None => $default,
+        }
+    };
+    (@bodies $out:ident ($($arms:tt)*) (after ($t:expr) ($default:expr))) => {
+        match $out {
+            ::std::option::Option::Some(__chain) => $crate::__select_internal!(@arm __chain $($arms)*),
+            ::std::option::Option::None => $default,
+        }
+    };
+
+    (@arm $chain:ident) => {
+        unreachable!("select! returned an operation it did not register")
+    };
+    (@arm $chain:ident [$kind:ident $h:ident $i:ident $operands:tt ($p:pat) ($body:expr)] $($rest:tt)*) => {
+        match $chain {
+            $crate::__Arm::This($p) => $body,
+            $crate::__Arm::Next(__chain) => $crate::__select_internal!(@arm __chain $($rest)*),
         }
     };
 }

@@ -3,233 +3,432 @@
 //!
 //! # Protocol
 //!
-//! 1. Try every operation once, starting at a random one (fairness).
-//! 2. Otherwise publish one node per operation, all in one select group,
-//!    and park. A peer that claims any node must first win the group by CAS
-//!    (one winner per select, chosen before any wake); it skips nodes of a
-//!    select that already has a winner.
-//! 3. After waking, unlink every node from every channel (losers included)
-//!    before returning; the winner's result is read under its channel lock.
+//! 1. Try every operation once, from a random start (in order when biased).
+//!    A receive takes its value; a send *reserves* (a parked receiver or a
+//!    buffer slot) and its value is produced only afterwards, by
+//!    [`SelectedOperation::send`].
+//! 2. Otherwise publish one node per channel operation, all in one select
+//!    group, and park (a cancellation point). A peer that claims any node
+//!    must first win the group by CAS (one winner per select, chosen before
+//!    any transfer and any wake); it skips nodes of a select that already
+//!    has a winner, and a select never claims its own nodes. Send arms
+//!    publish probes: a receiver claiming one only wakes the select, which
+//!    then reserves.
+//! 3. After waking, unlink every node from every channel; the winner is the
+//!    group's CAS winner and nothing else: an operation that did not win
+//!    never consumes (timer arms have no node; they are read in step 1 of
+//!    the next round).
 
-use crate::chan::{Node, Reg, SelectGroup};
-use crate::channel::{sleep_until, Flavor, Receiver, Sender, TimerChan};
-use crate::error::{RecvError, SelectTimeoutError, SendError, TryRecvError, TrySelectError};
+use crate::chan::{Node, Reg, Reservation, SelectGroup};
+use crate::channel::{sleep_until, Flavor, Receiver, Sender};
+use crate::error::{ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryRecvError, TrySelectError};
 use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use smallvec::SmallVec;
 use std::cell::Cell;
 use std::fmt;
+use std::mem::{align_of, size_of, MaybeUninit};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One operation of a select, type-erased.
-trait Operation {
-    /// Complete now if possible (with `ready_only`, only check readiness).
-    fn try_now(&mut self, ready_only: bool) -> bool;
-    /// Publish a node for the parked phase.
-    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg;
-    /// Unlink the node; `true` if a peer completed the operation.
-    fn unregister(&mut self) -> bool;
-    /// A timer deadline this operation needs a wake-up for.
-    fn deadline(&self) -> Option<Instant>;
-    /// The channel's address (to check `SelectedOperation::recv` / `send`).
+/// Operations kept inline in a [`Select`] (more spill to the heap).
+const INLINE_OPS: usize = 8;
+
+/// Untyped storage for one operation's outcome: a received value (inline
+/// if it fits, else boxed) or a send reservation (one word).
+type Slot = [MaybeUninit<u64>; 4];
+
+const fn fits<T>() -> bool {
+    size_of::<T>() <= size_of::<Slot>() && align_of::<T>() <= align_of::<Slot>()
+}
+
+/// # Safety
+///
+/// The slot holds no value (nothing is overwritten without a drop).
+unsafe fn slot_put<T>(slot: &mut Slot, value: T) {
+    let p = slot.as_mut_ptr();
+    if fits::<T>() {
+        // SAFETY: `T` fits the slot's size and alignment (checked above).
+        unsafe { p.cast::<T>().write(value) }
+    } else {
+        // SAFETY: a `Box` is one word, which fits.
+        unsafe { p.cast::<Box<T>>().write(Box::new(value)) }
+    }
+}
+
+/// # Safety
+///
+/// The slot holds a `T` written by `slot_put::<T>`; it is taken once.
+unsafe fn slot_take<T>(slot: &mut Slot) -> T {
+    let p = slot.as_ptr();
+    if fits::<T>() {
+        // SAFETY: see the function's contract.
+        unsafe { p.cast::<T>().read() }
+    } else {
+        // SAFETY: as above (boxed by `slot_put`).
+        *unsafe { p.cast::<Box<T>>().read() }
+    }
+}
+
+/// What an operation's slot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    /// Nothing (not selected, or a send arm woken that still has to
+    /// reserve).
+    Empty,
+    /// A received value of the receiver's type.
+    Value,
+    /// The receive failed (disconnected, or the select was cancelled).
+    RecvFailed,
+    /// A send reservation (`Reservation::into_raw`).
+    Reserved,
+    /// The send fails (disconnected, or the select was cancelled).
+    SendFailed,
+    /// Ready (`Select::ready`); nothing taken.
+    Ready,
+}
+
+/// The receive side of a select operation, untyped (implemented by
+/// `Receiver<T>`; the value moves through a [`Slot`]).
+trait RecvHandle {
+    /// Take a value now: `Value` (in `slot`), `RecvFailed` or `Empty`.
+    fn try_take(&self, slot: &mut Slot) -> Status;
+    fn is_ready(&self) -> bool;
+    fn timer_due(&self) -> Option<Instant>;
     fn addr(&self) -> usize;
-    /// Is this a send operation?
-    fn is_send(&self) -> bool;
+    fn is_channel(&self) -> bool;
+    /// # Safety
+    ///
+    /// `slot` holds a value taken by this handle.
+    unsafe fn drop_value(&self, slot: &mut Slot);
+    /// The parked-phase operation (one allocation, only when parking).
+    fn parked(&self) -> Box<dyn Parked + '_>;
 }
 
-struct RecvOp<'a, T> {
-    receiver: &'a Receiver<T>,
-    node: Option<Node<T>>,
-    result: Option<Result<T, RecvError>>,
+/// The send side of a select operation, untyped (implemented by
+/// `Sender<T>`).
+trait SendHandle {
+    /// Reserve now: `Reserved` (in `slot`), `SendFailed` or `Empty`.
+    fn try_reserve(&self, group: &SelectGroup, slot: &mut Slot) -> Status;
+    fn is_ready(&self) -> bool;
+    fn addr(&self) -> usize;
+    /// # Safety
+    ///
+    /// `slot` holds a reservation made by this handle.
+    unsafe fn release(&self, slot: &mut Slot);
+    fn parked(&self) -> Box<dyn Parked + '_>;
 }
 
-impl<T> Operation for RecvOp<'_, T> {
-    fn try_now(&mut self, ready_only: bool) -> bool {
-        if ready_only {
-            return match &self.receiver.flavor {
-                Flavor::Chan(chan) => chan.is_recv_ready(),
-                Flavor::Timer(timer, _) => timer.due().is_some_and(|d| d <= Instant::now()),
-                Flavor::Never => false,
-            };
-        }
-        match self.receiver.try_recv() {
-            Ok(value) => self.result = Some(Ok(value)),
-            Err(TryRecvError::Disconnected) => self.result = Some(Err(RecvError)),
-            Err(TryRecvError::Empty) => return false,
-        }
-        true
-    }
+/// An operation's node for the parked phase.
+trait Parked {
+    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg;
+    /// Unlink the node; what a peer did to it, if anything
+    /// (`fiber_may_yield`: see `Chan::unregister`).
+    fn unregister(&mut self, fiber_may_yield: bool) -> Option<WaitResult>;
+    /// This operation won with `result`: move its outcome into `slot`.
+    fn finish(&mut self, result: WaitResult, slot: &mut Slot) -> Status;
+}
 
-    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg {
-        let Flavor::Chan(chan) = &self.receiver.flavor else {
-            return Reg::Queued;
-        };
-        let node = self.node.insert(Node::for_select(chan, None, ready_only, group, index));
-        let reg = chan.register_recv(node, waiter);
-        if let Reg::Completed(result) = reg {
-            self.finish(result);
-        }
-        reg
-    }
-
-    fn unregister(&mut self) -> bool {
-        let Flavor::Chan(chan) = &self.receiver.flavor else {
-            return self.timer_fired();
-        };
-        let Some(node) = self.node.as_mut() else { return false };
-        match chan.unregister(node) {
-            Some(result) => {
-                self.finish(result);
-                true
+impl<T> RecvHandle for Receiver<T> {
+    fn try_take(&self, slot: &mut Slot) -> Status {
+        match self.try_recv() {
+            Ok(value) => {
+                // SAFETY: callers pass an empty slot (`Op::release` first).
+                unsafe { slot_put(slot, value) };
+                Status::Value
             }
-            None => false,
+            Err(TryRecvError::Disconnected) => Status::RecvFailed,
+            Err(TryRecvError::Empty) => Status::Empty,
         }
     }
 
-    fn deadline(&self) -> Option<Instant> {
-        match &self.receiver.flavor {
+    fn is_ready(&self) -> bool {
+        match &self.flavor {
+            Flavor::Chan(chan) => chan.is_recv_ready(),
+            Flavor::Timer(timer, _) => timer.due().is_some_and(|d| d <= Instant::now()),
+            Flavor::Never => false,
+        }
+    }
+
+    fn timer_due(&self) -> Option<Instant> {
+        match &self.flavor {
             Flavor::Timer(timer, _) => timer.due(),
             _ => None,
         }
     }
 
     fn addr(&self) -> usize {
-        self.receiver.addr()
+        Receiver::addr(self)
     }
 
-    fn is_send(&self) -> bool {
-        false
-    }
-}
-
-impl<T> RecvOp<'_, T> {
-    fn finish(&mut self, result: WaitResult) {
-        let value = self.node.as_mut().and_then(|n| n.take_value());
-        self.result = Some(match (result, value) {
-            (WaitResult::Ok, Some(value)) => Ok(value),
-            _ => Err(RecvError),
-        });
+    fn is_channel(&self) -> bool {
+        matches!(self.flavor, Flavor::Chan(_))
     }
 
-    fn timer_fired(&mut self) -> bool {
-        if let Flavor::Timer(timer, convert) = &self.receiver.flavor {
-            if let Some(at) = TimerChan::try_take(timer, Instant::now()) {
-                self.result = Some(Ok(convert(at)));
-                return true;
-            }
-        }
-        false
+    unsafe fn drop_value(&self, slot: &mut Slot) {
+        // SAFETY: see the trait's contract.
+        drop(unsafe { slot_take::<T>(slot) });
+    }
+
+    fn parked(&self) -> Box<dyn Parked + '_> {
+        Box::new(ParkedRecv {
+            receiver: self,
+            node: None,
+        })
     }
 }
 
-struct SendOp<'a, T> {
-    sender: &'a Sender<T>,
-    /// `Some` for the macro (the value is sent iff selected); `None` for a
-    /// readiness probe (the dynamic API sends after selection).
-    value: Option<T>,
-    probe: bool,
-    node: Option<Node<T>>,
-    result: Option<Result<(), SendError<T>>>,
-}
-
-impl<T> Operation for SendOp<'_, T> {
-    fn try_now(&mut self, ready_only: bool) -> bool {
-        if self.probe || ready_only {
-            if self.sender.chan.is_send_ready() {
-                self.result = Some(Ok(()));
-                return true;
+impl<T> SendHandle for Sender<T> {
+    fn try_reserve(&self, group: &SelectGroup, slot: &mut Slot) -> Status {
+        match self.chan.try_reserve(group) {
+            Ok(Some(reservation)) => {
+                // SAFETY: callers pass an empty slot; a word fits.
+                unsafe { slot_put(slot, reservation.into_raw()) };
+                Status::Reserved
             }
-            return false;
-        }
-        let value = self
-            .value
-            .take()
-            .expect("a send operation holds its value until selected");
-        match self.sender.try_send(value) {
-            Ok(()) => self.result = Some(Ok(())),
-            Err(crate::TrySendError::Disconnected(value)) => self.result = Some(Err(SendError(value))),
-            Err(crate::TrySendError::Full(value)) => {
-                self.value = Some(value);
-                return false;
-            }
-        }
-        true
-    }
-
-    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg {
-        let chan = &self.sender.chan;
-        let probe = self.probe || ready_only;
-        let value = if probe { None } else { self.value.take() };
-        let node = self.node.insert(Node::for_select(chan, value, probe, group, index));
-        let reg = chan.register_send(node, waiter);
-        match reg {
-            Reg::Completed(result) => self.finish(result),
-            Reg::Lost | Reg::Retry => self.value = node.take_value(),
-            Reg::Queued => {}
-        }
-        reg
-    }
-
-    fn unregister(&mut self) -> bool {
-        let Some(node) = self.node.as_mut() else { return false };
-        let outcome = self.sender.chan.unregister(node);
-        match outcome {
-            Some(result) => {
-                self.finish(result);
-                true
-            }
-            None => {
-                self.value = self.node.as_mut().and_then(|n| n.take_value());
-                false
-            }
+            Ok(None) => Status::Empty,
+            Err(()) => Status::SendFailed,
         }
     }
 
-    fn deadline(&self) -> Option<Instant> {
-        None
+    fn is_ready(&self) -> bool {
+        self.chan.is_send_ready()
     }
 
     fn addr(&self) -> usize {
-        Arc::as_ptr(&self.sender.chan) as *const () as usize
+        Arc::as_ptr(&self.chan) as *const () as usize
     }
 
-    fn is_send(&self) -> bool {
-        true
+    unsafe fn release(&self, slot: &mut Slot) {
+        // SAFETY: see the trait's contract: the word is a `Reservation<T>`
+        // of this channel.
+        let reservation = unsafe { Reservation::<T>::from_raw(slot_take::<usize>(slot)) };
+        self.chan.release_reservation(reservation);
+    }
+
+    fn parked(&self) -> Box<dyn Parked + '_> {
+        Box::new(ParkedSend {
+            sender: self,
+            node: None,
+        })
     }
 }
 
-impl<T> SendOp<'_, T> {
+struct ParkedRecv<'r, T> {
+    receiver: &'r Receiver<T>,
+    node: Option<Node<T>>,
+}
+
+impl<T> Parked for ParkedRecv<'_, T> {
+    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg {
+        let Flavor::Chan(chan) = &self.receiver.flavor else {
+            return Reg::Queued;
+        };
+        let node = self.node.insert(Node::for_select(chan, ready_only, group, index));
+        chan.register_recv(node, waiter)
+    }
+
+    fn unregister(&mut self, fiber_may_yield: bool) -> Option<WaitResult> {
+        let Flavor::Chan(chan) = &self.receiver.flavor else {
+            return None;
+        };
+        chan.unregister(self.node.as_ref()?, fiber_may_yield)
+    }
+
+    fn finish(&mut self, result: WaitResult, slot: &mut Slot) -> Status {
+        match (result, self.node.as_mut().and_then(|n| n.take_value())) {
+            (WaitResult::Ok, Some(value)) => {
+                // SAFETY: a winning operation's slot is empty (released
+                // before each run).
+                unsafe { slot_put(slot, value) };
+                Status::Value
+            }
+            // A readiness probe (`Select::ready`) takes nothing.
+            (WaitResult::Ok, None) => Status::Ready,
+            _ => Status::RecvFailed,
+        }
+    }
+}
+
+struct ParkedSend<'r, T> {
+    sender: &'r Sender<T>,
+    node: Option<Node<T>>,
+}
+
+impl<T> Parked for ParkedSend<'_, T> {
+    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, _: bool) -> Reg {
+        let chan = &self.sender.chan;
+        let node = self.node.insert(Node::for_select(chan, true, group, index));
+        chan.register_send(node, waiter)
+    }
+
+    fn unregister(&mut self, fiber_may_yield: bool) -> Option<WaitResult> {
+        self.sender.chan.unregister(self.node.as_ref()?, fiber_may_yield)
+    }
+
+    fn finish(&mut self, result: WaitResult, _: &mut Slot) -> Status {
+        // The probe fired: the send can proceed (it reserves next), or the
+        // channel is disconnected.
+        if result == WaitResult::Ok {
+            Status::Empty
+        } else {
+            Status::SendFailed
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Handle<'a> {
+    Recv(&'a (dyn RecvHandle + 'a)),
+    Send(&'a (dyn SendHandle + 'a)),
+    Removed,
+}
+
+/// One operation of a select.
+struct Op<'a> {
+    handle: Handle<'a>,
+    status: Status,
+    slot: Slot,
+    parked: Option<Box<dyn Parked + 'a>>,
+}
+
+impl<'a> Op<'a> {
+    fn new(handle: Handle<'a>) -> Op<'a> {
+        Op {
+            handle,
+            status: Status::Empty,
+            slot: [MaybeUninit::uninit(); 4],
+            parked: None,
+        }
+    }
+
+    /// Complete now if possible (a send reserves); with `ready_only`, only
+    /// check readiness.
+    fn try_now(&mut self, group: &SelectGroup, ready_only: bool) -> bool {
+        debug_assert_eq!(self.status, Status::Empty);
+        self.status = match self.handle {
+            Handle::Recv(h) if ready_only => {
+                if h.is_ready() {
+                    Status::Ready
+                } else {
+                    Status::Empty
+                }
+            }
+            Handle::Send(h) if ready_only => {
+                if h.is_ready() {
+                    Status::Ready
+                } else {
+                    Status::Empty
+                }
+            }
+            Handle::Recv(h) => h.try_take(&mut self.slot),
+            Handle::Send(h) => h.try_reserve(group, &mut self.slot),
+            Handle::Removed => Status::Empty,
+        };
+        self.status != Status::Empty
+    }
+
+    /// Publish a node for the parked phase (timers and `never`: none).
+    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg {
+        let parked = match (&mut self.parked, self.handle) {
+            (Some(p), _) => p,
+            (slot @ None, Handle::Recv(h)) => slot.insert(h.parked()),
+            (slot @ None, Handle::Send(h)) => slot.insert(h.parked()),
+            (None, Handle::Removed) => return Reg::Queued,
+        };
+        parked.register(group, index, waiter, ready_only)
+    }
+
+    fn unregister(&mut self, fiber_may_yield: bool) -> Option<WaitResult> {
+        self.parked.as_mut()?.unregister(fiber_may_yield)
+    }
+
     fn finish(&mut self, result: WaitResult) {
-        let leftover = self
-            .node
-            .as_mut()
-            .and_then(|n| n.take_value())
-            .or_else(|| self.value.take());
-        self.result = Some(match result {
-            WaitResult::Ok => Ok(()),
-            _ => Err(SendError(leftover.expect("a failed send keeps its value"))),
-        });
-        // A probe has no value; a failed probe reports readiness anyway.
+        let parked = self.parked.as_mut().expect("a winner has a node");
+        self.status = parked.finish(result, &mut self.slot);
+    }
+
+    fn settled(&self) -> bool {
+        self.status != Status::Empty
+    }
+
+    /// The select was cancelled and picked this operation: it fails.
+    fn fail(&mut self) {
+        self.release();
+        self.status = match self.handle {
+            Handle::Send(_) => Status::SendFailed,
+            _ => Status::RecvFailed,
+        };
+    }
+
+    /// Forget the outcome: drop a received value, give a reservation back.
+    fn release(&mut self) {
+        match (self.status, self.handle) {
+            // SAFETY: the slot holds a value this handle took.
+            (Status::Value, Handle::Recv(h)) => unsafe { h.drop_value(&mut self.slot) },
+            // SAFETY: the slot holds a reservation this handle made.
+            (Status::Reserved, Handle::Send(h)) => unsafe { h.release(&mut self.slot) },
+            _ => {}
+        }
+        self.status = Status::Empty;
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        match self.handle {
+            Handle::Recv(h) => h.timer_due(),
+            _ => None,
+        }
+    }
+
+    fn addr(&self) -> usize {
+        match self.handle {
+            Handle::Recv(h) => h.addr(),
+            Handle::Send(h) => h.addr(),
+            Handle::Removed => REMOVED,
+        }
+    }
+
+    fn is_send(&self) -> bool {
+        matches!(self.handle, Handle::Send(_))
+    }
+
+    fn is_channel(&self) -> bool {
+        match self.handle {
+            Handle::Recv(h) => h.is_channel(),
+            Handle::Send(_) => true,
+            Handle::Removed => false,
+        }
+    }
+}
+
+impl Drop for Op<'_> {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
 /// Park until any operation completes (the parked phase of a select).
 struct SelectWait<'s, 'a> {
-    ops: &'s mut Vec<Box<dyn Operation + 'a>>,
+    ops: &'s mut [Op<'a>],
     group: &'s SelectGroup,
     chosen: Cell<Option<usize>>,
-    retry: Cell<bool>,
     ready_only: bool,
 }
 
 impl SelectWait<'_, '_> {
-    fn unregister_all(&mut self) -> Option<usize> {
-        let mut winner = None;
+    /// Unlink every node; the winner is the group's CAS winner, and only it
+    /// reads a result (PITFALLS 16: losers never consume).
+    fn unregister_all(&mut self, fiber_may_yield: bool) -> Option<usize> {
+        let mut won = None;
         for (i, op) in self.ops.iter_mut().enumerate() {
-            if op.unregister() && winner.is_none() {
-                winner = Some(i);
+            if let Some(result) = op.unregister(fiber_may_yield) {
+                debug_assert!(won.is_none(), "two operations of one select completed");
+                won = Some((i, result));
             }
         }
-        winner
+        let (i, result) = won?;
+        debug_assert_eq!(self.group.winner(), Some(i), "a completed node is its group's winner");
+        self.ops[i].finish(result);
+        Some(i)
     }
 }
 
@@ -239,29 +438,32 @@ struct SelectWaitable<'s, 'a>(std::marker::PhantomData<(&'s (), &'a ())>);
 impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
     type Io = SelectWait<'s, 'a>;
 
+    fn kind(&self) -> fiber_core::WaitKind {
+        fiber_core::WaitKind::Select
+    }
+
     fn try_complete(&self, _: &mut Self::Io) -> Option<WaitResult> {
         None
     }
 
     fn publish(&self, waiter: &Waiter, wait: &mut Self::Io) -> Publish {
+        // No node of this group is queued now: the reset races with nobody.
         wait.group.reset();
         for i in 0..wait.ops.len() {
             match wait.ops[i].register(wait.group, i, waiter, wait.ready_only) {
                 Reg::Queued => {}
-                Reg::Completed(_) => {
-                    wait.unregister_all();
+                Reg::Completed(result) => {
+                    let other = wait.unregister_all(false);
+                    debug_assert!(other.is_none(), "the group had one winner");
+                    wait.ops[i].finish(result);
                     wait.chosen.set(Some(i));
                     return Publish::Ready(WaitResult::Ok);
                 }
-                Reg::Lost => {
-                    // A node registered earlier was completed by a peer.
-                    let winner = wait.unregister_all();
+                Reg::Lost | Reg::Retry => {
+                    // Lost: a peer completed a node registered earlier.
+                    // Retry: nothing to take after all; go round.
+                    let winner = wait.unregister_all(false);
                     wait.chosen.set(winner);
-                    return Publish::Ready(WaitResult::Ok);
-                }
-                Reg::Retry => {
-                    wait.unregister_all();
-                    wait.retry.set(true);
                     return Publish::Ready(WaitResult::Ok);
                 }
             }
@@ -270,10 +472,8 @@ impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
     }
 
     fn unpublish(&self, _: &Waiter, wait: &mut Self::Io) -> Option<WaitResult> {
-        let winner = wait.unregister_all();
-        if winner.is_some() {
-            wait.chosen.set(winner);
-        }
+        let winner = wait.unregister_all(true);
+        wait.chosen.set(winner);
         winner.map(|_| WaitResult::Ok)
     }
 }
@@ -305,15 +505,30 @@ enum Mode {
 ///     _ => unreachable!(),
 /// }
 /// ```
+///
+/// # Cancellation
+///
+/// The parked phase is a cancellation point. A fiber cancelled while a
+/// blocking [`select`](Select::select) waits gets its first operation on a
+/// channel (the first operation if there is none), which fails as if
+/// disconnected: `recv` gives `Err(RecvError)` and took nothing, `send`
+/// gives the value back in `Err(SendError(v))`. `select_timeout` /
+/// `select_deadline` / `ready_timeout` report a timeout instead. An
+/// operation a peer already committed to completes normally. Tell the cases
+/// apart with `fiber::is_cancelled()`.
 pub struct Select<'a> {
-    ops: Vec<Box<dyn Operation + 'a>>,
+    ops: SmallVec<[Op<'a>; INLINE_OPS]>,
     group: SelectGroup,
     rng: u64,
+    biased: bool,
 }
 
 impl fmt::Debug for Select<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Select").field("operations", &self.ops.len()).finish()
+        f.debug_struct("Select")
+            .field("operations", &self.ops.len())
+            .field("biased", &self.biased)
+            .finish()
     }
 }
 
@@ -331,91 +546,92 @@ fn seed() -> u64 {
 
 #[cfg(not(loom))]
 fn seed() -> u64 {
-    // Not a protocol: a per-process counter mixed into each select's seed.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x9E37_79B9_7F4A_7C15);
-    NEXT.fetch_add(0x6A09_E667_F3BC_C909, std::sync::atomic::Ordering::Relaxed) | 1
+    // Not a protocol: a per-thread xorshift stream (no shared cache line
+    // between threads that select), seeded from the thread's address space.
+    std::thread_local! {
+        static NEXT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    NEXT.with(|next| {
+        let mut x = next.get();
+        if x == 0 {
+            x = (next as *const _ as u64) ^ 0x9E37_79B9_7F4A_7C15;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        next.set(x);
+        x | 1
+    })
 }
 
 impl<'a> Select<'a> {
-    /// An empty select.
+    /// An empty select; when several operations are ready, one is picked at
+    /// random.
     pub fn new() -> Select<'a> {
         Select {
-            ops: Vec::new(),
+            ops: SmallVec::new(),
             group: SelectGroup::new(),
             rng: seed(),
+            biased: false,
+        }
+    }
+
+    /// An empty select that, when several operations are ready, picks the
+    /// one added first (crossbeam's `new_biased`).
+    pub fn new_biased() -> Select<'a> {
+        Select {
+            biased: true,
+            ..Select::new()
         }
     }
 
     /// Add a receive; returns its index.
     pub fn recv<T>(&mut self, receiver: &'a Receiver<T>) -> usize {
-        self.ops.push(Box::new(RecvOp {
-            receiver,
-            node: None,
-            result: None,
-        }));
+        self.ops.push(Op::new(Handle::Recv(receiver)));
         self.ops.len() - 1
     }
 
-    /// Add a send; returns its index. The select waits until the send can
-    /// proceed; the value is given to [`SelectedOperation::send`].
+    /// Add a send; returns its index. When it is selected, a receiver or a
+    /// buffer slot is already reserved for it, and the value is given to
+    /// [`SelectedOperation::send`] (so it is produced only if this
+    /// operation is selected).
     pub fn send<T>(&mut self, sender: &'a Sender<T>) -> usize {
-        self.ops.push(Box::new(SendOp {
-            sender,
-            value: None,
-            probe: true,
-            node: None,
-            result: None,
-        }));
+        self.ops.push(Op::new(Handle::Send(sender)));
         self.ops.len() - 1
     }
 
-    /// Add a send of `value` that happens if and only if this operation is
-    /// selected (used by `select!`); returns its index.
-    #[doc(hidden)]
-    pub fn send_value<T>(&mut self, sender: &'a Sender<T>, value: T) -> usize {
-        self.ops.push(Box::new(SendOp {
-            sender,
-            value: Some(value),
-            probe: false,
-            node: None,
-            result: None,
-        }));
-        self.ops.len() - 1
-    }
-
-    /// Remove an operation (by index); later indices stay valid because the
-    /// slot is kept as an operation that is never ready.
+    /// Remove an operation (by index); the indices of the others do not
+    /// change (crossbeam's `remove`).
+    ///
+    /// # Panics
+    ///
+    /// Panics if there is no operation with that index, or it was removed.
     pub fn remove(&mut self, index: usize) {
         assert!(
-            index < self.ops.len(),
+            index < self.ops.len() && self.ops[index].addr() != REMOVED,
             "Select::remove: no operation with index {index}"
         );
-        self.ops[index] = Box::new(RecvOp::<()> {
-            receiver: never_ref(),
-            node: None,
-            result: None,
-        });
+        self.ops[index] = Op::new(Handle::Removed);
     }
 
     /// Wait until one operation completes (blocks forever if none ever
-    /// does).
+    /// does; see the type's docs for cancellation).
     ///
     /// # Panics
     ///
     /// Panics if no operation was added: such a select could never return.
     pub fn select(&mut self) -> SelectedOperation<'_, 'a> {
-        assert!(
-            !self.ops.is_empty(),
-            "Select::select called with no operations: it would block forever; add an operation first"
-        );
-        let index = self.run(Mode::Block).expect("a blocking select returns an operation");
-        SelectedOperation { select: self, index }
+        self.assert_live("select");
+        let index = self
+            .run(Mode::Block, false)
+            .expect("a blocking select returns an operation");
+        SelectedOperation::new(self, index)
     }
 
     /// Complete an operation that is ready now, if any.
     pub fn try_select(&mut self) -> Result<SelectedOperation<'_, 'a>, TrySelectError> {
-        match self.run(Mode::Try) {
-            Some(index) => Ok(SelectedOperation { select: self, index }),
+        match self.run(Mode::Try, false) {
+            Some(index) => Ok(SelectedOperation::new(self, index)),
             None => Err(TrySelectError),
         }
     }
@@ -430,8 +646,8 @@ impl<'a> Select<'a> {
 
     /// Wait until `deadline` at most for an operation to complete.
     pub fn select_deadline(&mut self, deadline: Instant) -> Result<SelectedOperation<'_, 'a>, SelectTimeoutError> {
-        match self.run(Mode::Until(deadline)) {
-            Some(index) => Ok(SelectedOperation { select: self, index }),
+        match self.run(Mode::Until(deadline), false) {
+            Some(index) => Ok(SelectedOperation::new(self, index)),
             None => Err(SelectTimeoutError),
         }
     }
@@ -444,27 +660,33 @@ impl<'a> Select<'a> {
     ///
     /// Panics if no operation was added.
     pub fn ready(&mut self) -> usize {
-        assert!(
-            !self.ops.is_empty(),
-            "Select::ready called with no operations: it would block forever; add an operation first"
-        );
-        self.run_with(Mode::Block, true)
-            .expect("a blocking ready returns an index")
+        self.assert_live("ready");
+        self.run(Mode::Block, true).expect("a blocking ready returns an index")
     }
 
     /// The index of an operation that is ready now, if any.
     pub fn try_ready(&mut self) -> Result<usize, TrySelectError> {
-        self.run_with(Mode::Try, true).ok_or(TrySelectError)
+        self.run(Mode::Try, true).ok_or(TrySelectError)
     }
 
     /// Wait at most `timeout` for an operation to become ready.
-    pub fn ready_timeout(&mut self, timeout: Duration) -> Result<usize, crate::ReadyTimeoutError> {
+    pub fn ready_timeout(&mut self, timeout: Duration) -> Result<usize, ReadyTimeoutError> {
         match Instant::now().checked_add(timeout) {
-            Some(deadline) => self
-                .run_with(Mode::Until(deadline), true)
-                .ok_or(crate::ReadyTimeoutError),
+            Some(deadline) => self.ready_deadline(deadline),
             None => Ok(self.ready()),
         }
+    }
+
+    /// Wait until `deadline` at most for an operation to become ready.
+    pub fn ready_deadline(&mut self, deadline: Instant) -> Result<usize, ReadyTimeoutError> {
+        self.run(Mode::Until(deadline), true).ok_or(ReadyTimeoutError)
+    }
+
+    fn assert_live(&self, what: &str) {
+        assert!(
+            self.ops.iter().any(|op| !matches!(op.handle, Handle::Removed)),
+            "Select::{what} called with no operations: it would block forever; add an operation first"
+        );
     }
 
     fn next_random(&mut self) -> u64 {
@@ -474,18 +696,32 @@ impl<'a> Select<'a> {
         self.rng
     }
 
-    fn run(&mut self, mode: Mode) -> Option<usize> {
-        self.run_with(mode, false)
+    fn run(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
+        // Every outcome of an earlier run was consumed or given back (by
+        // `SelectedOperation`, or below for `ready`): nothing to clear.
+        debug_assert!(self.ops.iter().all(|op| op.status == Status::Empty));
+        let index = self.run_inner(mode, ready_only);
+        if ready_only {
+            if let Some(i) = index {
+                // `ready` reports an index; it holds nothing.
+                self.ops[i].release();
+            }
+        }
+        index
     }
 
-    fn run_with(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
+    fn run_inner(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
         loop {
             let n = self.ops.len();
             if n > 0 {
-                let start = (self.next_random() % n as u64) as usize;
+                let start = if self.biased {
+                    0
+                } else {
+                    (self.next_random() % n as u64) as usize
+                };
                 for k in 0..n {
                     let i = (start + k) % n;
-                    if self.ops[i].try_now(ready_only) {
+                    if self.ops[i].try_now(&self.group, ready_only) {
                         return Some(i);
                     }
                 }
@@ -496,45 +732,70 @@ impl<'a> Select<'a> {
                 Mode::Until(d) if Instant::now() >= d => return None,
                 Mode::Until(d) => Some(d),
             };
-            if n == 0 {
-                sleep_until(deadline);
-                continue;
-            }
             let timer = self.ops.iter().filter_map(|op| op.deadline()).min();
             let wake_at = match (deadline, timer) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
             let mut wait = SelectWait {
-                ops: &mut self.ops,
+                ops: &mut self.ops[..],
                 group: &self.group,
                 chosen: Cell::new(None),
-                retry: Cell::new(false),
                 ready_only,
             };
-            let options = WaitOptions::new()
-                .deadline(wake_at)
-                .interrupt(Interrupt::NotCancellable);
-            let _ = fiber_wait(&SelectWaitable(std::marker::PhantomData), &mut wait, options);
+            crate::sync::depth::assert_unlocked("fiber-chan: a select wait");
+            let options = WaitOptions::new().deadline(wake_at).interrupt(Interrupt::Cancellable);
+            let result = if n == 0 {
+                // Nothing to publish (`Select` with every operation removed
+                // under a deadline): just wait.
+                if sleep_until(wake_at) {
+                    WaitResult::TimedOut
+                } else {
+                    WaitResult::Cancelled
+                }
+            } else {
+                fiber_wait(&SelectWaitable(std::marker::PhantomData), &mut wait, options)
+            };
             if let Some(i) = wait.chosen.get() {
-                return Some(i);
+                // A send arm woken by its probe reserves now; if the
+                // chance passed, go round.
+                if ready_only || self.ops[i].settled() || self.ops[i].try_now(&self.group, false) {
+                    return Some(i);
+                }
+                continue;
+            }
+            if result == WaitResult::Cancelled {
+                return match mode {
+                    Mode::Block => {
+                        let i = self.ops.iter().position(|op| op.is_channel()).unwrap_or(0);
+                        if !ready_only {
+                            self.ops[i].fail();
+                        }
+                        Some(i)
+                    }
+                    _ => None,
+                };
             }
             // Timed out, a timer is due, a retry, or spurious: go round.
         }
     }
 }
 
-/// A receiver that never delivers, shared by removed operations.
-fn never_ref() -> &'static Receiver<()> {
-    static NEVER: Receiver<()> = Receiver { flavor: Flavor::Never };
-    &NEVER
-}
+/// The address of removed operations.
+const REMOVED: usize = 1;
 
 /// The operation a select completed; finish it with `recv` or `send` on the
 /// same handle it was added with.
+///
+/// Dropping it without calling `recv` or `send` panics ("dropped without
+/// completing the operation"), as in crossbeam: a received value it holds
+/// is dropped, and a reservation it holds for a send is given back first,
+/// so no peer waits for it. (While the thread is already panicking, it
+/// only gives back.)
 pub struct SelectedOperation<'s, 'a> {
     select: &'s mut Select<'a>,
     index: usize,
+    completed: bool,
 }
 
 impl fmt::Debug for SelectedOperation<'_, '_> {
@@ -543,7 +804,27 @@ impl fmt::Debug for SelectedOperation<'_, '_> {
     }
 }
 
+impl Drop for SelectedOperation<'_, '_> {
+    fn drop(&mut self) {
+        if self.completed {
+            return;
+        }
+        self.select.ops[self.index].release();
+        if !std::thread::panicking() {
+            panic!("dropped `SelectedOperation` without completing the operation");
+        }
+    }
+}
+
 impl<'s, 'a> SelectedOperation<'s, 'a> {
+    fn new(select: &'s mut Select<'a>, index: usize) -> Self {
+        SelectedOperation {
+            select,
+            index,
+            completed: false,
+        }
+    }
+
     /// The index of the selected operation.
     pub fn index(&self) -> usize {
         self.index
@@ -554,54 +835,67 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
     /// # Panics
     ///
     /// Panics if `receiver` is not the receiver of the selected operation.
-    pub fn recv<T: 'a>(self, receiver: &Receiver<T>) -> Result<T, RecvError> {
+    pub fn recv<T: 'a>(mut self, receiver: &Receiver<T>) -> Result<T, RecvError> {
+        self.completed = true;
         let op = &mut self.select.ops[self.index];
+        let never = matches!(receiver.flavor, Flavor::Never);
         assert!(
-            !op.is_send() && op.addr() == receiver.addr() && receiver.addr() != 0,
+            !op.is_send() && op.addr() == receiver.addr() && op.addr() != REMOVED,
             "SelectedOperation::recv: this receiver is not the one of the selected operation"
         );
-        let op: *mut (dyn Operation + 'a) = &mut **op;
-        // SAFETY: the selected operation is a receive on the channel at
-        // `receiver.addr()` (checked above); it was created by
-        // `Select::recv::<T>` on a receiver of that channel, and a channel
-        // has one element type, so the operation is a `RecvOp<'a, T>`.
-        let op = unsafe { &mut *(op as *mut RecvOp<'a, T>) };
-        op.result.take().expect("the selected receive holds its result")
+        if never {
+            // `never()` receivers share address 0 whatever their type; one
+            // is selected only when the select was cancelled.
+            op.release();
+            return Err(RecvError);
+        }
+        match op.status {
+            Status::Value => {
+                op.status = Status::Empty;
+                // SAFETY: the selected operation is a receive on the channel
+                // at `receiver.addr()` (checked above, and not `never`,
+                // whose address is shared); it was added by
+                // `Select::recv::<T>` with a receiver of that channel, and a
+                // channel has one element type, so its slot holds a `T`.
+                Ok(unsafe { slot_take::<T>(&mut op.slot) })
+            }
+            Status::RecvFailed => {
+                op.status = Status::Empty;
+                Err(RecvError)
+            }
+            other => unreachable!("a selected receive holds a value or a failure, not {other:?}"),
+        }
     }
 
-    /// Complete the selected send with `value`. For an operation added with
-    /// [`Select::send`] the send happens now (the channel was ready when it
-    /// was selected); for `select!`'s sends it already happened.
+    /// Complete the selected send with `value`: a receiver or a buffer slot
+    /// was reserved for it when it was selected, so it does not block.
+    /// `Err(SendError(value))` if the channel was disconnected (or the
+    /// select was cancelled).
     ///
     /// # Panics
     ///
     /// Panics if `sender` is not the sender of the selected operation.
-    pub fn send<T: 'a>(self, sender: &Sender<T>, value: T) -> Result<(), SendError<T>> {
+    pub fn send<T: 'a>(mut self, sender: &Sender<T>, value: T) -> Result<(), SendError<T>> {
+        self.completed = true;
         let op = &mut self.select.ops[self.index];
         assert!(
             op.is_send() && op.addr() == Arc::as_ptr(&sender.chan) as *const () as usize,
             "SelectedOperation::send: this sender is not the one of the selected operation"
         );
-        let op: *mut (dyn Operation + 'a) = &mut **op;
-        // SAFETY: as in `recv`: a send operation on this channel is a
-        // `SendOp<'a, T>`.
-        let op = unsafe { &mut *(op as *mut SendOp<'a, T>) };
-        if op.probe {
-            op.result = None;
-            return sender.send(value);
+        match op.status {
+            Status::Reserved => {
+                op.status = Status::Empty;
+                // SAFETY: as in `recv`: a send operation on this channel was
+                // added with a `Sender<T>`, so its slot holds the word of a
+                // `Reservation<T>`, taken once here.
+                let reservation = unsafe { Reservation::<T>::from_raw(slot_take::<usize>(&mut op.slot)) };
+                sender.chan.complete_reservation(reservation, value).map_err(SendError)
+            }
+            Status::SendFailed => {
+                op.status = Status::Empty;
+                Err(SendError(value))
+            }
+            other => unreachable!("a selected send holds a reservation or a failure, not {other:?}"),
         }
-        drop(value);
-        op.result.take().expect("the selected send holds its result")
-    }
-
-    /// The result of a send added with `Select::send_value` (`select!`).
-    #[doc(hidden)]
-    pub fn send_result<T: 'a>(self, sender: &Sender<T>) -> Result<(), SendError<T>> {
-        let op = &mut self.select.ops[self.index];
-        assert!(op.is_send() && op.addr() == Arc::as_ptr(&sender.chan) as *const () as usize);
-        let op: *mut (dyn Operation + 'a) = &mut **op;
-        // SAFETY: as in `send`.
-        let op = unsafe { &mut *(op as *mut SendOp<'a, T>) };
-        op.result.take().expect("the selected send holds its result")
     }
 }

@@ -42,6 +42,7 @@ mod imp {
             {
                 self.lock_slow();
             }
+            super::depth::enter();
             Ok(MutexGuard { mutex: self })
         }
 
@@ -93,6 +94,7 @@ mod imp {
         fn drop(&mut self) {
             // Release: pairs with the Acquire in `Mutex::lock`.
             self.mutex.locked.store(false, Ordering::Release);
+            super::depth::exit();
         }
     }
 
@@ -125,6 +127,72 @@ mod imp {
 }
 
 pub(crate) use imp::*;
+
+/// Debug builds count the channel locks each OS thread holds, so that a
+/// wake flush or a park under a channel lock fails an assertion (spec
+/// section 2, lock discipline). A fiber never parks holding a channel lock,
+/// so the per-thread count is the per-fiber count.
+#[cfg(all(debug_assertions, not(loom)))]
+pub(crate) mod depth {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        static DEPTH: Cell<usize> = const { Cell::new(0) };
+    }
+
+    #[inline]
+    pub(crate) fn enter() {
+        DEPTH.with(|d| d.set(d.get() + 1));
+    }
+
+    #[inline]
+    pub(crate) fn exit() {
+        DEPTH.with(|d| d.set(d.get() - 1));
+    }
+
+    /// Panics if the calling thread holds a channel lock.
+    #[track_caller]
+    pub(crate) fn assert_unlocked(what: &str) {
+        let held = DEPTH.with(Cell::get);
+        assert!(held == 0, "{what} while holding {held} channel lock(s)");
+    }
+}
+
+/// Release builds and loom: no counting.
+#[cfg(not(all(debug_assertions, not(loom))))]
+pub(crate) mod depth {
+    #[cfg(not(loom))]
+    #[inline(always)]
+    pub(crate) fn enter() {}
+    #[cfg(not(loom))]
+    #[inline(always)]
+    pub(crate) fn exit() {}
+    #[inline(always)]
+    pub(crate) fn assert_unlocked(_: &str) {}
+}
+
+/// Give way while another party finishes a short step (a committed
+/// hand-off): yield the fiber (only if `fiber_may_yield`: not while the
+/// fiber is between PARKING and its park, i.e. inside a waitable's
+/// `publish`, nor while it is unwound), or else the thread.
+pub(crate) fn backoff(fiber_may_yield: bool) {
+    #[cfg(loom)]
+    {
+        let _ = fiber_may_yield;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    {
+        if fiber_may_yield && fiber_core::in_fiber() {
+            // (`yield_now` may report a cancellation: the caller is seeing a
+            // committed step through, which cancellation never interrupts.)
+            #[allow(clippy::let_unit_value, clippy::ignored_unit_patterns)]
+            let _ = fiber_core::yield_now();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
 
 /// Lock a mutex; no code in this crate panics while holding one.
 #[cfg(loom)]

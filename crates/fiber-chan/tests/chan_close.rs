@@ -65,20 +65,45 @@ fn close_wakes_every_parked_receiver_exactly_once() {
             })
             .collect();
         common::until(|| tx.waiting().0 == 8);
+        let before = tx.wakes_issued();
         tx.close();
+        assert_eq!(tx.wakes_issued() - before, 8, "one wake per parked receiver, no more");
         for r in receivers {
             assert_eq!(r.join(), Err(RecvError));
         }
+        assert_eq!(tx.wakes_issued() - before, 8);
     });
 }
 
 #[test]
 fn repeated_close_is_a_noop() {
     everywhere(|| {
-        let (tx, rx) = unbounded::<u8>();
+        let (tx, rx) = bounded::<u8>(0);
+        // Parked senders stay queued across a close (they were admitted),
+        // so a second close that re-woke waiters would show up here.
+        let senders: Vec<_> = (0..4u8)
+            .map(|i| {
+                let tx = tx.clone();
+                go(move || tx.send(i))
+            })
+            .collect();
+        common::until(|| tx.waiting().1 == 4);
+        let before = tx.wakes_issued();
         assert!(rx.close());
         assert!(!rx.close());
         assert!(!tx.close());
+        assert_eq!(
+            tx.wakes_issued(),
+            before,
+            "closing wakes no admitted sender, repeated closes nothing"
+        );
+        assert_eq!(tx.waiting().1, 4, "the admitted senders still wait");
+        let mut got: Vec<u8> = rx.iter().collect();
+        got.sort();
+        assert_eq!(got, [0, 1, 2, 3]);
+        for s in senders {
+            assert_eq!(s.join(), Ok(()));
+        }
         assert_eq!(rx.recv(), Err(RecvError));
     });
 }

@@ -143,10 +143,15 @@ fn select_with_no_operations_is_refused() {
     assert_eq!(sel.try_select().map(|o| o.index()), Err(TrySelectError));
     let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut sel = Select::new();
-        sel.select().index()
+        let oper = sel.select();
+        oper.index()
     }))
     .unwrap_err();
-    let msg = err.downcast_ref::<&str>().map(|s| s.to_string()).unwrap_or_default();
+    let msg = err
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| err.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
     assert!(msg.contains("no operations"), "{msg}");
 }
 
@@ -214,4 +219,37 @@ fn ready_for_a_rendezvous_send_waits_for_a_receiver() {
         s.send(3).unwrap();
         assert_eq!(receiver.join(), Ok(3));
     });
+}
+
+#[test]
+fn select_moves_large_and_small_values_and_drops_each_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    struct Counted(#[allow(dead_code)] [u64; 16]);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            DROPS.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let (s1, r1) = unbounded::<Counted>();
+    let (s2, r2) = unbounded::<String>();
+    s1.send(Counted([7; 16])).unwrap();
+    s2.send("small".to_string()).unwrap();
+    let mut got = 0;
+    for _ in 0..2 {
+        select! {
+            recv(r1) -> v => { assert_eq!(v.unwrap().0[15], 7); got += 1; }
+            recv(r2) -> v => { assert_eq!(v.unwrap(), "small"); got += 1; }
+        }
+    }
+    assert_eq!((got, DROPS.load(Ordering::SeqCst)), (2, 1));
+    // A selected value dropped with its SelectedOperation is dropped once.
+    s1.send(Counted([1; 16])).unwrap();
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut sel = Select::new();
+        sel.recv(&r1);
+        let _oper = sel.select();
+    }));
+    assert!(dropped.is_err());
+    assert_eq!(DROPS.load(Ordering::SeqCst), 2);
 }

@@ -1,5 +1,6 @@
 //! Randomized stress: spawn, yield, sleep, every kind of channel operation,
-//! select, scopes, cancellation and timeouts, in rounds, checking after each
+//! select (send and receive arms on shared channels, timers, closes and
+//! cancels, fibers and threads mixed), scopes, cancellation and timeouts, in rounds, checking after each
 //! round that no value was lost or duplicated, that every fiber finished
 //! exactly once, that the live-fiber count is back to its baseline, and that
 //! memory does not grow across rounds.
@@ -306,7 +307,11 @@ fn shutdown_round(seed: u64) {
                 })),
                 1 => drop(fiber::spawn(move || {
                     let _guard = Guard::new(&g, None, on_drop);
-                    let _ = rx.recv_timeout(Duration::from_secs(3600));
+                    let (_t, other) = bounded::<u64>(1);
+                    fiber::select! {
+                        recv(rx) -> _ => {},
+                        recv(other) -> _ => {},
+                    }
                 })),
                 2 => drop(fiber::spawn(move || {
                     let _guard = Guard::new(&g, None, on_drop.clone());
@@ -349,6 +354,117 @@ fn shutdown_round(seed: u64) {
         made, dropped,
         "shutdown round (seed {seed}): every destructor runs exactly once"
     );
+}
+
+/// Select stress: parties on fibers and threads select over send and
+/// receive arms of shared channels (rendezvous, buffered, unbounded), timer
+/// arms and defaults, while channels get closed and fibers cancelled. Every
+/// value a send arm evaluated is either received exactly once (sent Ok) or
+/// came back in its error; nothing else is ever received.
+fn select_round(seed: u64, totals: Arc<Totals>) {
+    let mut rng = Rng(seed | 1);
+    let chans: Arc<Vec<(Sender<u64>, Receiver<u64>)>> = Arc::new(vec![bounded(0), bounded(1), unbounded()]);
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let evaluated = Arc::new(AtomicU64::new(0));
+    let party = move |id: u64,
+                      mut rng: Rng,
+                      chans: Arc<Vec<(Sender<u64>, Receiver<u64>)>>,
+                      ledger: Arc<Mutex<Ledger>>,
+                      evaluated: Arc<AtomicU64>| {
+        let mut next = id << 32;
+        let tick = chan::tick(Duration::from_micros(50 + rng.below(300)));
+        for _ in 0..100 + rng.below(200) {
+            let (a, b) = (rng.below(3) as usize, rng.below(3) as usize);
+            let (tx, rx) = (&chans[a].0, &chans[b].1);
+            let mut value = || {
+                next += 1;
+                evaluated.fetch_add(1, Ordering::Relaxed);
+                next
+            };
+            let wait = Duration::from_micros(rng.below(400));
+            // (sent, received): what this select did.
+            let (sent, got): (Option<Result<u64, u64>>, Option<u64>) = match rng.below(4) {
+                0 => chan::select! {
+                    send(tx, value()) -> res => (Some(res.map(|()| next).map_err(|e| e.into_inner())), None),
+                    recv(rx) -> m => (None, m.ok()),
+                    default(wait) => (None, None),
+                },
+                1 => chan::select! {
+                    recv(tick) -> _ => (None, None),
+                    send(tx, value()) -> res => (Some(res.map(|()| next).map_err(|e| e.into_inner())), None),
+                    recv(rx) -> m => (None, m.ok()),
+                },
+                2 => chan::select_biased! {
+                    recv(rx) -> m => (None, m.ok()),
+                    recv(chan::after(wait)) -> _ => (None, None),
+                },
+                _ => chan::select! {
+                    send(tx, value()) -> res => (Some(res.map(|()| next).map_err(|e| e.into_inner())), None),
+                    default => (None, None),
+                },
+            };
+            let mut l = ledger.lock().unwrap();
+            match sent {
+                Some(Ok(v)) => l.sent.push(v),
+                Some(Err(_)) => l.returned += 1,
+                None => {}
+            }
+            if let Some(v) = got {
+                l.received.push(v);
+            }
+            drop(l);
+            if rng.below(50) == 0 {
+                chans[rng.below(3) as usize].0.close();
+            }
+        }
+    };
+    let mut fibers = Vec::new();
+    let mut threads = Vec::new();
+    for id in 1..=2 + rng.below(4) {
+        let (c, l, e, r) = (chans.clone(), ledger.clone(), evaluated.clone(), rng.fork());
+        if rng.below(3) == 0 {
+            threads.push(std::thread::spawn(move || party(id, r, c, l, e)));
+        } else {
+            fibers.push(go(&totals, move || party(id, r, c, l, e)));
+        }
+    }
+    // Cancel some fibers part-way: their selects end, nothing is lost.
+    let _ = chan::after(Duration::from_micros(rng.below(2000))).recv();
+    for (i, f) in fibers.iter().enumerate() {
+        if rng.below(3) == 0 && i > 0 {
+            f.cancel();
+            totals.cancellations.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    for f in fibers {
+        let _ = f.join();
+    }
+    for t in threads {
+        t.join().expect("select parties do not fail");
+    }
+    let mut l = ledger.lock().unwrap();
+    for (_, rx) in chans.iter() {
+        let leftover: Vec<u64> = rx.try_iter().collect();
+        l.received.extend(leftover);
+    }
+    assert_eq!(
+        (l.sent.len() + l.returned) as u64,
+        evaluated.load(Ordering::Relaxed),
+        "seed {seed}: every evaluated send value was sent or returned"
+    );
+    let mut counts: HashMap<u64, u32> = HashMap::new();
+    for v in &l.received {
+        *counts.entry(*v).or_default() += 1;
+    }
+    for v in &l.sent {
+        assert_eq!(
+            counts.remove(v),
+            Some(1),
+            "seed {seed}: value {v} sent Ok by a select must be received exactly once"
+        );
+    }
+    assert!(counts.is_empty(), "seed {seed}: received but never sent Ok: {counts:?}");
+    totals.messages.fetch_add(l.sent.len() as u64, Ordering::Relaxed);
 }
 
 fn vm_kib(field: &str) -> u64 {
@@ -398,7 +514,10 @@ fn main() {
     while start.elapsed() < Duration::from_secs(seconds) {
         let round_seed = rng.next();
         let t = totals.clone();
-        runtime.block_on(move || round(round_seed, t));
+        runtime.block_on(move || {
+            round(round_seed, t.clone());
+            select_round(round_seed ^ 0x005E_1EC7, t);
+        });
         rounds += 1;
         // Every fiber of the round has finished: the live count returns.
         let deadline = Instant::now() + Duration::from_secs(5);

@@ -27,6 +27,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
+#[doc(inline)]
 pub use fiber_chan as chan;
 pub use fiber_chan::select;
 pub use fiber_core as core;

@@ -108,3 +108,70 @@ fn loom_receiver_drop_vs_parked_sender() {
         assert_eq!(result, Err(SendError("v".to_string())));
     });
 }
+
+/// A select's send arm (a probe, then a reservation, then the value) meets
+/// a plain receiver on a rendezvous channel, while a second select arm on
+/// another channel may win instead: the value is delivered exactly when the
+/// send arm was selected, and nobody sleeps forever. Not waking send probes
+/// when a receiver queues deadlocks here.
+#[test]
+fn loom_select_send_arm_reserves_a_receiver() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let (other_tx, other_rx) = bounded::<u32>(1);
+        let receiver = thread::spawn(move || rx.recv().ok());
+        let other = thread::spawn(move || other_tx.send(9).is_ok());
+        let mut sel = Select::new_biased();
+        let send = sel.send(&tx);
+        let recv = sel.recv(&other_rx);
+        let oper = sel.select();
+        let sent = if oper.index() == send {
+            oper.send(&tx, 5).unwrap();
+            true
+        } else {
+            assert_eq!(oper.index(), recv);
+            assert_eq!(oper.recv(&other_rx), Ok(9));
+            false
+        };
+        assert!(other.join().unwrap());
+        if !sent {
+            // The receiver still waits: give it its value now.
+            tx.send(6).unwrap();
+        }
+        let got = receiver.join().unwrap();
+        assert_eq!(got, Some(if sent { 5 } else { 6 }));
+    });
+}
+
+/// A select's send arm reserves a buffer slot, then sends, racing a close
+/// and a parked receiver: a reservation made before the close is admitted
+/// and delivered (the receiver waits for it rather than reporting the
+/// channel disconnected); one refused by the close fails with its value.
+/// Letting a receive report `Disconnected` while a slot is reserved breaks
+/// it (the receiver misses an admitted value).
+#[test]
+fn loom_reserved_slot_vs_close() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let closer = {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                tx.close();
+            })
+        };
+        let receiver = thread::spawn(move || (rx.recv().ok(), rx.recv().ok()));
+        let mut sel = Select::new();
+        sel.send(&tx);
+        let sent = sel.select().send(&tx, 5);
+        closer.join().unwrap();
+        let (first, second) = receiver.join().unwrap();
+        match sent {
+            Ok(()) => assert_eq!(first, Some(5), "an admitted (reserved) value is delivered"),
+            Err(SendError(v)) => {
+                assert_eq!(v, 5);
+                assert_eq!(first, None, "a refused send transfers nothing");
+            }
+        }
+        assert_eq!(second, None);
+    });
+}

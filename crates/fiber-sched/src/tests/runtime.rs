@@ -324,7 +324,11 @@ fn shutdown_unwinds_parked_sleeping_and_runnable_fibers_and_leaves_no_thread() {
     drop(rt);
     assert!(start.elapsed() < Duration::from_secs(5), "shutdown is bounded");
     assert_eq!(drops.load(Ordering::Relaxed), 200, "every destructor ran exactly once");
-    assert_eq!(threads_of("rtgone"), 0, "no runtime thread outlives it");
+    // Joined threads leave /proc/self/task as the kernel reaps them.
+    assert!(
+        eventually(Duration::from_secs(5), || threads_of("rtgone") == 0),
+        "no runtime thread outlives it"
+    );
     for h in handles {
         assert!(h.join().unwrap_err().is_cancelled());
     }
