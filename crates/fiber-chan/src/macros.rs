@@ -18,6 +18,8 @@
 /// }
 ///
 /// // Receivers made in the arm, and an arm that replaces its receiver.
+/// // (`r2` holds a value whichever arm ran above.)
+/// let _ = s2.try_send(2);
 /// let timeout: Option<Duration> = None;
 /// let mut r = r2;
 /// select! {

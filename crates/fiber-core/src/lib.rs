@@ -76,6 +76,14 @@ mod dump;
 #[cfg(not(loom))]
 mod fiber;
 mod kind;
+#[cfg(loom)]
+pub mod model;
+#[cfg(loom)]
+pub use model::ModelFiber as FiberRef;
+/// A fiber id under loom (`FiberId` is not compiled there).
+#[cfg(loom)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FiberIdModel(pub u64);
 #[cfg(not(loom))]
 mod park;
 #[cfg(not(loom))]

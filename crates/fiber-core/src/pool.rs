@@ -11,7 +11,7 @@ use crate::fiber::RunOutcome;
 use crate::sched::Runnable;
 use crate::stack::{FiberStack, StackAllocator, StackConfig};
 use crate::state::{Actor, FiberState};
-use crate::sync::{fence, lock, Arc, AtomicU8, AtomicUsize, Mutex, Ordering};
+use crate::sync::{lock, Arc, AtomicU8, AtomicUsize, Mutex, Ordering};
 use std::cell::RefCell;
 use std::fmt;
 use std::io;
@@ -336,17 +336,12 @@ impl FramePool {
         {
             return false;
         }
-        // SeqCst fence: Dekker pair with `fiber_wait_slow` (enter PARKING;
-        // fence; read the phase) against ours (write the phase; fence; read
-        // the state word in `wake_current_wait`). Either the fiber sees the
-        // phase before it parks, or we see it PARKING/PARKED and wake it.
-        fence(Ordering::SeqCst);
+        // `wake_current_wait` is the canceller's half of the handshake in
+        // `wait.rs::enter_parking` (phase stored; fence; read state): either
+        // a fiber sees the phase before it parks, or we wake it.
         let all = lock(&self.all).clone();
         for frame in &all {
-            let state = frame.state.load(Ordering::Acquire).state();
-            if matches!(state, FiberState::Parking | FiberState::Parked) {
-                crate::wait::wake_current_wait(frame);
-            }
+            crate::wait::wake_current_wait(frame);
         }
         true
     }

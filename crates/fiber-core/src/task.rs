@@ -5,7 +5,7 @@
 use crate::fiber::{current, Exit, Fiber, FiberId};
 use crate::sched::{Runnable, Schedule};
 use crate::state::Actor;
-use crate::sync::{fence, lock, Arc, AtomicBool, Mutex, Ordering, UnsafeCell};
+use crate::sync::{lock, Arc, AtomicBool, Mutex, Ordering, UnsafeCell};
 use crate::wait::{fiber_wait, fiber_wake, wake_current_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::any::Any;
 use std::fmt;
@@ -254,11 +254,8 @@ impl<T: Send> Task<T> {
             self.cancel.store(true, Ordering::Relaxed);
             joiners.root_scope.clone()
         };
-        // SeqCst fence: Dekker pair with the fence in `fiber_wait_slow`
-        // (store cancel; fence; read state) vs (enter PARKING; fence; read
-        // cancel). Either the fiber sees the flag before parking, or we see
-        // it PARKING/PARKED and wake it (PITFALLS 3).
-        fence(Ordering::SeqCst);
+        // `wake_current_wait` fences (the canceller's half of the
+        // handshake in `wait.rs::enter_parking`) before it reads the state.
         if !self.finished.load(Ordering::Acquire) {
             wake_current_wait(&self.fiber);
         }

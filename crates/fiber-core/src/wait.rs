@@ -25,9 +25,7 @@ use crate::fiber::{current, Fiber, Suspend};
 #[cfg(not(loom))]
 use crate::sched::Runnable;
 use crate::state::{Actor, Claim, StateWord};
-#[cfg(not(loom))]
-use crate::sync::fence;
-use crate::sync::{Arc, Ordering};
+use crate::sync::{fence, Arc, Ordering};
 use std::fmt;
 use std::time::Instant;
 
@@ -265,13 +263,53 @@ pub fn fiber_wake(record: &Waiter) -> bool {
     }
 }
 
+/// The parker's half of the cancellation handshake (spec 4.4): enter
+/// PARKING (a new ticket) and, for an interruptible wait, a SeqCst fence
+/// and a look at the cancellation state. `None` when cancellation was seen
+/// (the waiter is RUNNING again and must not park).
+///
+/// The fence is one side of a Dekker pair with [`wait_to_interrupt`]
+/// (canceller: store its cancellation state; fence; read the waiter's
+/// state) against ours (store PARKING; fence; read the cancellation
+/// state): at least one side sees the other's store, so either the waiter
+/// does not park or the canceller sees it PARKING/PARKED and wakes it
+/// (PITFALLS 3). Both halves run in production and in the loom model
+/// `loom_cancel_is_never_lost`.
+pub(crate) fn enter_parking(state: &StateWord, interruptible: bool, cancelled: impl FnOnce() -> bool) -> Option<u64> {
+    let ticket = state.transition_to_parking();
+    if interruptible {
+        fence(Ordering::SeqCst);
+        if cancelled() {
+            state.transition_to_running_from_parking(Actor::Fiber);
+            return None;
+        }
+    }
+    Some(ticket)
+}
+
+/// The canceller's half of the handshake (see [`enter_parking`]): called
+/// after the canceller stored its cancellation state. Returns the ticket of
+/// the wait to interrupt if the waiter is PARKING or PARKED now.
+pub(crate) fn wait_to_interrupt(state: &StateWord) -> Option<u64> {
+    fence(Ordering::SeqCst);
+    // Acquire: pairs with the Release of the park commit (as a waker's).
+    let seen = state.load(Ordering::Acquire);
+    matches!(
+        seen.state(),
+        crate::state::FiberState::Parking | crate::state::FiberState::Parked
+    )
+    .then(|| seen.ticket())
+}
+
 #[cfg(not(loom))]
 /// Wake `fiber` for whatever it waits on now, if it waits (used by
-/// cancellation, which has no waiter record). The waitable sees a spurious
-/// wake; `fiber_wait` then checks for cancellation.
+/// cancellation, which has no waiter record), after the caller stored its
+/// cancellation state. The waitable sees a spurious wake; `fiber_wait` then
+/// checks for cancellation.
 pub(crate) fn wake_current_wait(fiber: &Arc<Fiber>) {
-    let snapshot = fiber.state.load(Ordering::Acquire);
-    let _ = fiber_wake(&Waiter::for_fiber(fiber.clone(), snapshot.ticket()));
+    if let Some(ticket) = wait_to_interrupt(&fiber.state) {
+        let _ = fiber_wake(&Waiter::for_fiber(fiber.clone(), ticket));
+    }
 }
 
 /// Wait on `waitable` (spec 4.2). In a fiber this parks the fiber; on a
@@ -328,20 +366,12 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
                 && unsafe { fiber.phase() } == crate::pool::Phase::Teardown)
     };
     loop {
-        let ticket = fiber.state.transition_to_parking();
-        if interruptible() {
-            // SeqCst fence: Dekker pair with the fence in
-            // `TaskShared::cancel` (store cancel flag; fence; read state)
-            // against ours (enter PARKING; fence; read cancel flag). One of
-            // the two sides sees the other's write (PITFALLS 3).
-            fence(Ordering::SeqCst);
-            // SAFETY: the running fiber reads its own task slot.
-            if unsafe { fiber.is_cancel_requested() } {
-                fiber.state.transition_to_running_from_parking(Actor::Fiber);
-                // SAFETY: as above.
-                return unsafe { cancelled_wait(fiber) };
-            }
-        }
+        // SAFETY: the running fiber reads its own task slot.
+        let entered = enter_parking(&fiber.state, interruptible(), || unsafe { fiber.is_cancel_requested() });
+        let Some(ticket) = entered else {
+            // SAFETY: as above.
+            return unsafe { cancelled_wait(fiber) };
+        };
         let waiter = Waiter::for_fiber(this.clone(), ticket);
         // A panicking `publish` must not leave the fiber PARKING.
         let guard = BackToRunning(&fiber.state);

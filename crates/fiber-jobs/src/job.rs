@@ -25,7 +25,7 @@
 //!   reads the flag (fiber-core's Dekker pair), so no cancel is lost.
 
 use crate::stats::COUNTERS;
-use crate::sync::{fence, lock, AtomicU8, Mutex, Ordering};
+use crate::sync::{lock, AtomicU8, Mutex, Ordering};
 use fiber_core::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::any::Any;
 use std::fmt;
@@ -134,8 +134,11 @@ struct Sync_ {
     waiters: WaiterSet,
     failure: Option<Failure>,
     reason: Option<CancelReason>,
+    /// The fibers running in this job (`ModelFiber`s under loom).
     #[cfg(not(loom))]
     fibers: Vec<fiber_core::FiberRef>,
+    #[cfg(loom)]
+    fibers: Vec<Arc<fiber_core::FiberRef>>,
 }
 
 /// One job.
@@ -209,7 +212,6 @@ impl JobCore {
                 waiters: WaiterSet::default(),
                 failure: None,
                 reason: None,
-                #[cfg(not(loom))]
                 fibers: Vec::new(),
             }),
         });
@@ -242,6 +244,19 @@ impl JobCore {
 
     pub(crate) fn reason(&self) -> Option<CancelReason> {
         lock(&self.sync).reason
+    }
+
+    /// Register a fiber running in this job (to interrupt on cancel).
+    #[cfg(loom)]
+    pub(crate) fn add_model_fiber(&self, fiber: Arc<fiber_core::FiberRef>) {
+        let cancelled = {
+            let mut sync = lock(&self.sync);
+            sync.fibers.push(fiber.clone());
+            self.is_cancelled()
+        };
+        if cancelled {
+            fiber.interrupt();
+        }
     }
 
     /// Register a fiber running in this job (to interrupt on cancel).
@@ -288,21 +303,14 @@ impl JobCore {
                 }
                 _ => return,
             }
-            #[cfg(not(loom))]
-            let fibers = sync.fibers.clone();
-            #[cfg(loom)]
-            let fibers: Vec<()> = Vec::new();
-            (fibers, sync.children.values().cloned().collect::<Vec<_>>())
+            (sync.fibers.clone(), sync.children.values().cloned().collect::<Vec<_>>())
         };
-        // SeqCst fence: the canceller side of the Dekker pair with
-        // fiber-core's `fiber_wait` (flag store; fence; read fiber state).
-        fence(Ordering::SeqCst);
-        #[cfg(not(loom))]
+        // `interrupt` is the canceller's half of fiber-core's handshake
+        // (`wait.rs::enter_parking`): state stored; fence(SeqCst); read the
+        // fiber's state; wake it if it is PARKING or PARKED.
         for fiber in &fibers {
             fiber.interrupt();
         }
-        #[cfg(loom)]
-        drop(fibers);
         for child in &children {
             child.cancel(CancelReason::Cancelled);
         }
@@ -382,7 +390,6 @@ impl JobCore {
             let moved = transition(&self.state, current, to, JobActor::Finalizer);
             self.trace_transition(current, to, sync.reason);
             debug_assert!(moved, "state changes only under the job lock");
-            #[cfg(not(loom))]
             sync.fibers.clear();
             // A failed child hands its failure to a non-supervisor parent
             // (which re-raises or returns it); otherwise it stays here.

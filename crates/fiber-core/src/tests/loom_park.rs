@@ -283,46 +283,27 @@ fn loom_close_wakes_all_once() {
 }
 
 /// Cancellation has no waiter record: the canceller stores a flag and wakes
-/// whatever the fiber waits on now. With the SeqCst fences on both sides
+/// whatever the fiber waits on now. Runs the production halves of the
+/// handshake (`wait.rs::enter_parking` for the parker, `wait_to_interrupt`
+/// for the canceller, through `ModelFiber`): with the SeqCst fence in each
 /// (store flag; fence; read state) vs (enter PARKING; fence; read flag) the
 /// cancel is never lost. Removing either fence lets both sides miss.
 #[test]
 fn loom_cancel_is_never_lost() {
     loom::model(|| {
-        let model = Model::running();
+        let fiber = crate::model::ModelFiber::running(1);
         let cancel = Arc::new(AtomicBool::new(false));
         let canceller = {
-            let (model, cancel) = (model.clone(), cancel.clone());
+            let (fiber, cancel) = (fiber.clone(), cancel.clone());
             thread::spawn(move || {
                 cancel.store(true, Ordering::Relaxed);
-                fence(Ordering::SeqCst);
-                let seen = model.state.load(Ordering::Acquire);
-                model.wake(seen.ticket());
+                fiber.interrupt();
             })
         };
-        let ticket = model.state.transition_to_parking();
-        fence(Ordering::SeqCst);
-        let saw_cancel = cancel.load(Ordering::Relaxed);
-        let parked = if saw_cancel {
-            model.state.transition_to_running_from_parking(Actor::Fiber);
-            false
-        } else {
-            lock(&model.records).push(ticket);
-            match model.state.transition_to_parked(Actor::Worker) {
-                Commit::Parked => true,
-                Commit::Aborted => {
-                    model.recovered.fetch_add(1, Ordering::Relaxed);
-                    false
-                }
-            }
-        };
+        let parked = fiber.park_unless(|| cancel.load(Ordering::Relaxed));
         canceller.join().unwrap();
         if parked {
-            assert_eq!(
-                model.enqueues.load(Ordering::Relaxed),
-                1,
-                "cancel of a parked fiber was lost"
-            );
+            assert_eq!(fiber.enqueues(), 1, "cancel of a parked fiber was lost");
         }
     });
 }

@@ -68,3 +68,31 @@ fn loom_join_registration_racing_finalize() {
         assert_eq!(joiner.join().unwrap(), Some(JobState::Completed));
     });
 }
+
+/// The real job cancel path (`JobCore::cancel`: state change under the job
+/// lock, then `interrupt` of every fiber in the job) racing a fiber of the
+/// job that parks through fiber-core's production handshake
+/// (`enter_parking`, reading the job's state): the cancel is never lost. If
+/// the fiber parked, the cancel claimed it exactly once. Removing the
+/// SeqCst fence from either half (`enter_parking` or `wait_to_interrupt` in
+/// fiber-core's `wait.rs`) lets both sides miss: a parked fiber that is
+/// never woken.
+#[test]
+fn loom_job_cancel_reaches_a_parking_fiber() {
+    loom::model(|| {
+        let job = JobCore::new(None, false, false);
+        let fiber = fiber_core::FiberRef::running(1);
+        job.add_model_fiber(fiber.clone());
+        let canceller = {
+            let job = job.clone();
+            thread::spawn(move || job.cancel(CancelReason::Cancelled))
+        };
+        let parked = fiber.park_unless(|| job.is_cancelled());
+        canceller.join().unwrap();
+        if parked {
+            assert_eq!(fiber.enqueues(), 1, "the cancel of a parked fiber was lost");
+        } else {
+            assert_eq!(fiber.enqueues(), 0);
+        }
+    });
+}
