@@ -11,6 +11,7 @@
 //! the runtime.
 
 use crate::config::{Config, ConfigError, Overrides};
+use crate::handle::Handle;
 use crate::monitor;
 use crate::stats::Stats;
 use crate::sync::{lock, Ordering};
@@ -210,22 +211,30 @@ impl Runtime {
         try_spawn_on(&self.scheduler(), f)
     }
 
-    /// Run `f` as the root fiber and block this thread until it returns;
-    /// its panic is re-raised here with the original payload.
+    /// Run `f` as the root fiber and block this thread until it has
+    /// finished; its panic is re-raised here with the original payload.
+    /// `f` may borrow the caller's stack (like `std::thread::scope`): this
+    /// returns only after the root fiber is done with `f`.
+    ///
+    /// # Panics
+    ///
+    /// Panics when called from a fiber (it would block a worker thread
+    /// while a second root runs: spawn a fiber and join it instead, or use
+    /// a [`Handle`] from a plain thread), or with `f`'s panic.
     #[track_caller]
     pub fn block_on<F, T>(&self, f: F) -> T
     where
-        F: FnOnce() -> T + Send + 'static,
-        T: Send + 'static,
+        F: FnOnce() -> T + Send,
+        T: Send,
     {
-        let handle = self.spawn(f);
-        self.shared.root_fiber.store(handle.id().0, Ordering::Relaxed);
-        let result = handle.join();
-        self.shared.root_fiber.store(0, Ordering::Relaxed);
-        match result {
-            Ok(value) => value,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => panic!("block_on: the root fiber ended without a value: {e}"),
+        crate::handle::block_on_root(&self.shared, "Runtime::block_on", f)
+    }
+
+    /// A handle to this runtime (`Clone + Send + Sync`): spawn and
+    /// `block_on` from other threads.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            shared: self.shared.clone(),
         }
     }
 

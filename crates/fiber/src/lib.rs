@@ -26,17 +26,32 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
+#[doc(inline)]
 pub use fiber_chan as chan;
+#[doc(inline)]
 pub use fiber_chan::select;
 pub use fiber_core as core;
+#[doc(inline)]
 pub use fiber_core::{
     park, park_timeout, yield_now, Dump, FiberHandle, FiberId, FiberInfo, JoinError, JoinHandle, WaitKind,
 };
+#[doc(inline)]
 pub use fiber_jobs::{
     check_cancelled, is_cancelled, scope, supervisor_scope, try_scope, with_timeout, CancelReason, Cancelled, Job,
     JobState, JobStats, Scope, ScopedJoinHandle, TimedOut, TryScope,
 };
-pub use fiber_sched::{blocking, Builder, Config, ConfigError, Runtime};
+#[doc(inline)]
+pub use fiber_sched::{blocking, Config, ConfigError, Handle, Runtime};
+
+mod builder;
+pub use builder::Builder;
+
+/// Building and configuring a [`Runtime`]: [`runtime::Builder`] (what
+/// [`Runtime::builder`] returns), [`Config`], [`Handle`].
+pub mod runtime {
+    #[doc(inline)]
+    pub use fiber_sched::{Builder, Config, ConfigError, Handle, Runtime, Stats};
+}
 
 use std::fmt;
 use std::time::Duration;
@@ -44,18 +59,36 @@ use std::time::Duration;
 /// Start a runtime with the defaults (and the `FIBER_*` environment), run
 /// `f` as its root fiber, shut the runtime down and return `f`'s value. A
 /// panic in `f` is re-raised here with its original payload. `run` may be
-/// called again after it returns, from any thread.
+/// called again after it returns, from any thread. Like
+/// `std::thread::scope`, `f` may borrow the caller's stack: `run` returns
+/// only after the root fiber is done with it.
+///
+/// ```
+/// let mut counter = 0;
+/// let words = vec!["a", "b"];
+/// fiber::run(|| counter += words.len());
+/// assert_eq!(counter, 2);
+/// ```
 ///
 /// # Panics
 ///
-/// Panics if a `FIBER_*` variable is invalid (the message names it), if the
-/// worker threads cannot start, or with `f`'s own panic.
+/// Panics when called inside a fiber (spawn a fiber with [`spawn`]
+/// instead, or use a [`Handle`] from a plain thread), if a `FIBER_*`
+/// variable is invalid (the message names it), if the worker threads cannot
+/// start, or with `f`'s own panic.
 #[track_caller]
 pub fn run<F, T>(f: F) -> T
 where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
+    F: FnOnce() -> T + Send,
+    T: Send,
 {
+    if fiber_core::in_fiber() {
+        panic!(
+            "fiber::run called inside a fiber: it would start a second runtime and block this worker \
+             thread; spawn a fiber (fiber::spawn or a scope) instead, or from a plain thread use \
+             fiber::Handle::block_on"
+        );
+    }
     let runtime = match Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => panic!("fiber::run: cannot start the runtime: {e}"),
@@ -152,12 +185,13 @@ pub fn dump() -> fiber_core::Dump {
     }
 }
 
-/// A handle to the running fiber (its id and `unpark`), like
+/// A handle to the running fiber (its id, name and `unpark`), like
 /// `std::thread::current`.
 ///
 /// # Panics
 ///
 /// Panics outside a fiber.
+#[track_caller]
 pub fn current() -> FiberHandle {
     match fiber_core::current_handle() {
         Some(handle) => handle,
@@ -222,6 +256,7 @@ impl fmt::Display for Stats {
 /// # Panics
 ///
 /// Panics outside a runtime (use [`Runtime::stats`] there).
+#[track_caller]
 pub fn stats() -> Stats {
     match fiber_sched::current_stats() {
         Some(runtime) => Stats {
