@@ -24,7 +24,7 @@ use std::time::Instant;
 pub trait Schedule: Send + Sync + 'static {
     /// Enqueue a RUNNABLE fiber. Called exactly once per RUNNABLE edge; the
     /// implementation must make the fiber visible to some worker and then
-    /// wake a worker if all are asleep (spec 3.1: publish before signal).
+    /// wake a worker if all are asleep (publish the fiber before signalling a worker).
     fn schedule(&self, fiber: Runnable);
 
     /// Arrange for [`fiber_wake`](crate::fiber_wake)`(&waiter)` to be called

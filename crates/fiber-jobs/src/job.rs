@@ -1,7 +1,7 @@
 //! The job: one state word, a parent, children, the first failure, the
 //! cancel reason, waiters, and the fibers to interrupt on cancel.
 //!
-//! # States (design spec 4.11)
+//! # States
 //!
 //! `ACTIVE -> COMPLETED | FAILED | CANCELLING`, `CANCELLING -> CANCELLED |
 //! FAILED`. Terminal states never change. Every change goes through
@@ -31,7 +31,8 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-/// Job states (design spec 4.11).
+/// Job states: `Active -> Completed | Failed | Cancelling`,
+/// `Cancelling -> Cancelled | Failed`; terminal states never change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum JobState {
@@ -446,7 +447,7 @@ impl JobCore {
 
 /// A job's waiters (joiners and the scope owner waiting for children): a
 /// slab, so a waiter that leaves (cancelled, or spuriously woken) is removed
-/// in O(1) by the slot index its wait keeps (seed 002 §4.17).
+/// in O(1) by the slot index its wait keeps.
 #[derive(Default)]
 pub(crate) struct WaiterSet {
     slots: Vec<Option<Waiter>>,

@@ -2,9 +2,10 @@
 //! that runs hundreds of thousands of fibers on a few OS threads.
 //!
 //! `fiber` is the crate users depend on; it re-exports the layers: the
-//! scheduler ([`Runtime`]), channels ([`chan`], [`select!`]), structured
-//! concurrency ([`scope`], [`try_scope`], [`with_timeout`], [`Job`]) and the
-//! core ([`spawn`], [`JoinHandle`], [`yield_now`]).
+//! scheduler ([`Runtime`], [`Handle`], [`runtime::Builder`]), channels
+//! ([`chan`], [`select!`]), structured concurrency ([`scope`],
+//! [`try_scope`], [`with_timeout`], [`Job`]) and the core ([`spawn`],
+//! [`Builder`], [`JoinHandle`], [`yield_now`]).
 //!
 //! # Examples
 //!
@@ -22,6 +23,45 @@
 //! });
 //! assert_eq!(total, 285);
 //! ```
+//!
+//! # Coming from std, crossbeam, tokio or Go
+//!
+//! | you know | std::thread | crossbeam-channel | tokio | Go | fiber |
+//! | --- | --- | --- | --- | --- | --- |
+//! | start | `main` | | `#[tokio::main]`, `Runtime::block_on` | `main` | `fiber::run(\|\| ..)`, `Runtime::block_on` (may borrow locals) |
+//! | spawn | `thread::spawn` | | `tokio::spawn` | `go f()` | `fiber::spawn` |
+//! | spawn with settings | `thread::Builder` | | `task::Builder` | | `fiber::Builder::new().name(..).stack_size(..).pinned(..)` |
+//! | borrow in children | `thread::scope` | `crossbeam::scope` | | `sync.WaitGroup` | `fiber::scope`, `fiber::try_scope` (errgroup) |
+//! | spawn from outside | | | `Handle::spawn` | | `fiber::Handle` (`Runtime::handle`, `Handle::current`) |
+//! | channels | `mpsc::sync_channel` | `bounded`, `unbounded` | `mpsc::channel` | `make(chan T, n)` | `fiber::chan::bounded`, `unbounded` (MPMC, crossbeam's API) |
+//! | select | | `select!`, `Select` | `tokio::select!` | `select` | `fiber::select!`, `fiber::chan::Select` |
+//! | timers | `thread::sleep` | `after`, `tick` | `time::sleep`, `interval` | `time.Sleep`, `time.After` | `fiber::sleep`, `fiber::chan::after`, `tick` |
+//! | timeouts | | `recv_timeout` | `time::timeout` | `context.WithTimeout` | `fiber::with_timeout`, `recv_timeout`, `send_timeout` |
+//! | cancellation | | | `JoinHandle::abort`, `CancellationToken` | `context.Context` | `JoinHandle::cancel`, `Job::cancel`, `fiber::is_cancelled` |
+//! | mutex | `std::sync::Mutex` | | `tokio::sync::Mutex` | `sync.Mutex` | `fiber::sync` (coming); `std::sync::Mutex` only if never held across a park |
+//! | network | `std::net` | | `tokio::net` | `net` | `fiber::net` (coming) |
+//! | blocking calls | (all of them) | | `spawn_blocking` | (runtime does it) | `fiber::blocking(\|\| ..)` |
+//! | thread-locals | `thread_local!` | | `task_local!` | | `fiber::fiber_local!`, or `fiber::spawn_pinned` to keep `thread_local!` caches |
+//! | park | `thread::park`, `unpark` | | | | `fiber::park`, `fiber::current().unpark()` |
+//!
+//! # Cancellation points
+//!
+//! Cancellation is cooperative: a cancelled fiber (its `JoinHandle::cancel`,
+//! its job or scope cancelled, a `with_timeout` deadline, runtime shutdown)
+//! sees it at the next cancellation point, where the wait returns early with
+//! an error, and at nothing else. The cancellation points:
+//!
+//! - `fiber::sleep`, `fiber::sleep_until`, `fiber::yield_now` (return `Err(Cancelled)`);
+//! - `fiber::check_cancelled()` (and `fiber::is_cancelled()` to poll);
+//! - channel operations that wait: `send`, `recv` and their `_timeout` and
+//!   `_deadline` forms (a cancelled `send` gives its value back in the error);
+//! - `JoinHandle::join` and `ScopedJoinHandle::join` (the joined fiber runs on);
+//! - `fiber::park` / `park_timeout` (return at once).
+//!
+//! A `select!` / `Select` wait is not a cancellation point: give it a
+//! timeout arm or a channel that is closed on cancellation. A fiber that never
+//! reaches one is not interrupted; it is waited for, for the
+//! shutdown grace time, when its runtime shuts down.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
