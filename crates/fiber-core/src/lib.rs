@@ -80,6 +80,7 @@ mod kind;
 mod park;
 #[cfg(not(loom))]
 mod pool;
+mod report;
 #[cfg(not(loom))]
 mod sched;
 #[cfg(not(loom))]
@@ -103,6 +104,7 @@ pub use kind::WaitKind;
 pub use park::{current_handle, park, park_timeout, FiberHandle};
 #[cfg(not(loom))]
 pub use pool::{FramePool, ParkedFiber, Phase, PoolStats, TeardownReport, IDLE_WATERMARK, TEARDOWN_WORKER};
+pub use report::{register_stats_reporter, stats_reports};
 #[cfg(not(loom))]
 pub use sched::{Runnable, Running, Schedule, Worker};
 #[cfg(not(loom))]

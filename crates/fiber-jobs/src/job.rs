@@ -197,6 +197,9 @@ impl JobCore {
 
     /// A new ACTIVE job, attached to `parent` unless `detached`.
     pub(crate) fn new(parent: Option<Arc<JobCore>>, supervisor: bool, propagates: bool) -> Arc<JobCore> {
+        // The job counters join the runtime's shutdown report (FIBER_STATS=1).
+        static REPORTER: std::sync::Once = std::sync::Once::new();
+        REPORTER.call_once(|| fiber_core::register_stats_reporter(crate::stats::report));
         let job = Arc::new(JobCore {
             id: next_job_id(),
             state: AtomicU8::new(JobState::Active as u8),

@@ -321,6 +321,9 @@ impl Runtime {
             }
             std::thread::park_timeout(Duration::from_millis(1));
         }
+        // The worker numbers of the report are those of the running pool,
+        // taken before the workers stop (after, every worker has exited).
+        let running = shared.config.print_stats.then(|| stats_of(&shared));
         // 3: stop the workers and the monitor.
         // Release: pairs with the Acquire in `Shared::is_shutdown`.
         shared.shutdown.store(true, Ordering::Release);
@@ -352,8 +355,8 @@ impl Runtime {
                 }
             }
         }
-        if shared.config.print_stats {
-            eprintln!("{}", stats_of(&shared));
+        if let Some(running) = running {
+            eprintln!("{}", shutdown_report(running, stats_of(&shared)));
         }
         if !stuck.is_empty() {
             let running: Vec<String> = shared
@@ -568,6 +571,25 @@ pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
     }
     let _unblock = Unblock(slot);
     f()
+}
+
+/// The `FIBER_STATS=1` report: the counters at the end of the shutdown
+/// with the worker numbers of the running pool, then the layers' lines
+/// (jobs), as `fiber::stats()` prints them.
+fn shutdown_report(running: Stats, end: Stats) -> String {
+    let stats = Stats {
+        workers: running.workers,
+        sleeping_workers: running.sleeping_workers,
+        ..end
+    };
+    let mut report = stats.to_string();
+    for lines in fiber_core::stats_reports() {
+        if !report.ends_with('\n') {
+            report.push('\n');
+        }
+        report.push_str(&lines);
+    }
+    report
 }
 
 /// Downcast the contract's scheduler to this crate's runtime, if it is one.

@@ -282,12 +282,7 @@ pub struct Stats {
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", self.runtime)?;
-        let j = &self.jobs;
-        write!(
-            f,
-            "  jobs: {} created, {} completed, {} failed, {} cancelled, {} cancel requests",
-            j.jobs_created, j.jobs_completed, j.jobs_failed, j.jobs_cancelled, j.cancellations_requested
-        )
+        write!(f, "{}", self.jobs)
     }
 }
 
