@@ -163,6 +163,11 @@ impl Running {
         self.fiber.is_pinned()
     }
 
+    /// The fiber's name, if it was spawned with one (diagnostics, traces).
+    pub fn name(&self) -> Option<std::sync::Arc<str>> {
+        self.fiber.name()
+    }
+
     /// Has the fiber run before (on any worker)?
     pub fn has_run(&self) -> bool {
         self.fiber.last_worker().is_some()

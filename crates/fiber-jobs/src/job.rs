@@ -218,7 +218,7 @@ impl JobCore {
             }),
         });
         COUNTERS.jobs_created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        crate::trace_event!("JOB_CREATE", job.id, parent.as_ref().map(|p| p.id));
+        crate::trace_event!("JOB_CREATE", job.id, parent = parent.as_ref().map(|p| p.id));
         if let Some(parent) = parent {
             let cancelling = {
                 let mut sync = lock(&parent.sync);
@@ -226,7 +226,7 @@ impl JobCore {
                 sync.active_children += 1;
                 parent.state() != JobState::Active
             };
-            crate::trace_event!("JOB_CHILD_ATTACH", job.id, Some(parent.id));
+            crate::trace_event!("JOB_CHILD_ATTACH", job.id, parent = parent.id);
             if cancelling {
                 // A child of a cancelling job starts cancelled.
                 job.cancel(CancelReason::Cancelled);
@@ -268,7 +268,7 @@ impl JobCore {
 
     /// Request cancellation (and of every child).
     pub(crate) fn cancel(&self, reason: CancelReason) {
-        crate::trace_event!("JOB_CANCEL_REQ", self.id, None::<u64>);
+        crate::trace_event!("JOB_CANCEL_REQ", self.id);
         let (fibers, children) = {
             let mut sync = lock(&self.sync);
             match self.state() {
@@ -408,7 +408,7 @@ impl JobCore {
             .fetch_add(waiters.len() as u64, std::sync::atomic::Ordering::Relaxed);
         for waiter in &waiters {
             fiber_wake(waiter);
-            crate::trace_event!("JOB_WAIT_WAKE", self.id, None::<u64>);
+            crate::trace_event!("JOB_WAIT_WAKE", self.id);
         }
         if let Some(parent) = &self.parent {
             let reported = if self.propagates {
@@ -523,7 +523,7 @@ impl Waitable for Join {
             COUNTERS
                 .waiters_registered
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            crate::trace_event!("JOB_WAIT_REGISTER", self.0.id, None::<u64>);
+            crate::trace_event!("JOB_WAIT_REGISTER", self.0.id);
         }
         Publish::Published
     }
