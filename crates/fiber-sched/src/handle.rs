@@ -14,6 +14,17 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 /// `runtime::Handle`. It is `Clone + Send + Sync`; it does not keep the
 /// runtime running: once the runtime is shut down (or dropped), spawning
 /// through a handle fails.
+///
+/// ```
+/// let rt = fiber_sched::Runtime::builder().workers(2).build().unwrap();
+/// let handle = rt.handle();
+/// let from_thread = std::thread::spawn(move || {
+///     let child = handle.spawn(|| 20);
+///     let words = vec!["a", "b"];
+///     handle.block_on(|| words.len()) + child.join().unwrap()
+/// });
+/// assert_eq!(from_thread.join().unwrap(), 22);
+/// ```
 #[derive(Clone)]
 pub struct Handle {
     pub(crate) shared: Arc<Shared>,
