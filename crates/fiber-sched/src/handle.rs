@@ -180,6 +180,16 @@ impl<F, T> Drop for Root<F, T> {
     }
 }
 
+/// Blocks until the root closure is gone, when dropped (on every path out
+/// of `block_on_root`, unwinding included).
+struct WaitDone(Arc<Done>);
+
+impl Drop for WaitDone {
+    fn drop(&mut self) {
+        self.0.wait();
+    }
+}
+
 /// Run `f` as the root fiber of `shared` and block until it has finished.
 #[track_caller]
 pub(crate) fn block_on_root<F, T>(shared: &Arc<Shared>, what: &str, f: F) -> T
@@ -209,24 +219,25 @@ where
     // unwound, or dropped unrun) and the slot written: after that the
     // fiber never touches the borrowed data again. Every path below waits
     // for `done` first: the normal join, a join error (panic, cancellation,
-    // shutdown of the runtime from another thread), and a failed spawn (the
-    // body is dropped inside `try_spawn_on`, before it returns). `wait` is
-    // a plain condvar wait (we are on a plain thread, checked above), which
-    // cannot unwind. If the root fiber were never resumed and never dropped
+    // shutdown of the runtime from another thread), a failed spawn (the
+    // body is dropped inside `try_spawn_on`, before it returns) and any
+    // unwind (`WaitDone` waits in its `Drop`). `wait` is a plain condvar
+    // wait (we are on a plain thread, checked above), which cannot unwind. If the root fiber were never resumed and never dropped
     // (abandoned at a shutdown), this thread waits forever rather than
     // return while the borrow is live: a hang, never a use after return.
     let body: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(body) };
-    let handle = try_spawn_on(&(shared.clone() as Arc<dyn Schedule>), body);
-    let handle = match handle {
+    // Waits for `done` when dropped: also if anything below unwinds.
+    let wait_done = WaitDone(done);
+    let handle = match try_spawn_on(&(shared.clone() as Arc<dyn Schedule>), body) {
         Ok(handle) => handle,
         Err(e) => {
-            done.wait();
+            drop(wait_done);
             panic!("fiber::{what}: cannot spawn the root fiber: {e}");
         }
     };
     shared.root_fiber.store(handle.id().0, Ordering::Relaxed);
     let result = handle.join();
-    done.wait();
+    drop(wait_done);
     shared.root_fiber.store(0, Ordering::Relaxed);
     match result {
         Ok(()) => value.expect("the root fiber finished without storing its value"),
