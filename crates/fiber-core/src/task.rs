@@ -414,7 +414,7 @@ impl<T: Send> JoinHandle<T> {
         // `Cancelled`, and the fiber it joined runs on, detached.
         let result = fiber_wait(&*self.task, &mut (), WaitOptions::new());
         if result != WaitResult::Ok {
-            return Err(JoinError::cancelled(self.task.id));
+            return Err(JoinError::cancelled(self.task.id).with_name(self.task.name.clone()));
         }
         self.take_result()
     }
@@ -425,7 +425,7 @@ impl<T: Send> JoinHandle<T> {
         self.task
             .result
             .with_mut(|r| unsafe { (*r).take() })
-            .unwrap_or_else(|| Err(JoinError::cancelled(self.task.id)))
+            .unwrap_or_else(|| Err(JoinError::cancelled(self.task.id).with_name(self.task.name.clone())))
     }
 
     /// Has the fiber finished?
