@@ -846,8 +846,10 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
     bump(&slot.heartbeat);
     let first_pinned_run = running.is_pinned() && !running.has_run();
     let pinned = running.is_pinned();
+    // One relaxed load when tracing is off (the start/finish events are TRACE).
+    let traced = tracing::level_enabled!(tracing::Level::TRACE);
     let id = running.id();
-    if !running.has_run() {
+    if traced && !running.has_run() {
         tracing::trace!(
             target: "fiber_sched",
             fiber = id.0,
@@ -858,7 +860,7 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
         );
     }
     let outcome = running.resume(ctx.index);
-    if matches!(outcome, RunOutcome::Finished) {
+    if traced && matches!(outcome, RunOutcome::Finished) {
         tracing::trace!(target: "fiber_sched", fiber = id.0, worker = ctx.index, "fiber finished");
     }
     slot.running.store(0, Ordering::Relaxed);
