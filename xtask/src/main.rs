@@ -11,7 +11,7 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  ci                      the whole gate: fmt, clippy, tests (spec-assert on), doc tests, loom, 90 s stress
+  ci                      the whole gate: fmt, clippy, tests (spec-assert on), doc tests, rustdoc, loom, 90 s stress
   loom [crate] [filter]   loom models (RUSTFLAGS=--cfg loom), LOOM_MAX_PREEMPTIONS defaults to 2
   stress [--seconds N] [--seed S]  randomized stress mix with invariants checked (spec-assert on)
   valgrind [--seconds N]  the stress mix under valgrind memcheck (invalid accesses, definite leaks)
@@ -67,6 +67,11 @@ fn ci() -> Result<(), String> {
     let mut test = cargo();
     test.args(["test", "--workspace", "--features", "fiber-core/spec-assert"]);
     run("test (unit, integration and doc tests, spec-assert on)", test)?;
+
+    let mut doc = cargo();
+    doc.args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    run("doc (rustdoc warnings are errors)", doc)?;
 
     loom(None, None)?;
     stress(&["--seconds", CI_STRESS_SECONDS])?;

@@ -88,6 +88,7 @@ pub struct FiberIdModel(pub u64);
 mod park;
 #[cfg(not(loom))]
 mod pool;
+mod report;
 #[cfg(not(loom))]
 mod sched;
 #[cfg(not(loom))]
@@ -111,6 +112,7 @@ pub use kind::{external_wait, external_waiters, note_external_wait, ExternalWait
 pub use park::{current_handle, park, park_timeout, FiberHandle};
 #[cfg(not(loom))]
 pub use pool::{FramePool, ParkedFiber, Phase, PoolStats, TeardownReport, IDLE_WATERMARK, TEARDOWN_WORKER};
+pub use report::{register_stats_reporter, stats_reports};
 #[cfg(not(loom))]
 pub use sched::{Runnable, Running, Schedule, Worker};
 #[cfg(not(loom))]

@@ -60,11 +60,12 @@ impl Waitable for ParkToken {
 pub struct FiberHandle {
     id: FiberId,
     task: Arc<dyn TaskControl>,
+    name: Option<std::sync::Arc<str>>,
 }
 
 impl FiberHandle {
-    pub(crate) fn new(id: FiberId, task: Arc<dyn TaskControl>) -> FiberHandle {
-        FiberHandle { id, task }
+    pub(crate) fn new(id: FiberId, task: Arc<dyn TaskControl>, name: Option<std::sync::Arc<str>>) -> FiberHandle {
+        FiberHandle { id, task, name }
     }
 
     /// Make the fiber's park token available, waking it if it is parked in
@@ -77,11 +78,20 @@ impl FiberHandle {
     pub fn id(&self) -> FiberId {
         self.id
     }
+
+    /// The fiber's name, if it was spawned with one (`fiber::Builder::name`),
+    /// like `std::thread::Thread::name`.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
 }
 
 impl fmt::Debug for FiberHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FiberHandle").field("id", &self.id).finish()
+        f.debug_struct("FiberHandle")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -94,7 +104,8 @@ pub fn current_handle() -> Option<FiberHandle> {
     // SAFETY: the running fiber reads its own slots.
     let task = unsafe { (*fiber).task() }?;
     // SAFETY: as above.
-    Some(FiberHandle::new(unsafe { (*fiber).id() }, task))
+    let (id, name) = unsafe { ((*fiber).id(), (*fiber).name()) };
+    Some(FiberHandle::new(id, task, name))
 }
 
 #[track_caller]

@@ -24,7 +24,7 @@ use std::time::Instant;
 pub trait Schedule: Send + Sync + 'static {
     /// Enqueue a RUNNABLE fiber. Called exactly once per RUNNABLE edge; the
     /// implementation must make the fiber visible to some worker and then
-    /// wake a worker if all are asleep (spec 3.1: publish before signal).
+    /// wake a worker if all are asleep (publish the fiber before signalling a worker).
     fn schedule(&self, fiber: Runnable);
 
     /// Arrange for [`fiber_wake`](crate::fiber_wake)`(&waiter)` to be called
@@ -161,6 +161,11 @@ impl Running {
     /// Is the fiber pinned (hard affinity to the worker it first runs on)?
     pub fn is_pinned(&self) -> bool {
         self.fiber.is_pinned()
+    }
+
+    /// The fiber's name, if it was spawned with one (diagnostics, traces).
+    pub fn name(&self) -> Option<std::sync::Arc<str>> {
+        self.fiber.name()
     }
 
     /// Has the fiber run before (on any worker)?

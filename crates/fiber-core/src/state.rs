@@ -458,7 +458,7 @@ impl StateWord {
         }
     }
 
-    /// The wake protocol (spec 4.3) for a waiter record holding `ticket`.
+    /// The wake protocol for a waiter record holding `ticket`.
     #[inline]
     pub fn wake(&self, ticket: u64) -> Claim {
         // Acquire: pairs with the Release of the park commit and of

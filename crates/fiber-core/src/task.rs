@@ -29,6 +29,7 @@ pub(crate) trait TaskControl: Send + Sync {
 pub struct JoinError {
     repr: Repr,
     id: FiberId,
+    name: Option<std::sync::Arc<str>>,
 }
 
 enum Repr {
@@ -65,6 +66,7 @@ impl JoinError {
         JoinError {
             repr: Repr::Cancelled,
             id,
+            name: None,
         }
     }
 
@@ -73,12 +75,17 @@ impl JoinError {
         JoinError {
             repr: Repr::TimedOut,
             id,
+            name: None,
         }
     }
 
     /// "Returned an error that its scope took" for fiber `id`.
     pub fn failed(id: FiberId) -> JoinError {
-        JoinError { repr: Repr::Failed, id }
+        JoinError {
+            repr: Repr::Failed,
+            id,
+            name: None,
+        }
     }
 
     /// A panic error for fiber `id` carrying `payload`.
@@ -86,6 +93,7 @@ impl JoinError {
         JoinError {
             repr: Repr::Panic(payload),
             id,
+            name: None,
         }
     }
 
@@ -108,6 +116,26 @@ impl JoinError {
     pub fn id(&self) -> FiberId {
         self.id
     }
+
+    /// The name of the fiber that failed, if it was spawned with one
+    /// (`fiber::Builder::name`).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// This error, naming the fiber `name` (for layers above the core).
+    pub fn with_name(mut self, name: Option<std::sync::Arc<str>>) -> JoinError {
+        self.name = name;
+        self
+    }
+
+    /// "fiber 7" or "fiber 7 (\"conn-42\")".
+    fn who(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{} ({:?})", self.id, name),
+            None => self.id.to_string(),
+        }
+    }
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> Option<&str> {
@@ -119,28 +147,30 @@ fn panic_message(payload: &(dyn Any + Send)) -> Option<&str> {
 
 impl fmt::Debug for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = self.who();
         match &self.repr {
             Repr::Panic(p) => match panic_message(p.as_ref()) {
-                Some(msg) => write!(f, "JoinError::Panic({}, {:?}, ..)", self.id, msg),
-                None => write!(f, "JoinError::Panic({}, ..)", self.id),
+                Some(msg) => write!(f, "JoinError::Panic({who}, {msg:?}, ..)"),
+                None => write!(f, "JoinError::Panic({who}, ..)"),
             },
-            Repr::Cancelled => write!(f, "JoinError::Cancelled({})", self.id),
-            Repr::TimedOut => write!(f, "JoinError::TimedOut({})", self.id),
-            Repr::Failed => write!(f, "JoinError::Failed({})", self.id),
+            Repr::Cancelled => write!(f, "JoinError::Cancelled({who})"),
+            Repr::TimedOut => write!(f, "JoinError::TimedOut({who})"),
+            Repr::Failed => write!(f, "JoinError::Failed({who})"),
         }
     }
 }
 
 impl fmt::Display for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = self.who();
         match &self.repr {
             Repr::Panic(p) => match panic_message(p.as_ref()) {
-                Some(msg) => write!(f, "{} panicked with message {:?}", self.id, msg),
-                None => write!(f, "{} panicked", self.id),
+                Some(msg) => write!(f, "{who} panicked with message {msg:?}"),
+                None => write!(f, "{who} panicked"),
             },
-            Repr::Cancelled => write!(f, "{} was cancelled", self.id),
-            Repr::TimedOut => write!(f, "{} timed out", self.id),
-            Repr::Failed => write!(f, "{} failed with an error its scope returned", self.id),
+            Repr::Cancelled => write!(f, "{who} was cancelled"),
+            Repr::TimedOut => write!(f, "{who} timed out"),
+            Repr::Failed => write!(f, "{who} failed with an error its scope returned"),
         }
     }
 }
@@ -169,6 +199,8 @@ struct Task<T> {
     result: UnsafeCell<Option<Result<T, JoinError>>>,
     /// `park` / `unpark` token.
     park: crate::park::ParkToken,
+    /// The fiber's name (`SpawnOptions::name`).
+    name: Option<std::sync::Arc<str>>,
     /// The frame running this task (to wake it on cancel). The frame may be
     /// recycled after the task finishes; `cancel` checks `finished` first,
     /// and a wake of a later incarnation would only be spurious.
@@ -302,11 +334,14 @@ struct Completion<T: Send> {
     task: Arc<Task<T>>,
     id: FiberId,
     armed: bool,
+    /// The fiber's name, for the join error.
+    name: Option<std::sync::Arc<str>>,
 }
 
 impl<T: Send> Completion<T> {
     fn finish(&mut self, outcome: Result<T, JoinError>) {
         self.armed = false;
+        let outcome = outcome.map_err(|e| e.with_name(self.name.clone()));
         if let Some(unwanted) = self.task.complete(outcome) {
             drop_quietly(unwanted);
         }
@@ -316,10 +351,7 @@ impl<T: Send> Completion<T> {
 impl<T: Send> Drop for Completion<T> {
     fn drop(&mut self) {
         if self.armed {
-            self.finish(Err(JoinError {
-                repr: Repr::Cancelled,
-                id: self.id,
-            }));
+            self.finish(Err(JoinError::cancelled(self.id)));
         }
     }
 }
@@ -379,7 +411,7 @@ impl<T: Send> JoinHandle<T> {
         // `Cancelled`, and the fiber it joined runs on, detached.
         let result = fiber_wait(&*self.task, &mut (), WaitOptions::new());
         if result != WaitResult::Ok {
-            return Err(JoinError::cancelled(self.task.id));
+            return Err(JoinError::cancelled(self.task.id).with_name(self.task.name.clone()));
         }
         self.take_result()
     }
@@ -390,7 +422,7 @@ impl<T: Send> JoinHandle<T> {
         self.task
             .result
             .with_mut(|r| unsafe { (*r).take() })
-            .unwrap_or_else(|| Err(JoinError::cancelled(self.task.id)))
+            .unwrap_or_else(|| Err(JoinError::cancelled(self.task.id).with_name(self.task.name.clone())))
     }
 
     /// Has the fiber finished?
@@ -417,7 +449,7 @@ impl<T: Send> JoinHandle<T> {
     where
         T: 'static,
     {
-        crate::park::FiberHandle::new(self.task.id, self.task.clone())
+        crate::park::FiberHandle::new(self.task.id, self.task.clone(), self.task.name.clone())
     }
 
     /// A type-erased handle that can cancel this fiber.
@@ -478,6 +510,11 @@ pub struct SpawnOptions {
     /// it first ran on (it may still be stolen before its first run), so
     /// that thread-local state it holds across a park stays on its thread.
     pub pinned: bool,
+    /// The stack the fiber needs, in bytes (`None`: the pool's). Every
+    /// fiber runs on a stack of its pool's size; a larger request is
+    /// refused with `io::ErrorKind::Unsupported`, a smaller one gets the
+    /// pool's stack.
+    pub stack_size: Option<usize>,
 }
 
 /// Spawn `f` as a fiber of `sched`. Fails if a stack cannot be mapped or
@@ -506,6 +543,18 @@ where
             "fiber spawn refused: the runtime is shutting down (or was dropped)",
         ));
     }
+    if let Some(wanted) = options.stack_size {
+        let have = sched.frames().stack_size();
+        if wanted > have {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "fiber stack size {wanted} is above the runtime's fiber stack size of {have} bytes; \
+                     build the runtime with a stack size of at least {wanted} (fiber::runtime::Builder::stack_size)"
+                ),
+            ));
+        }
+    }
     let (frame, stack) = sched.frames().acquire()?;
     let id = crate::fiber::next_fiber_id();
     let task = Arc::new(Task {
@@ -520,12 +569,14 @@ where
         }),
         result: UnsafeCell::new(None),
         park: crate::park::ParkToken::default(),
+        name: options.name.clone(),
         fiber: frame.clone(),
     });
     let mut completion = Completion {
         task: task.clone(),
         id,
         armed: true,
+        name: options.name.clone(),
     };
     let body = move || -> Exit {
         let fiber = current::get();

@@ -237,7 +237,7 @@ impl Drop for BackToRunning<'_> {
     }
 }
 
-/// Wake the waiter of `record` (spec 4.3). Returns `true` if this call won
+/// Wake the waiter of `record`. Returns `true` if this call won
 /// the wake claim and enqueued the fiber (or unparked the thread); `false`
 /// if the record was stale, the fiber was already awake, or it was still
 /// PARKING (then WAKE_PENDING makes its worker resume it).
@@ -312,7 +312,7 @@ pub(crate) fn wake_current_wait(fiber: &Arc<Fiber>) {
     }
 }
 
-/// Wait on `waitable` (spec 4.2). In a fiber this parks the fiber; on a
+/// Wait on `waitable`. In a fiber this parks the fiber; on a
 /// plain thread it blocks the thread. Returns how the wait ended.
 ///
 /// The caller's location is what the fiber dump shows as the park site:

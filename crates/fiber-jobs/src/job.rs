@@ -1,7 +1,7 @@
 //! The job: one state word, a parent, children, the first failure, the
 //! cancel reason, waiters, and the fibers to interrupt on cancel.
 //!
-//! # States (design spec 4.11)
+//! # States
 //!
 //! `ACTIVE -> COMPLETED | FAILED | CANCELLING`, `CANCELLING -> CANCELLED |
 //! FAILED`. Terminal states never change. Every change goes through
@@ -31,7 +31,8 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-/// Job states (design spec 4.11).
+/// Job states: `Active -> Completed | Failed | Cancelling`,
+/// `Cancelling -> Cancelled | Failed`; terminal states never change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum JobState {
@@ -199,6 +200,9 @@ impl JobCore {
 
     /// A new ACTIVE job, attached to `parent` unless `detached`.
     pub(crate) fn new(parent: Option<Arc<JobCore>>, supervisor: bool, propagates: bool) -> Arc<JobCore> {
+        // The job counters join the runtime's shutdown report (FIBER_STATS=1).
+        static REPORTER: std::sync::Once = std::sync::Once::new();
+        REPORTER.call_once(|| fiber_core::register_stats_reporter(crate::stats::report));
         let job = Arc::new(JobCore {
             id: next_job_id(),
             state: AtomicU8::new(JobState::Active as u8),
@@ -216,7 +220,7 @@ impl JobCore {
             }),
         });
         COUNTERS.jobs_created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        crate::trace_event!("JOB_CREATE", job.id, parent.as_ref().map(|p| p.id));
+        crate::trace_event!("JOB_CREATE", job.id, parent = parent.as_ref().map(|p| p.id));
         if let Some(parent) = parent {
             let cancelling = {
                 let mut sync = lock(&parent.sync);
@@ -224,7 +228,7 @@ impl JobCore {
                 sync.active_children += 1;
                 parent.state() != JobState::Active
             };
-            crate::trace_event!("JOB_CHILD_ATTACH", job.id, Some(parent.id));
+            crate::trace_event!("JOB_CHILD_ATTACH", job.id, parent = parent.id);
             if cancelling {
                 // A child of a cancelling job starts cancelled.
                 job.cancel(CancelReason::Cancelled);
@@ -279,7 +283,7 @@ impl JobCore {
 
     /// Request cancellation (and of every child).
     pub(crate) fn cancel(&self, reason: CancelReason) {
-        crate::trace_event!("JOB_CANCEL_REQ", self.id, None::<u64>);
+        crate::trace_event!("JOB_CANCEL_REQ", self.id);
         let (fibers, children) = {
             let mut sync = lock(&self.sync);
             match self.state() {
@@ -411,7 +415,7 @@ impl JobCore {
             .fetch_add(waiters.len() as u64, std::sync::atomic::Ordering::Relaxed);
         for waiter in &waiters {
             fiber_wake(waiter);
-            crate::trace_event!("JOB_WAIT_WAKE", self.id, None::<u64>);
+            crate::trace_event!("JOB_WAIT_WAKE", self.id);
         }
         if let Some(parent) = &self.parent {
             let reported = if self.propagates {
@@ -455,7 +459,7 @@ impl JobCore {
 
 /// A job's waiters (joiners and the scope owner waiting for children): a
 /// slab, so a waiter that leaves (cancelled, or spuriously woken) is removed
-/// in O(1) by the slot index its wait keeps (seed 002 §4.17).
+/// in O(1) by the slot index its wait keeps.
 #[derive(Default)]
 pub(crate) struct WaiterSet {
     slots: Vec<Option<Waiter>>,
@@ -528,7 +532,7 @@ impl Waitable for Join {
             COUNTERS
                 .waiters_registered
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            crate::trace_event!("JOB_WAIT_REGISTER", self.0.id, None::<u64>);
+            crate::trace_event!("JOB_WAIT_REGISTER", self.0.id);
         }
         Publish::Published
     }

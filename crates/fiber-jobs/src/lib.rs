@@ -32,8 +32,11 @@ mod stats;
 #[macro_export]
 #[doc(hidden)]
 macro_rules! trace_event {
-    ($event:literal, $job:expr, $detail:expr) => {
-        ::tracing::trace!(target: "fiber_jobs", event = $event, job = $job, detail = ?$detail)
+    ($event:literal, $job:expr) => {
+        ::tracing::trace!(target: "fiber_jobs", event = $event, job = $job)
+    };
+    ($event:literal, $job:expr, $field:ident = $value:expr) => {
+        ::tracing::trace!(target: "fiber_jobs", event = $event, job = $job, $field = ?$value)
     };
 }
 

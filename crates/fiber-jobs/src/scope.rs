@@ -3,9 +3,10 @@
 
 use crate::job::{CancelReason, Failure, JobCore, JobState, SharedPayload};
 use crate::sync::{lock, Mutex};
-use fiber_core::{CancelScope, FiberId, JoinError};
+use fiber_core::{CancelScope, FiberId, JoinError, SpawnOptions};
 use std::any::Any;
 use std::fmt;
+use std::io;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -193,10 +194,12 @@ fn run_in_job<R>(job: &Arc<JobCore>, f: impl FnOnce() -> R) -> std::thread::Resu
     outcome
 }
 
+#[track_caller]
 fn require_fiber(what: &str) {
     if !fiber_core::in_fiber() {
         panic!(
-            "fiber_jobs::{what} called outside a fiber: its children are fibers; start a runtime (fiber::run) first"
+            "fiber::{what} called outside a fiber: its children are fibers; start a runtime with \
+             fiber::run(|| ...) and call fiber::{what} from inside it"
         );
     }
 }
@@ -348,6 +351,7 @@ pub struct ScopedJoinHandle<'scope, T> {
     job: Arc<JobCore>,
     slot: Arc<Slot<T>>,
     id: FiberId,
+    name: Option<Arc<str>>,
     _scope: PhantomData<&'scope ()>,
 }
 
@@ -381,6 +385,11 @@ impl<T> ScopedJoinHandle<'_, T> {
     /// child's value is dropped).
     #[track_caller]
     pub fn join(self) -> Result<T, JoinError> {
+        let name = self.name.clone();
+        self.join_unnamed().map_err(|e| e.with_name(name))
+    }
+
+    fn join_unnamed(self) -> Result<T, JoinError> {
         crate::stats::COUNTERS
             .joins
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -431,11 +440,32 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         F: FnOnce() -> T + Send + 'scope,
         T: Send + 'scope,
     {
-        self.spawn_child(move || Ok::<T, ()>(f()), None)
+        match self.spawn_child(move || Ok::<T, ()>(f()), None, SpawnOptions::default()) {
+            Ok(handle) => handle,
+            // The body was dropped unrun, so the child is already done.
+            Err(e) => panic!("fiber::Scope::spawn: could not spawn the child fiber: {e}"),
+        }
+    }
+
+    /// Spawn a child with per-fiber options (a name, pinning), returning
+    /// an error instead of panicking if it cannot be spawned. This is what
+    /// `fiber::Builder::spawn_scoped` calls.
+    #[track_caller]
+    pub fn try_spawn_with<F, T>(&'scope self, options: SpawnOptions, f: F) -> io::Result<ScopedJoinHandle<'scope, T>>
+    where
+        F: FnOnce() -> T + Send + 'scope,
+        T: Send + 'scope,
+    {
+        self.spawn_child(move || Ok::<T, ()>(f()), None, options)
     }
 
     #[track_caller]
-    fn spawn_child<F, T, E>(&'scope self, f: F, error: Option<Arc<Mutex<Option<E>>>>) -> ScopedJoinHandle<'scope, T>
+    fn spawn_child<F, T, E>(
+        &'scope self,
+        f: F,
+        error: Option<Arc<Mutex<Option<E>>>>,
+        options: SpawnOptions,
+    ) -> io::Result<ScopedJoinHandle<'scope, T>>
     where
         F: FnOnce() -> Result<T, E> + Send + 'scope,
         T: Send + 'scope,
@@ -463,17 +493,16 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // the closure borrows for 'scope is used after the scope ends. This
         // is std::thread::scope's argument.
         let body: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(body) };
-        let handle = match fiber_core::try_spawn_on(&self.sched, body) {
-            Ok(handle) => handle,
-            // The body was dropped unrun, so the child is already done.
-            Err(e) => panic!("fiber::Scope::spawn: could not spawn the child fiber: {e}"),
-        };
-        ScopedJoinHandle {
+        let name = options.name.clone();
+        // On an error the body was dropped unrun, so the child is done.
+        let handle = fiber_core::try_spawn_with(&self.sched, options, body)?;
+        Ok(ScopedJoinHandle {
             job: child,
             slot,
             id: handle.id(),
+            name,
             _scope: PhantomData,
-        }
+        })
     }
 
     /// The scope's job.
@@ -504,7 +533,13 @@ impl<'scope, 'env, E: Send> TryScope<'scope, 'env, E> {
         F: FnOnce() -> Result<T, E> + Send + 'scope,
         T: Send + 'scope,
     {
-        self.inner.spawn_child(f, Some(self.error.clone()))
+        match self
+            .inner
+            .spawn_child(f, Some(self.error.clone()), SpawnOptions::default())
+        {
+            Ok(handle) => handle,
+            Err(e) => panic!("fiber::TryScope::spawn: could not spawn the child fiber: {e}"),
+        }
     }
 
     /// The scope's job.

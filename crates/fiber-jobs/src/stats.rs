@@ -57,3 +57,20 @@ pub fn stats() -> JobStats {
         waiters_woken: c.waiters_woken.load(Ordering::Relaxed),
     }
 }
+
+impl std::fmt::Display for JobStats {
+    /// One line, as printed by `fiber::stats()` and at shutdown with
+    /// `FIBER_STATS=1`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "  jobs: {} created, {} completed, {} failed, {} cancelled, {} cancel requests",
+            self.jobs_created, self.jobs_completed, self.jobs_failed, self.jobs_cancelled, self.cancellations_requested
+        )
+    }
+}
+
+/// The shutdown report's job line (registered with fiber-core).
+pub(crate) fn report() -> String {
+    stats().to_string()
+}

@@ -34,6 +34,8 @@ pub mod config;
 #[cfg(not(loom))]
 mod dumpsig;
 #[cfg(not(loom))]
+mod handle;
+#[cfg(not(loom))]
 mod monitor;
 #[cfg(not(loom))]
 mod queue;
@@ -48,6 +50,8 @@ mod worker;
 
 #[cfg(not(loom))]
 pub use config::{Config, ConfigError, ThreadHook};
+#[cfg(not(loom))]
+pub use handle::Handle;
 #[cfg(not(loom))]
 pub use runtime::{blocking, current_stats, sleep, sleep_until, Builder, Runtime};
 #[cfg(not(loom))]

@@ -11,6 +11,7 @@
 //! the runtime.
 
 use crate::config::{Config, ConfigError, Overrides};
+use crate::handle::Handle;
 use crate::monitor;
 use crate::stats::Stats;
 use crate::sync::{lock, Ordering};
@@ -218,22 +219,30 @@ impl Runtime {
         try_spawn_on(&self.scheduler(), f)
     }
 
-    /// Run `f` as the root fiber and block this thread until it returns;
-    /// its panic is re-raised here with the original payload.
+    /// Run `f` as the root fiber and block this thread until it has
+    /// finished; its panic is re-raised here with the original payload.
+    /// `f` may borrow the caller's stack (like `std::thread::scope`): this
+    /// returns only after the root fiber is done with `f`.
+    ///
+    /// # Panics
+    ///
+    /// Panics when called from a fiber (it would block a worker thread
+    /// while a second root runs: spawn a fiber and join it instead, or use
+    /// a [`Handle`] from a plain thread), or with `f`'s panic.
     #[track_caller]
     pub fn block_on<F, T>(&self, f: F) -> T
     where
-        F: FnOnce() -> T + Send + 'static,
-        T: Send + 'static,
+        F: FnOnce() -> T + Send,
+        T: Send,
     {
-        let handle = self.spawn(f);
-        self.shared.root_fiber.store(handle.id().0, Ordering::Relaxed);
-        let result = handle.join();
-        self.shared.root_fiber.store(0, Ordering::Relaxed);
-        match result {
-            Ok(value) => value,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => panic!("block_on: the root fiber ended without a value: {e}"),
+        crate::handle::block_on_root(&self.shared, "Runtime::block_on", f)
+    }
+
+    /// A handle to this runtime (`Clone + Send + Sync`): spawn and
+    /// `block_on` from other threads.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            shared: self.shared.clone(),
         }
     }
 
@@ -320,6 +329,9 @@ impl Runtime {
             }
             std::thread::park_timeout(Duration::from_millis(1));
         }
+        // The worker numbers of the report are those of the running pool,
+        // taken before the workers stop (after, every worker has exited).
+        let running = shared.config.print_stats.then(|| stats_of(&shared));
         // 3: stop the workers and the monitor.
         // Release: pairs with the Acquire in `Shared::is_shutdown`.
         shared.shutdown.store(true, Ordering::Release);
@@ -351,8 +363,8 @@ impl Runtime {
                 }
             }
         }
-        if shared.config.print_stats {
-            eprintln!("{}", stats_of(&shared));
+        if let Some(running) = running {
+            eprintln!("{}", shutdown_report(running, stats_of(&shared)));
         }
         if !stuck.is_empty() {
             let running: Vec<String> = shared
@@ -555,6 +567,25 @@ where
         return f();
     }
     crate::blocking::run(shared, f)
+}
+
+/// The `FIBER_STATS=1` report: the counters at the end of the shutdown
+/// with the worker numbers of the running pool, then the layers' lines
+/// (jobs), as `fiber::stats()` prints them.
+fn shutdown_report(running: Stats, end: Stats) -> String {
+    let stats = Stats {
+        workers: running.workers,
+        sleeping_workers: running.sleeping_workers,
+        ..end
+    };
+    let mut report = stats.to_string();
+    for lines in fiber_core::stats_reports() {
+        if !report.ends_with('\n') {
+            report.push('\n');
+        }
+        report.push_str(&lines);
+    }
+    report
 }
 
 /// Downcast the contract's scheduler to this crate's runtime, if it is one.

@@ -846,7 +846,23 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
     bump(&slot.heartbeat);
     let first_pinned_run = running.is_pinned() && !running.has_run();
     let pinned = running.is_pinned();
+    // One relaxed load when tracing is off (the start/finish events are TRACE).
+    let traced = tracing::level_enabled!(tracing::Level::TRACE);
+    let id = running.id();
+    if traced && !running.has_run() {
+        tracing::trace!(
+            target: "fiber_sched",
+            fiber = id.0,
+            name = ?running.name(),
+            spawned_at = %running.spawn_location(),
+            worker = ctx.index,
+            "fiber started"
+        );
+    }
     let outcome = running.resume(ctx.index);
+    if traced && matches!(outcome, RunOutcome::Finished) {
+        tracing::trace!(target: "fiber_sched", fiber = id.0, worker = ctx.index, "fiber finished");
+    }
     slot.running.store(0, Ordering::Relaxed);
     match (&outcome, first_pinned_run) {
         (RunOutcome::Finished, true) => {}

@@ -511,7 +511,21 @@ fn main() {
     let mut shutdown_rounds = 0u64;
     let mut rss_after_first = 0;
     let baseline = runtime.stats().fibers_alive;
+    let mut last_progress = Instant::now();
     while start.elapsed() < Duration::from_secs(seconds) {
+        if last_progress.elapsed() >= Duration::from_secs(10) {
+            last_progress = Instant::now();
+            println!(
+                "stress: {:.0} s: {rounds} rounds ({shutdown_rounds} shutdown rounds), {} fibers run, {} values \
+                 checked, {} cancellations, {} timeouts, {} fibers alive",
+                start.elapsed().as_secs_f64(),
+                totals.fibers.load(Ordering::Relaxed),
+                totals.messages.load(Ordering::Relaxed),
+                totals.cancellations.load(Ordering::Relaxed),
+                totals.timeouts.load(Ordering::Relaxed),
+                runtime.stats().fibers_alive
+            );
+        }
         let round_seed = rng.next();
         let t = totals.clone();
         runtime.block_on(move || {

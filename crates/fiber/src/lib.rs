@@ -2,10 +2,11 @@
 //! that runs hundreds of thousands of fibers on a few OS threads.
 //!
 //! `fiber` is the crate users depend on; it re-exports the layers: the
-//! scheduler ([`Runtime`]), channels ([`chan`], [`select!`]), locks that
-//! park fibers ([`sync`]), structured
-//! concurrency ([`scope`], [`try_scope`], [`with_timeout`], [`Job`]) and the
-//! core ([`spawn`], [`JoinHandle`], [`yield_now`]).
+//! scheduler ([`Runtime`], [`Handle`], [`runtime::Builder`]), channels
+//! ([`chan`], [`select!`]), locks that park fibers ([`sync`]), sockets
+//! ([`net`]), structured concurrency ([`scope`], [`try_scope`],
+//! [`with_timeout`], [`Job`]) and the core ([`spawn`], [`Builder`],
+//! [`JoinHandle`], [`yield_now`]).
 //!
 //! # Examples
 //!
@@ -23,25 +24,83 @@
 //! });
 //! assert_eq!(total, 285);
 //! ```
+//!
+//! # Coming from std, crossbeam, tokio or Go
+//!
+//! | you know | std::thread | crossbeam-channel | tokio | Go | fiber |
+//! | --- | --- | --- | --- | --- | --- |
+//! | start | `main` | | `#[tokio::main]`, `Runtime::block_on` | `main` | `fiber::run(\|\| ..)`, `Runtime::block_on` (may borrow locals) |
+//! | spawn | `thread::spawn` | | `tokio::spawn` | `go f()` | `fiber::spawn` |
+//! | spawn with settings | `thread::Builder` | | `task::Builder` | | `fiber::Builder::new().name(..).stack_size(..).pinned(..)` |
+//! | borrow in children | `thread::scope` | `crossbeam::scope` | | `sync.WaitGroup` | `fiber::scope`, `fiber::try_scope` (errgroup) |
+//! | spawn from outside | | | `Handle::spawn` | | `fiber::Handle` (`Runtime::handle`, `Handle::current`) |
+//! | channels | `mpsc::sync_channel` | `bounded`, `unbounded` | `mpsc::channel` | `make(chan T, n)` | `fiber::chan::bounded`, `unbounded` (MPMC, crossbeam's API) |
+//! | select | | `select!`, `Select` | `tokio::select!` | `select` | `fiber::select!`, `fiber::chan::Select` |
+//! | timers | `thread::sleep` | `after`, `tick` | `time::sleep`, `interval` | `time.Sleep`, `time.After` | `fiber::sleep`, `fiber::chan::after`, `tick` |
+//! | timeouts | | `recv_timeout` | `time::timeout` | `context.WithTimeout` | `fiber::with_timeout`, `recv_timeout`, `send_timeout` |
+//! | cancellation | | | `JoinHandle::abort`, `CancellationToken` | `context.Context` | `JoinHandle::cancel`, `Job::cancel`, `fiber::is_cancelled` |
+//! | mutex | `std::sync::Mutex` | | `tokio::sync::Mutex` | `sync.Mutex` | `fiber::sync` (coming); `std::sync::Mutex` only if never held across a park |
+//! | network | `std::net` | | `tokio::net` | `net` | `fiber::net` (coming) |
+//! | blocking calls | (all of them) | | `spawn_blocking` | (runtime does it) | `fiber::blocking(\|\| ..)` |
+//! | thread-locals | `thread_local!` | | `task_local!` | | `fiber::fiber_local!`, or `fiber::spawn_pinned` to keep `thread_local!` caches |
+//! | park | `thread::park`, `unpark` | | | | `fiber::park`, `fiber::current().unpark()` |
+//!
+//! # Cancellation points
+//!
+//! Cancellation is cooperative: a cancelled fiber (its `JoinHandle::cancel`,
+//! its job or scope cancelled, a `with_timeout` deadline, runtime shutdown)
+//! sees it at the next cancellation point, where the wait returns early with
+//! an error, and at nothing else. The cancellation points:
+//!
+//! - `fiber::sleep`, `fiber::sleep_until`, `fiber::yield_now` (return `Err(Cancelled)`);
+//! - `fiber::check_cancelled()` (and `fiber::is_cancelled()` to poll);
+//! - channel operations that wait: `send`, `recv` and their `_timeout` and
+//!   `_deadline` forms (a cancelled `send` gives its value back in the error);
+//! - `select!` and `Select`'s blocking waits (a cancelled select runs its first
+//!   channel arm with a failed result; the timed forms report a timeout);
+//! - `JoinHandle::join`, `ScopedJoinHandle::join` and `Job::join` (the joined
+//!   fiber runs on);
+//! - `fiber::park` / `park_timeout` (return at once);
+//! - `fiber::sync`: `Semaphore::acquire`, `Condvar` waits, `Barrier::wait`,
+//!   `WaitGroup::wait` (not `Mutex::lock` or `RwLock`, as in std);
+//! - `fiber::net`: every blocking socket call (an `io::Error` of kind `Other`
+//!   wrapping `Cancelled`).
+//!
+//! A fiber that never reaches one is not interrupted; at shutdown it gets the
+//! grace time (`shutdown_timeout`) and is then unwound.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
 #[doc(inline)]
 pub use fiber_chan as chan;
+#[doc(inline)]
 pub use fiber_chan::select;
 pub use fiber_core as core;
+#[doc(inline)]
 pub use fiber_core::{
     park, park_timeout, yield_now, Dump, FiberHandle, FiberId, FiberInfo, JoinError, JoinHandle, WaitKind,
 };
+#[doc(inline)]
 pub use fiber_jobs::{
     check_cancelled, is_cancelled, scope, supervisor_scope, try_scope, with_timeout, CancelReason, Cancelled, Job,
     JobState, JobStats, Scope, ScopedJoinHandle, TimedOut, TryScope,
 };
+#[doc(inline)]
 pub use fiber_net as net;
-pub use fiber_sched::{blocking, Builder, Config, ConfigError, Runtime};
+#[doc(inline)]
+pub use fiber_sched::{blocking, Config, ConfigError, Handle, Runtime};
 #[doc(inline)]
 pub use fiber_sync as sync;
+mod builder;
+pub use builder::Builder;
+
+/// Building and configuring a [`Runtime`]: [`runtime::Builder`] (what
+/// [`Runtime::builder`] returns), [`Config`], [`Handle`].
+pub mod runtime {
+    #[doc(inline)]
+    pub use fiber_sched::{Builder, Config, ConfigError, Handle, Runtime, Stats};
+}
 
 use std::fmt;
 use std::time::Duration;
@@ -49,18 +108,36 @@ use std::time::Duration;
 /// Start a runtime with the defaults (and the `FIBER_*` environment), run
 /// `f` as its root fiber, shut the runtime down and return `f`'s value. A
 /// panic in `f` is re-raised here with its original payload. `run` may be
-/// called again after it returns, from any thread.
+/// called again after it returns, from any thread. Like
+/// `std::thread::scope`, `f` may borrow the caller's stack: `run` returns
+/// only after the root fiber is done with it.
+///
+/// ```
+/// let mut counter = 0;
+/// let words = vec!["a", "b"];
+/// fiber::run(|| counter += words.len());
+/// assert_eq!(counter, 2);
+/// ```
 ///
 /// # Panics
 ///
-/// Panics if a `FIBER_*` variable is invalid (the message names it), if the
-/// worker threads cannot start, or with `f`'s own panic.
+/// Panics when called inside a fiber (spawn a fiber with [`spawn`]
+/// instead, or use a [`Handle`] from a plain thread), if a `FIBER_*`
+/// variable is invalid (the message names it), if the worker threads cannot
+/// start, or with `f`'s own panic.
 #[track_caller]
 pub fn run<F, T>(f: F) -> T
 where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
+    F: FnOnce() -> T + Send,
+    T: Send,
 {
+    if fiber_core::in_fiber() {
+        panic!(
+            "fiber::run called inside a fiber: it would start a second runtime and block this worker \
+             thread; spawn a fiber (fiber::spawn or a scope) instead, or from a plain thread use \
+             fiber::Handle::block_on"
+        );
+    }
     let runtime = match Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => panic!("fiber::run: cannot start the runtime: {e}"),
@@ -161,12 +238,13 @@ pub fn dump() -> fiber_core::Dump {
     }
 }
 
-/// A handle to the running fiber (its id and `unpark`), like
+/// A handle to the running fiber (its id, name and `unpark`), like
 /// `std::thread::current`.
 ///
 /// # Panics
 ///
 /// Panics outside a fiber.
+#[track_caller]
 pub fn current() -> FiberHandle {
     match fiber_core::current_handle() {
         Some(handle) => handle,
@@ -217,12 +295,7 @@ pub struct Stats {
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", self.runtime)?;
-        let j = &self.jobs;
-        write!(
-            f,
-            "  jobs: {} created, {} completed, {} failed, {} cancelled, {} cancel requests",
-            j.jobs_created, j.jobs_completed, j.jobs_failed, j.jobs_cancelled, j.cancellations_requested
-        )
+        write!(f, "{}", self.jobs)
     }
 }
 
@@ -231,6 +304,7 @@ impl fmt::Display for Stats {
 /// # Panics
 ///
 /// Panics outside a runtime (use [`Runtime::stats`] there).
+#[track_caller]
 pub fn stats() -> Stats {
     match fiber_sched::current_stats() {
         Some(runtime) => Stats {

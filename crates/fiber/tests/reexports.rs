@@ -4,7 +4,7 @@
 fn facade_items_are_the_layers_items() {
     fn same<T>(_: T, _: T) {}
     same(fiber::chan::bounded::<u8> as fn(usize) -> _, fiber_chan_bounded());
-    let _: fiber::Runtime = fiber::Builder::new().workers(1).build().unwrap();
+    let _: fiber::Runtime = fiber::runtime::Builder::new().workers(1).build().unwrap();
     let _: Option<fiber::Job> = None::<fiber::core::FiberRef>.and(None);
 }
 

@@ -1,0 +1,247 @@
+//! [`Handle`]: a cheap, clonable reference to a runtime for spawning and
+//! `block_on` from any thread, and the root-fiber runner behind
+//! `Runtime::block_on` that lets the root closure borrow the caller's stack.
+
+use crate::sync::Ordering;
+use crate::worker::Shared;
+use fiber_core::{try_spawn_on, JoinHandle, Schedule};
+use std::fmt;
+use std::io;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+
+/// A handle to a [`Runtime`](crate::Runtime): spawn fibers and run a root
+/// fiber with [`block_on`](Handle::block_on) from any thread, like tokio's
+/// `runtime::Handle`. It is `Clone + Send + Sync`; it does not keep the
+/// runtime running: once the runtime is shut down (or dropped), spawning
+/// through a handle fails.
+///
+/// ```
+/// let rt = fiber_sched::Runtime::builder().workers(2).build().unwrap();
+/// let handle = rt.handle();
+/// let from_thread = std::thread::spawn(move || {
+///     let child = handle.spawn(|| 20);
+///     let words = vec!["a", "b"];
+///     handle.block_on(|| words.len()) + child.join().unwrap()
+/// });
+/// assert_eq!(from_thread.join().unwrap(), 22);
+/// ```
+#[derive(Clone)]
+pub struct Handle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle").finish_non_exhaustive()
+    }
+}
+
+impl Handle {
+    /// The handle of the runtime the calling fiber (or worker thread) runs
+    /// on.
+    ///
+    /// # Panics
+    ///
+    /// Panics outside a fiber: there is no current runtime on a plain
+    /// thread (use [`Handle::try_current`], or `Runtime::handle`).
+    #[track_caller]
+    pub fn current() -> Handle {
+        match Handle::try_current() {
+            Some(handle) => handle,
+            None => panic!(
+                "fiber::Handle::current called outside a fiber: a plain thread has no current runtime; \
+                 pass a handle from Runtime::handle() to this thread, or use Handle::try_current"
+            ),
+        }
+    }
+
+    /// The handle of the current runtime, or `None` on a plain thread.
+    pub fn try_current() -> Option<Handle> {
+        let ctx = crate::worker::context::get();
+        if ctx.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null context is this thread's live worker context.
+        let shared = unsafe { (*ctx).shared() };
+        Some(Handle { shared: shared.clone() })
+    }
+
+    /// The runtime as the contract's scheduler.
+    pub fn scheduler(&self) -> Arc<dyn Schedule> {
+        self.shared.clone()
+    }
+
+    /// Spawn a fiber on the runtime, from any thread.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the runtime is shut down or no stack can be mapped (use
+    /// [`Handle::try_spawn`] to get the error).
+    #[track_caller]
+    pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        match self.try_spawn(f) {
+            Ok(handle) => handle,
+            Err(e) => panic!("fiber::Handle::spawn: {e}"),
+        }
+    }
+
+    /// Spawn a fiber, returning an error if the runtime is shut down or no
+    /// stack can be mapped.
+    #[track_caller]
+    pub fn try_spawn<F, T>(&self, f: F) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        try_spawn_on(&self.scheduler(), f)
+    }
+
+    /// Run `f` as a root fiber of the runtime and block this thread until
+    /// it has finished, like `Runtime::block_on` (`f` may borrow the
+    /// caller's stack). A panic of `f` is re-raised here.
+    ///
+    /// # Panics
+    ///
+    /// Panics when called from a fiber (it would block a worker thread:
+    /// spawn a fiber and join it instead), if the runtime is shut down, or
+    /// with `f`'s panic.
+    #[track_caller]
+    pub fn block_on<F, T>(&self, f: F) -> T
+    where
+        F: FnOnce() -> T + Send,
+        T: Send,
+    {
+        block_on_root(&self.shared, "Handle::block_on", f)
+    }
+}
+
+/// Set once the root closure has been consumed (returned, unwound or
+/// dropped unrun), by the closure's own wrapper.
+#[derive(Default)]
+struct Done {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Done {
+    fn set(&self) {
+        *self.done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*done {
+            done = self.cv.wait(done).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Where the root's value goes: the caller's stack.
+struct Slot<T>(*mut Option<T>);
+
+// SAFETY: the pointer is written once, by the root fiber, while the caller
+// is blocked in `block_on_root` (which owns the pointee and reads it only
+// after `Done` is set); `T: Send` because the value moves to the caller.
+unsafe impl<T: Send> Send for Slot<T> {}
+
+/// The root closure with its slot and completion signal. Its `Drop` signals
+/// `done` after the user's closure is gone, however it goes: returned,
+/// unwound by a panic or a shutdown unwind, or dropped without running.
+struct Root<F, T> {
+    f: Option<F>,
+    slot: Slot<T>,
+    done: Arc<Done>,
+}
+
+impl<F: FnOnce() -> T, T> Root<F, T> {
+    fn run(mut self) {
+        if let Some(f) = self.f.take() {
+            let value = f();
+            // SAFETY: see `Slot`: the caller is still blocked in
+            // `block_on_root` (it waits for `done`, set only when `self`
+            // drops below), so the pointee is alive and nobody else
+            // touches it.
+            unsafe { *self.slot.0 = Some(value) };
+        }
+    }
+}
+
+impl<F, T> Drop for Root<F, T> {
+    fn drop(&mut self) {
+        // The user's closure (and what it captured) goes first; only then
+        // may the caller return.
+        drop(self.f.take());
+        self.done.set();
+    }
+}
+
+/// Blocks until the root closure is gone, when dropped (on every path out
+/// of `block_on_root`, unwinding included).
+struct WaitDone(Arc<Done>);
+
+impl Drop for WaitDone {
+    fn drop(&mut self) {
+        self.0.wait();
+    }
+}
+
+/// Run `f` as the root fiber of `shared` and block until it has finished.
+#[track_caller]
+pub(crate) fn block_on_root<F, T>(shared: &Arc<Shared>, what: &str, f: F) -> T
+where
+    F: FnOnce() -> T + Send,
+    T: Send,
+{
+    if fiber_core::in_fiber() {
+        panic!(
+            "fiber::{what} called inside a fiber: it would block this worker thread while a second \
+             root fiber runs; spawn a fiber (fiber::spawn) and join it instead, or call block_on from a \
+             plain thread (with a Handle from Runtime::handle / Handle::current)"
+        );
+    }
+    let mut value: Option<T> = None;
+    let done = Arc::new(Done::default());
+    let root = Root {
+        f: Some(f),
+        slot: Slot(&mut value),
+        done: done.clone(),
+    };
+    let body: Box<dyn FnOnce() + Send + '_> = Box::new(move || root.run());
+    // SAFETY: `body` borrows the caller's stack (`value` and whatever `f`
+    // borrows) for less than 'static. This function does not return or
+    // unwind before `done` is set, and `done` is set by `Root::drop` only
+    // after the user's closure has been consumed (it returned, or it was
+    // unwound, or dropped unrun) and the slot written: after that the
+    // fiber never touches the borrowed data again. Every path below waits
+    // for `done` first: the normal join, a join error (panic, cancellation,
+    // shutdown of the runtime from another thread), a failed spawn (the
+    // body is dropped inside `try_spawn_on`, before it returns) and any
+    // unwind (`WaitDone` waits in its `Drop`). `wait` is a plain condvar
+    // wait (we are on a plain thread, checked above), which cannot unwind. If the root fiber were never resumed and never dropped
+    // (abandoned at a shutdown), this thread waits forever rather than
+    // return while the borrow is live: a hang, never a use after return.
+    let body: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(body) };
+    // Waits for `done` when dropped: also if anything below unwinds.
+    let wait_done = WaitDone(done);
+    let handle = match try_spawn_on(&(shared.clone() as Arc<dyn Schedule>), body) {
+        Ok(handle) => handle,
+        Err(e) => {
+            drop(wait_done);
+            panic!("fiber::{what}: cannot spawn the root fiber: {e}");
+        }
+    };
+    shared.root_fiber.store(handle.id().0, Ordering::Relaxed);
+    let result = handle.join();
+    drop(wait_done);
+    shared.root_fiber.store(0, Ordering::Relaxed);
+    match result {
+        Ok(()) => value.expect("the root fiber finished without storing its value"),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("fiber::{what}: the root fiber ended without a value: {e}"),
+    }
+}

@@ -1,0 +1,122 @@
+//! [`Builder`]: per-fiber settings, like `std::thread::Builder`.
+
+use crate::{JoinHandle, Scope, ScopedJoinHandle};
+use std::io;
+use std::sync::Arc;
+
+/// Spawn a fiber with settings, like `std::thread::Builder`: a name (shown
+/// by [`current().name()`](crate::FiberHandle::name), the fiber dump, the
+/// stall and deadlock reports and [`JoinError`](crate::JoinError)), a stack
+/// size and pinning.
+///
+/// ```
+/// fiber::run(|| {
+///     let handle = fiber::Builder::new()
+///         .name("conn-42")
+///         .stack_size(64 * 1024)
+///         .spawn(|| fiber::current().name().map(str::to_owned))
+///         .unwrap();
+///     assert_eq!(handle.join().unwrap().as_deref(), Some("conn-42"));
+/// });
+/// ```
+///
+/// # Stack size
+///
+/// Every fiber of a runtime runs on a stack of the runtime's size
+/// (`fiber::runtime::Builder::stack_size`, 256 KiB by default), taken from
+/// its frame pool. A `stack_size` at or below it is satisfied by the pool's
+/// stack; a larger one is refused with an [`io::ErrorKind::Unsupported`]
+/// error (build the runtime with a larger stack size instead).
+#[derive(Clone, Debug, Default)]
+#[must_use = "a Builder does nothing until `spawn` is called"]
+pub struct Builder {
+    name: Option<Arc<str>>,
+    stack_size: Option<usize>,
+    pinned: bool,
+}
+
+impl Builder {
+    /// A builder with no name, the runtime's stack size and no pinning.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// Name the fiber.
+    pub fn name(mut self, name: impl Into<String>) -> Builder {
+        self.name = Some(Arc::from(name.into()));
+        self
+    }
+
+    /// The stack size the fiber needs, in bytes (see "Stack size").
+    pub fn stack_size(mut self, bytes: usize) -> Builder {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Pin the fiber: once it has run, it resumes only on the worker
+    /// thread it first ran on (see [`spawn_pinned`](crate::spawn_pinned)).
+    pub fn pinned(mut self, pinned: bool) -> Builder {
+        self.pinned = pinned;
+        self
+    }
+
+    /// Spawn `f` on the current runtime.
+    ///
+    /// # Errors
+    ///
+    /// Fails if the stack size is above the runtime's (kind `Unsupported`),
+    /// if no stack can be mapped, or if the runtime is shutting down.
+    ///
+    /// # Panics
+    ///
+    /// Panics outside a fiber (use [`Handle::spawn`](crate::Handle::spawn)
+    /// from a plain thread).
+    #[track_caller]
+    pub fn spawn<F, T>(self, f: F) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let Some(sched) = fiber_core::current_scheduler() else {
+            crate::outside("Builder::spawn")
+        };
+        fiber_core::try_spawn_with(&sched, self.options(), f)
+    }
+
+    /// Spawn `f` as a child of `scope`, like `std::thread::Builder::spawn_scoped`
+    /// (from a fiber or from a plain thread that borrows the scope).
+    ///
+    /// ```
+    /// fiber::run(|| {
+    ///     let mut hits = 0;
+    ///     fiber::scope(|s| {
+    ///         fiber::Builder::new().name("counter").spawn_scoped(s, || hits += 1).unwrap();
+    ///     });
+    ///     assert_eq!(hits, 1);
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::spawn`].
+    #[track_caller]
+    pub fn spawn_scoped<'scope, 'env, F, T>(
+        self,
+        scope: &'scope Scope<'scope, 'env>,
+        f: F,
+    ) -> io::Result<ScopedJoinHandle<'scope, T>>
+    where
+        F: FnOnce() -> T + Send + 'scope,
+        T: Send + 'scope,
+    {
+        scope.try_spawn_with(self.options(), f)
+    }
+
+    fn options(self) -> fiber_core::SpawnOptions {
+        fiber_core::SpawnOptions {
+            name: self.name,
+            pinned: self.pinned,
+            stack_size: self.stack_size,
+        }
+    }
+}
