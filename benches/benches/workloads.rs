@@ -55,9 +55,20 @@ fn warmup_on() -> bool {
     std::env::var("ANCHORS_WARMUP").map_or(true, |v| v != "0")
 }
 
+/// `--fixed-workers`: exactly `cores()` workers (`max_workers = workers`,
+/// growth off), as every peer gets; otherwise the elastic default ceiling.
+fn fixed_workers() -> bool {
+    std::env::args().any(|a| a == "--fixed-workers")
+}
+
 fn fiber_rt() -> fiber::Runtime {
     let c = cores();
-    fiber::Runtime::builder().workers(c).build().expect("runtime")
+    let mut builder = fiber::Runtime::builder();
+    builder.workers(c);
+    if fixed_workers() {
+        builder.max_workers(c);
+    }
+    builder.build().expect("runtime")
 }
 
 fn tokio_rt() -> tokio::runtime::Runtime {

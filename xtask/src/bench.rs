@@ -2,9 +2,17 @@
 //! per measurement, systems interleaved inside each round; median, min and
 //! max; a table on stdout, Markdown and an SVG bar chart of fiber's ratio to
 //! the best peer in `target/bench-report/`.
+//!
+//! Systems: fiber, Go (`benches/go`, built with the local `go` toolchain,
+//! standard library only; skipped with a note when `go` is missing), tokio
+//! and std threads. Every runtime gets `C` = the number of cores as its
+//! worker count (Go: `GOMAXPROCS=C`). fiber starts `C` workers and may grow
+//! up to its elastic ceiling, unless `--fixed-workers` pins it to exactly
+//! `C` (`workers = max_workers = C`), as the peers are.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// (workload, what it measures, higher is better?)
@@ -30,7 +38,57 @@ const WORKLOADS: &[(&str, &str, bool)] = &[
     ("sync_waitgroup", "sync: WaitGroup of 1,000", false),
 ];
 
-const SYSTEMS: &[&str] = &["fiber", "tokio", "threads"];
+const SYSTEMS: &[&str] = &["fiber", "go", "tokio", "threads"];
+
+/// The peers fiber's ratio is taken against.
+const PEERS: &[&str] = &["go", "tokio", "threads"];
+
+/// Shown in place of the Go column when there is no `go` on the PATH.
+const NO_GO: &str = "go not installed (apt-get install golang-go)";
+
+/// Builds the Go workloads with the local toolchain. `Ok(None)` when `go`
+/// is not installed; an error when it is and the build fails. No module
+/// is downloaded: the program uses the standard library only.
+fn go_binary() -> Result<Option<PathBuf>, String> {
+    let installed = Command::new("go")
+        .arg("version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !installed {
+        eprintln!("==> {NO_GO}: the Go column is skipped");
+        return Ok(None);
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/go");
+    let out_dir = std::env::current_dir()
+        .map_err(|e| e.to_string())?
+        .join("target/bench-go");
+    std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
+    let binary = out_dir.join("fiberbench");
+    eprintln!("==> building the Go workloads");
+    let out = Command::new("go")
+        .arg("build")
+        .arg("-o")
+        .arg(&binary)
+        .arg(".")
+        .current_dir(&source)
+        .env("GOPROXY", "off")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOWORK", "off")
+        .output()
+        .map_err(|e| format!("go build: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "building the Go workloads failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(Some(binary))
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
 
 #[derive(Default, Clone)]
 struct Cell {
@@ -81,9 +139,11 @@ fn median(values: &[f64]) -> f64 {
 
 pub fn run(args: &[&str]) -> Result<(), String> {
     let quick = args.contains(&"--quick");
+    let fixed = args.contains(&"--fixed-workers");
     let filter = args.iter().find(|a| !a.starts_with("--")).copied();
     let rounds = if quick { 1 } else { 5 };
     let binary = workload_binary()?;
+    let go = go_binary()?;
     let selected: Vec<_> = WORKLOADS
         .iter()
         .filter(|(w, _, _)| filter.is_none_or(|f| w.contains(f)))
@@ -96,11 +156,30 @@ pub fn run(args: &[&str]) -> Result<(), String> {
             for system in SYSTEMS {
                 k += 1;
                 eprintln!("[{k}/{total}] {workload} / {system} (run {} of {rounds})", round + 1);
-                let out = Command::new(&binary)
-                    .args([workload, system])
+                let mut cmd = match (*system, &go) {
+                    ("go", None) => {
+                        let cell = cells.entry((workload.to_string(), system.to_string())).or_default();
+                        cell.skip = Some(NO_GO.to_string());
+                        continue;
+                    }
+                    ("go", Some(go)) => {
+                        let mut cmd = Command::new(go);
+                        cmd.arg(workload).env("GOMAXPROCS", cores().to_string());
+                        cmd
+                    }
+                    _ => {
+                        let mut cmd = Command::new(&binary);
+                        cmd.args([workload, system]);
+                        if fixed {
+                            cmd.arg("--fixed-workers");
+                        }
+                        cmd
+                    }
+                };
+                let out = cmd
                     .env("ANCHORS_WARMUP", if *workload == "w7" { "0" } else { "1" })
                     .output()
-                    .map_err(|e| format!("running {binary}: {e}"))?;
+                    .map_err(|e| format!("running {workload}/{system}: {e}"))?;
                 let stdout = String::from_utf8_lossy(&out.stdout);
                 let stderr = String::from_utf8_lossy(&out.stderr);
                 if !out.status.success() {
@@ -123,7 +202,7 @@ pub fn run(args: &[&str]) -> Result<(), String> {
             }
         }
     }
-    let report = render(&selected, &cells, quick);
+    let report = render(&selected, &cells, quick, fixed);
     println!("{report}");
     std::fs::create_dir_all("target/bench-report").map_err(|e| e.to_string())?;
     std::fs::write("target/bench-report/report.md", &report).map_err(|e| e.to_string())?;
@@ -160,7 +239,7 @@ fn ratio(workload: &str, higher: bool, cells: &BTreeMap<(String, String), Cell>)
             .map(|c| median(&c.values))
     };
     let fiber = get("fiber")?;
-    let peers: Vec<f64> = ["tokio", "threads"].iter().filter_map(|s| get(s)).collect();
+    let peers: Vec<f64> = PEERS.iter().filter_map(|s| get(s)).collect();
     let best = if higher {
         peers.iter().cloned().fold(f64::NEG_INFINITY, f64::max)
     } else {
@@ -172,16 +251,38 @@ fn ratio(workload: &str, higher: bool, cells: &BTreeMap<(String, String), Cell>)
     Some(if higher { fiber / best } else { best / fiber })
 }
 
-fn render(selected: &[&(&str, &str, bool)], cells: &BTreeMap<(String, String), Cell>, quick: bool) -> String {
+fn render(
+    selected: &[&(&str, &str, bool)],
+    cells: &BTreeMap<(String, String), Cell>,
+    quick: bool,
+    fixed: bool,
+) -> String {
     let mut s = String::new();
+    let c = cores();
     let _ = writeln!(
         s,
-        "fiber vs peers, {} core(s), {} (one process per measurement; median (min-max) of the runs; threads = std threads + crossbeam-channel)\n",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "fiber vs peers, {c} core(s), {} (one process per measurement; median (min-max) of the runs; threads = std threads + crossbeam-channel)",
         if quick { "quick: 1 run each" } else { "5 runs each" },
     );
-    let _ = writeln!(s, "| workload | unit | fiber | tokio | threads | fiber vs best peer |");
-    let _ = writeln!(s, "| --- | --- | --- | --- | --- | --- |");
+    let _ = writeln!(
+        s,
+        "Workers: {}; Go GOMAXPROCS={c}; tokio worker_threads({c}).",
+        if fixed {
+            format!("fiber fixed at {c} (workers = max_workers = {c}, --fixed-workers)")
+        } else {
+            format!("fiber starts {c}, elastic up to its default ceiling")
+        },
+    );
+    if cells.values().any(|c| c.skip.as_deref() == Some(NO_GO)) {
+        let _ = writeln!(s, "Go column skipped: {NO_GO}.");
+    }
+    let _ = writeln!(s);
+    let fiber = if fixed { "fiber (fixed)" } else { "fiber (elastic)" };
+    let _ = writeln!(
+        s,
+        "| workload | unit | {fiber} | go | tokio | threads | fiber vs best peer |"
+    );
+    let _ = writeln!(s, "| --- | --- | --- | --- | --- | --- | --- |");
     for (workload, name, higher) in selected {
         let cell = |sys: &str| cells.get(&(workload.to_string(), sys.to_string()));
         let unit = SYSTEMS
@@ -193,9 +294,10 @@ fn render(selected: &[&(&str, &str, bool)], cells: &BTreeMap<(String, String), C
         let r = ratio(workload, *higher, cells).map_or("-".to_string(), |r| format!("{r:.2}x"));
         let _ = writeln!(
             s,
-            "| {name} | {unit}{} | {} | {} | {} | {r} |",
+            "| {name} | {unit}{} | {} | {} | {} | {} | {r} |",
             if *higher { " (higher is better)" } else { "" },
             show(cell("fiber")),
+            show(cell("go")),
             show(cell("tokio")),
             show(cell("threads"))
         );

@@ -15,7 +15,7 @@ commands:
   loom [crate] [filter]   loom models (RUSTFLAGS=--cfg loom), LOOM_MAX_PREEMPTIONS defaults to 2
   stress [--seconds N] [--seed S]  randomized stress mix with invariants checked (spec-assert on)
   valgrind [--seconds N]  the stress mix under valgrind memcheck (invalid accesses, definite leaks)
-  bench [--quick] [filter]  the workloads of BENCHMARKS.md for fiber, tokio and std threads,
+  bench [--quick] [--fixed-workers] [filter]  BENCHMARKS.md workloads for fiber, Go, tokio, std threads,
                           one process per measurement, systems interleaved; prints a table and
                           writes target/bench-report/{report.md,ratios.svg}
   bench --criterion [filter]  the criterion micro benches (fiber switch, park + wake)

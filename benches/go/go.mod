@@ -1,0 +1,3 @@
+module fiberbench
+
+go 1.19
