@@ -1,6 +1,6 @@
 //! `cargo xtask loadtest [--duration SECS]`: the `http_hello` example
 //! against the same server written with tokio (`benches/examples/
-//! tokio_http_hello.rs`) and with Go's net/http (`benches/go/http_hello.go`,
+//! tokio_http_hello.rs`) and with Go's net/http (`benches/go-http/http_hello.go`,
 //! skipped with a note when `go` is missing), each driven by `wrk` at 50
 //! and 1,000 connections for a fixed duration on 127.0.0.1 only. Prints
 //! requests/s and p50/p99 latency side by side and writes
@@ -158,7 +158,7 @@ fn build(notes: &mut Vec<String>) -> Result<Vec<Server>, String> {
     if have("go", "version") {
         let out = format!("{target}/loadtest/http_hello_go");
         let mut cmd = Command::new("go");
-        cmd.args(["build", "-o", &out, "benches/go/http_hello.go"]);
+        cmd.args(["build", "-o", &out, "benches/go-http/http_hello.go"]);
         cmd.env("GO111MODULE", "off");
         match crate::run("build the Go server", cmd) {
             Ok(()) => servers.push(Server {
