@@ -463,6 +463,73 @@ func cancel1k() time.Duration {
 	return elapsed
 }
 
+// ---- sync rows (fiber-sync's table rows) ----
+
+const (
+	syncUncontendedOps = 10_000_000
+	syncParties        = 8
+	syncContendedOps   = 100_000
+	syncSemaphoreOps   = 2_000_000
+	syncGroup          = 1_000
+	syncGroupRounds    = 20
+)
+
+func syncUncontended() {
+	var m sync.Mutex
+	n := 0
+	for i := 0; i < syncUncontendedOps; i++ {
+		m.Lock()
+		n++
+		m.Unlock()
+	}
+	check(n == syncUncontendedOps, "sync_uncontended: %d increments", n)
+}
+
+func syncContended() {
+	var m sync.Mutex
+	n := 0
+	var wg sync.WaitGroup
+	wg.Add(syncParties)
+	for p := 0; p < syncParties; p++ {
+		go func() {
+			defer wg.Done()
+			for i := 0; i < syncContendedOps; i++ {
+				m.Lock()
+				n++
+				m.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	check(n == syncParties*syncContendedOps, "sync_contended: lost increments (%d)", n)
+}
+
+// A buffered channel is Go's semaphore idiom.
+func syncSemaphore() {
+	sem := make(chan struct{}, 4)
+	for i := 0; i < syncSemaphoreOps; i++ {
+		sem <- struct{}{}
+		<-sem
+	}
+	check(len(sem) == 0, "sync_semaphore: %d permits held", len(sem))
+}
+
+func syncWaitGroup() {
+	var done atomic.Int64
+	for r := 0; r < syncGroupRounds; r++ {
+		var wg sync.WaitGroup
+		wg.Add(syncGroup)
+		for i := 0; i < syncGroup; i++ {
+			go func() {
+				done.Add(1)
+				wg.Done()
+			}()
+		}
+		wg.Wait()
+	}
+	check(done.Load() == syncGroup*syncGroupRounds, "sync_waitgroup: %d members done", done.Load())
+}
+
 func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: fiberbench <w1|w2|w3|w4|w5|w6|w7|w8|select2|select8|job_create|scope1k|cancel1k>")
@@ -503,6 +570,14 @@ func main() {
 		result(float64(scope1k().Nanoseconds())/1e3/treeRounds, "us", "WaitGroup")
 	case "cancel1k":
 		result(float64(cancel1k().Nanoseconds())/1e3/treeRounds, "us", "ctx cancel")
+	case "sync_uncontended":
+		result(per(timed(syncUncontended), syncUncontendedOps), "ns/op", "sync.Mutex")
+	case "sync_contended":
+		result(per(timed(syncContended), syncParties*syncContendedOps), "ns/op", "8 goroutines, sync.Mutex")
+	case "sync_semaphore":
+		result(per(timed(syncSemaphore), syncSemaphoreOps), "ns/rt", "buffered chan")
+	case "sync_waitgroup":
+		result(float64(timed(syncWaitGroup).Nanoseconds())/1e3/syncGroupRounds, "us", "WaitGroup")
 	case "join_finished":
 		fmt.Printf("SKIP %s go no join handles (WaitGroup)\n", workload)
 	case "switch":
