@@ -252,6 +252,7 @@ impl Condvar {
         }
     }
 
+    #[track_caller]
     fn wait_inner<'a, T>(
         &self,
         guard: MutexGuard<'a, T>,

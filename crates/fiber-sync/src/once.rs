@@ -145,6 +145,7 @@ impl<T> OnceLock<T> {
     }
 
     #[cold]
+    #[track_caller]
     fn init_slow<F: FnOnce() -> T>(&self, f: F) -> &T {
         let mut f = Some(f);
         loop {

@@ -98,6 +98,7 @@ impl RawMutex {
     /// Take the lock, parking (a fiber) or blocking (a thread) while it is
     /// held. Not a cancellation point.
     #[inline]
+    #[track_caller]
     pub(crate) fn lock(&self) {
         // Acquire: as in `try_lock`.
         if self
@@ -110,6 +111,7 @@ impl RawMutex {
     }
 
     #[cold]
+    #[track_caller]
     fn lock_slow(&self) {
         // No spinning under loom: the spin adds states, not protocol.
         #[cfg(not(loom))]

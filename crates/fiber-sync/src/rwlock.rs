@@ -234,6 +234,7 @@ impl<T: ?Sized> RwLock<T> {
     }
 
     #[cold]
+    #[track_caller]
     fn wait(&self, want: usize) {
         let mut io = RwIo {
             node: Node::new(want),

@@ -38,7 +38,16 @@ fn the_dump_names_each_wait_and_its_call_site() {
                 s.spawn(|| fiber::park());
             });
         });
-        for _ in 0..4 {
+        let mutex = std::sync::Arc::new(fiber::sync::Mutex::new(0u32));
+        let held = mutex.lock().unwrap();
+        let m = mutex.clone();
+        let r = ready_tx.clone();
+        let lock_line = line!() + 3;
+        let locker = fiber::spawn(move || {
+            r.send(()).unwrap();
+            *m.lock().unwrap() += 1;
+        });
+        for _ in 0..5 {
             ready_rx.recv().unwrap();
         }
         // Let every fiber reach its wait.
@@ -46,11 +55,14 @@ fn the_dump_names_each_wait_and_its_call_site() {
         let dump = fiber::dump();
         let text = dump.to_string();
         parker.fiber().unpark();
+        drop(held);
+        locker.join().unwrap();
         let expect = [
             ("sleep", sleep_line),
             ("park", park_line),
             ("join", join_line),
             ("join", scope_line),
+            ("waiting for lock", lock_line),
         ];
         for (kind, line) in expect {
             let site = format!("on {kind} at {this_file}:{line}:");
