@@ -51,6 +51,68 @@
 
 mod sync;
 
+/// `Read` and `Write` for a stream type and for a shared reference to it
+/// (so a reader fiber and a writer fiber can use one connection): each call
+/// parks on the socket's readiness through its `io` field.
+#[cfg(not(loom))]
+macro_rules! stream_io {
+    ($stream:ty) => {
+        impl std::io::Read for &$stream {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.io
+                    .read::<$crate::readiness::op::Read, _>(|mut s| std::io::Read::read(&mut s, buf))
+            }
+
+            fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
+                self.io
+                    .read::<$crate::readiness::op::Read, _>(|mut s| std::io::Read::read_vectored(&mut s, bufs))
+            }
+        }
+
+        impl std::io::Write for &$stream {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.io
+                    .write::<$crate::readiness::op::Write, _>(|mut s| std::io::Write::write(&mut s, buf))
+            }
+
+            fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+                self.io
+                    .write::<$crate::readiness::op::Write, _>(|mut s| std::io::Write::write_vectored(&mut s, bufs))
+            }
+
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        impl std::io::Read for $stream {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                std::io::Read::read(&mut &*self, buf)
+            }
+
+            fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
+                std::io::Read::read_vectored(&mut &*self, bufs)
+            }
+        }
+
+        impl std::io::Write for $stream {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                std::io::Write::write(&mut &*self, buf)
+            }
+
+            fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+                std::io::Write::write_vectored(&mut &*self, bufs)
+            }
+
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+    };
+}
+#[cfg(not(loom))]
+pub(crate) use stream_io;
+
 mod readiness;
 
 #[cfg(not(loom))]
