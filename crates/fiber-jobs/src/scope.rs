@@ -9,6 +9,7 @@ use std::fmt;
 use std::io;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -512,11 +513,34 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 }
 
 /// A `try_scope`: children return `Result<_, E>`.
+///
+/// Unlike [`Scope`], the body receives this handle by value (it is `Copy`),
+/// so an error type that names `'static` (`Result<_, &'static str>`) and
+/// children that borrow the caller's stack compile together; a reference
+/// to it would tie the error type's lifetimes to the scope's, which the
+/// borrow checker resolves to `'static` for every borrow.
 pub struct TryScope<'scope, 'env: 'scope, E> {
-    inner: Scope<'scope, 'env>,
-    /// The first error (a child's, or the body's own).
-    error: Arc<Mutex<Option<E>>>,
+    inner: &'scope Scope<'scope, 'env>,
+    /// The first error (a child's, or the body's own): points into the
+    /// `Arc` that `try_scope` holds until every child has ended.
+    error: NonNull<Mutex<Option<E>>>,
+    _error: PhantomData<fn(E) -> E>,
 }
+
+impl<E> Clone for TryScope<'_, '_, E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E> Copy for TryScope<'_, '_, E> {}
+
+// SAFETY: a `TryScope` is a shared reference to the scope plus a shared
+// reference to a `Mutex<Option<E>>` (which is `Send + Sync` when `E: Send`);
+// both are valid for 'scope. Sharing or sending it is sharing those.
+unsafe impl<E: Send> Send for TryScope<'_, '_, E> {}
+// SAFETY: as for `Send`: every access goes through the mutex.
+unsafe impl<E: Send> Sync for TryScope<'_, '_, E> {}
 
 impl<E> fmt::Debug for TryScope<'_, '_, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -528,15 +552,22 @@ impl<'scope, 'env, E: Send> TryScope<'scope, 'env, E> {
     /// Spawn a fallible child: its first `Err` fails the scope, cancels the
     /// siblings and is what `try_scope` returns.
     #[track_caller]
-    pub fn spawn<F, T>(&'scope self, f: F) -> ScopedJoinHandle<'scope, T>
+    pub fn spawn<F, T>(self, f: F) -> ScopedJoinHandle<'scope, T>
     where
         F: FnOnce() -> Result<T, E> + Send + 'scope,
         T: Send + 'scope,
+        E: 'scope,
     {
-        match self
-            .inner
-            .spawn_child(f, Some(self.error.clone()), SpawnOptions::default())
-        {
+        let ptr = self.error.as_ptr().cast_const();
+        // SAFETY: `ptr` came from `Arc::as_ptr` on the `Arc` that
+        // `try_scope` keeps alive until after every child has ended and the
+        // body has returned, which is past 'scope, the lifetime of `self`;
+        // so the count is positive here and the new `Arc` owns one of it.
+        let error = unsafe {
+            Arc::increment_strong_count(ptr);
+            Arc::from_raw(ptr)
+        };
+        match self.inner.spawn_child(f, Some(error), SpawnOptions::default()) {
             Ok(handle) => handle,
             Err(e) => panic!("fiber::TryScope::spawn: could not spawn the child fiber: {e}"),
         }
@@ -634,22 +665,26 @@ where
 #[track_caller]
 pub fn try_scope<'env, F, T, E>(f: F) -> Result<T, E>
 where
-    F: for<'scope> FnOnce(&'scope TryScope<'scope, 'env, E>) -> Result<T, E>,
+    F: for<'scope> FnOnce(TryScope<'scope, 'env, E>) -> Result<T, E>,
     E: Send,
 {
     require_fiber("try_scope");
     let job = open_scope(Kind::Regular);
-    let error = Arc::new(Mutex::new(None));
-    let scope = TryScope {
-        inner: Scope {
-            job: job.clone(),
-            sched: fiber_core::current_scheduler().expect("a scope is opened in a fiber"),
-            _scope: PhantomData,
-            _env: PhantomData,
-        },
-        error: error.clone(),
+    let error: Arc<Mutex<Option<E>>> = Arc::new(Mutex::new(None));
+    let inner = Scope {
+        job: job.clone(),
+        sched: fiber_core::current_scheduler().expect("a scope is opened in a fiber"),
+        _scope: PhantomData,
+        _env: PhantomData,
     };
-    let body = run_in_job(&job, || f(&scope));
+    let scope = TryScope {
+        inner: &inner,
+        // `error` outlives the scope: it is dropped at the end of this
+        // function, after `close_scope` has waited for every child.
+        error: NonNull::from(&*error),
+        _error: PhantomData,
+    };
+    let body = run_in_job(&job, || f(scope));
     let body = match body {
         Ok(Err(e)) => {
             // The body's own error: cancel the children, return it.

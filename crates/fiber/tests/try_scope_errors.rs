@@ -65,3 +65,28 @@ fn try_scope_takes_str_string_enum_and_boxed_errors_with_borrowing_children() {
         assert_eq!(r.unwrap_err().to_string(), "zero");
     });
 }
+
+/// The shape a user writes first: the error type spelled out as a string
+/// literal's type, children borrowing locals of the enclosing fiber.
+#[test]
+fn try_scope_with_an_explicit_static_str_error_and_borrowing_children() {
+    fiber::run(|| {
+        let mut local = vec![5u32, 0];
+        local.push(7);
+        let mut seen = 0u32;
+        let r: Result<u32, &'static str> = fiber::try_scope(|s| {
+            let a = s.spawn(|| if local[0] == 5 { Ok(local[0]) } else { Err("first") });
+            let b = s.spawn(|| if local[2] == 7 { Ok(local[2]) } else { Err("third") });
+            seen += 1;
+            Ok(a.join().unwrap() + b.join().unwrap())
+        });
+        assert_eq!(r, Ok(12));
+        let r: Result<(), &'static str> = fiber::try_scope(|s| {
+            s.spawn(|| if local[1] == 0 { Err("zero") } else { Ok(()) });
+            seen += 1;
+            Ok(())
+        });
+        assert_eq!(r, Err("zero"));
+        assert_eq!(seen, 2);
+    });
+}
