@@ -406,14 +406,23 @@ impl WorkerCtx {
         } else {
             &slot.wakes
         });
-        if let Some(previous) = slot.runnext.put(fiber) {
-            self.local.push(previous);
-        }
+        let displaced = slot.runnext.put(fiber);
         bump(&slot.enqueued);
+        let Some(previous) = displaced else {
+            // Only the runnext slot holds new work: this worker runs it as
+            // soon as the current fiber parks or yields, which is what a
+            // spawn-then-join or a send-then-recv does next. Waking a
+            // sleeper for it would cost a futex wake per handoff for a
+            // worker that finds nothing to steal. If the current fiber keeps
+            // running instead, the monitor moves the slot's fiber to the
+            // global queue (and wakes a sleeper) within its stuck threshold.
+            return;
+        };
+        self.local.push(previous);
         // SeqCst fence: the notifier's half of the idle handshake (publish
         // work; fence; read sleepers) against a sleeper's (announce; fence;
         // look for work), as in `Idle::notify_one`: a worker going to sleep
-        // either sees this fiber or is counted here.
+        // either sees the stealable fiber or is counted here.
         fence(Ordering::SeqCst);
         if shared.idle.sleeping() > 0 {
             shared.notify_one();
