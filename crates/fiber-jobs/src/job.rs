@@ -127,17 +127,20 @@ impl fmt::Debug for Failure {
 }
 
 struct Sync_ {
-    /// Active attached children by job id: O(1) attach and detach, so a
-    /// scope of n children costs O(n) (design 4.18, "O(n) completion").
-    children: std::collections::HashMap<u64, Arc<JobCore>>,
+    /// Active attached children, in a slab indexed by each child's
+    /// `index_in_parent`: O(1) attach and detach without hashing, so a scope
+    /// of n children costs O(n) (design 4.18, "O(n) completion").
+    children: ChildSet,
     active_children: usize,
     body_done: bool,
     waiters: WaiterSet,
     failure: Option<Failure>,
     reason: Option<CancelReason>,
     /// The fibers running in this job (`ModelFiber`s under loom).
+    /// Inline room for one: a job almost always runs exactly one fiber, and
+    /// a heap buffer per job cost an allocation and a free per child.
     #[cfg(not(loom))]
-    fibers: Vec<fiber_core::FiberRef>,
+    fibers: smallvec::SmallVec<[fiber_core::FiberRef; 1]>,
     #[cfg(loom)]
     fibers: Vec<Arc<fiber_core::FiberRef>>,
 }
@@ -152,7 +155,53 @@ pub(crate) struct JobCore {
     /// by unwinding or return value in the fiber that runs them).
     propagates: bool,
     pub(crate) parent: Option<Arc<JobCore>>,
+    /// This job's slot in its parent's `ChildSet` (fixed at creation).
+    index_in_parent: usize,
     sync: Mutex<Sync_>,
+}
+
+/// A slab of the active children of a job.
+#[derive(Default)]
+struct ChildSet {
+    slots: Vec<Option<Arc<JobCore>>>,
+    free: Vec<usize>,
+}
+
+impl ChildSet {
+    /// The index the next `put` will use.
+    fn vacant(&self) -> usize {
+        self.free.last().copied().unwrap_or(self.slots.len())
+    }
+
+    /// Store `job` at `index`, which must be what `vacant` just returned.
+    fn put(&mut self, index: usize, job: Arc<JobCore>) {
+        if index == self.slots.len() {
+            self.slots.push(Some(job));
+        } else {
+            let reused = self.free.pop();
+            debug_assert_eq!(reused, Some(index), "ChildSet::put at a vacant index");
+            self.slots[index] = Some(job);
+        }
+    }
+
+    fn remove(&mut self, index: usize) {
+        if let Some(slot) = self.slots.get_mut(index) {
+            if slot.take().is_some() {
+                self.free.push(index);
+            }
+        }
+    }
+
+    /// Forget the free list once no child is left, so a scope reused for
+    /// many rounds iterates only over live children.
+    fn reset(&mut self) {
+        self.slots.clear();
+        self.free.clear();
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<JobCore>> {
+        self.slots.iter().flatten()
+    }
 }
 
 impl fmt::Debug for JobCore {
@@ -203,36 +252,47 @@ impl JobCore {
         // The job counters join the runtime's shutdown report (FIBER_STATS=1).
         static REPORTER: std::sync::Once = std::sync::Once::new();
         REPORTER.call_once(|| fiber_core::register_stats_reporter(crate::stats::report));
-        let job = Arc::new(JobCore {
-            id: next_job_id(),
-            state: AtomicU8::new(JobState::Active as u8),
-            supervisor,
-            propagates,
-            parent: parent.clone(),
-            sync: Mutex::new(Sync_ {
-                children: std::collections::HashMap::new(),
-                active_children: 0,
-                body_done: false,
-                waiters: WaiterSet::default(),
-                failure: None,
-                reason: None,
-                fibers: Vec::new(),
-            }),
-        });
+        let fresh = |parent: Option<Arc<JobCore>>, index_in_parent: usize| {
+            Arc::new(JobCore {
+                id: next_job_id(),
+                state: AtomicU8::new(JobState::Active as u8),
+                supervisor,
+                propagates,
+                parent,
+                index_in_parent,
+                sync: Mutex::new(Sync_ {
+                    children: ChildSet::default(),
+                    active_children: 0,
+                    body_done: false,
+                    waiters: WaiterSet::default(),
+                    failure: None,
+                    reason: None,
+                    fibers: Default::default(),
+                }),
+            })
+        };
+        let Some(parent) = parent else {
+            let job = fresh(None, usize::MAX);
+            COUNTERS.jobs_created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            crate::trace_event!("JOB_CREATE", job.id, parent = None::<u64>);
+            return job;
+        };
+        // Created under the parent's lock so that its slot index is fixed
+        // before anyone can see it.
+        let (job, cancelling) = {
+            let mut sync = lock(&parent.sync);
+            let index = sync.children.vacant();
+            let job = fresh(Some(parent.clone()), index);
+            sync.children.put(index, job.clone());
+            sync.active_children += 1;
+            (job, parent.state() != JobState::Active)
+        };
         COUNTERS.jobs_created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        crate::trace_event!("JOB_CREATE", job.id, parent = parent.as_ref().map(|p| p.id));
-        if let Some(parent) = parent {
-            let cancelling = {
-                let mut sync = lock(&parent.sync);
-                sync.children.insert(job.id, job.clone());
-                sync.active_children += 1;
-                parent.state() != JobState::Active
-            };
-            crate::trace_event!("JOB_CHILD_ATTACH", job.id, parent = parent.id);
-            if cancelling {
-                // A child of a cancelling job starts cancelled.
-                job.cancel(CancelReason::Cancelled);
-            }
+        crate::trace_event!("JOB_CREATE", job.id, parent = Some(parent.id));
+        crate::trace_event!("JOB_CHILD_ATTACH", job.id, parent = parent.id);
+        if cancelling {
+            // A child of a cancelling job starts cancelled.
+            job.cancel(CancelReason::Cancelled);
         }
         job
     }
@@ -307,7 +367,7 @@ impl JobCore {
                 }
                 _ => return,
             }
-            (sync.fibers.clone(), sync.children.values().cloned().collect::<Vec<_>>())
+            (sync.fibers.clone(), sync.children.iter().cloned().collect::<Vec<_>>())
         };
         // `interrupt` is the canceller's half of fiber-core's handshake
         // (`wait.rs::enter_parking`): state stored; fence(SeqCst); read the
@@ -355,9 +415,10 @@ impl JobCore {
         }
         let (finalize, waiters) = {
             let mut sync = lock(&self.sync);
-            sync.children.remove(&child.id);
+            sync.children.remove(child.index_in_parent);
             sync.active_children -= 1;
             if sync.active_children == 0 {
+                sync.children.reset();
                 // Wake whoever waits for the children (the scope owner);
                 // joiners of this job see a spurious wake and wait on.
                 (sync.body_done, sync.waiters.take_all())
@@ -436,6 +497,11 @@ impl JobCore {
     /// fiber's own job is cancelled first, returns `None`.
     #[track_caller]
     pub(crate) fn join(self: &Arc<Self>) -> Option<JobState> {
+        // A job that already ended needs no wait (and no `Arc` clone).
+        let state = self.state();
+        if state.is_terminal() {
+            return Some(state);
+        }
         match fiber_wait(&Join(self.clone()), &mut WaitSlot::default(), WaitOptions::new()) {
             WaitResult::Ok => Some(self.state()),
             _ => None,

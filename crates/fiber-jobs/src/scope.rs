@@ -386,33 +386,54 @@ impl<T> ScopedJoinHandle<'_, T> {
     /// child's value is dropped).
     #[track_caller]
     pub fn join(self) -> Result<T, JoinError> {
-        let name = self.name.clone();
-        self.join_unnamed().map_err(|e| e.with_name(name))
-    }
-
-    fn join_unnamed(self) -> Result<T, JoinError> {
         crate::stats::COUNTERS
             .joins
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let Some(state) = self.job.join() else {
-            // The joining fiber was cancelled while it waited.
-            return Err(JoinError::cancelled(self.id));
+        let state = self.job.join();
+        // Take the outcome and retire the handle under one lock (what
+        // `Drop` would do again otherwise).
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped after these reads: each
+        // field is moved out exactly once, and `ManuallyDrop` keeps the
+        // handle's `Drop` from running on the moved-from fields.
+        let (job, slot, name) = unsafe {
+            (
+                std::ptr::read(&this.job),
+                std::ptr::read(&this.slot),
+                std::ptr::read(&this.name),
+            )
         };
-        let outcome = lock(&self.slot.state).outcome.take();
+        let id = this.id;
+        let outcome = {
+            let mut slot_state = lock(&slot.state);
+            slot_state.handle_alive = false;
+            slot_state.outcome.take()
+        };
+        drop((job, slot));
+        let Some(state) = state else {
+            // The joining fiber was cancelled while it waited; the child's
+            // value (if it has one by now) is dropped here.
+            drop(outcome);
+            return Err(JoinError::cancelled(id).with_name(name));
+        };
+        Self::outcome_to_result(id, state, outcome).map_err(|e| e.with_name(name))
+    }
+
+    fn outcome_to_result(id: FiberId, state: JobState, outcome: Option<Outcome<T>>) -> Result<T, JoinError> {
         match outcome {
             // A job cancelled before its body ended ends CANCELLED even if
             // its closure returned a value (decided once, under the job's
             // lock); the value is dropped here, once.
-            Some(Outcome::Value(_)) if state == JobState::Cancelled => Err(JoinError::cancelled(self.id)),
+            Some(Outcome::Value(_)) if state == JobState::Cancelled => Err(JoinError::cancelled(id)),
             Some(Outcome::Value(v)) => Ok(v),
             Some(Outcome::Panicked(payload)) => {
                 let payload = lock(&payload)
                     .take()
                     .unwrap_or_else(|| Box::new("the panic payload was already taken by the scope"));
-                Err(JoinError::panicked(self.id, payload))
+                Err(JoinError::panicked(id, payload))
             }
-            Some(Outcome::Failed) => Err(JoinError::failed(self.id)),
-            Some(Outcome::Cancelled) | None => Err(JoinError::cancelled(self.id)),
+            Some(Outcome::Failed) => Err(JoinError::failed(id)),
+            Some(Outcome::Cancelled) | None => Err(JoinError::cancelled(id)),
         }
     }
 
