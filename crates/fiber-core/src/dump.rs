@@ -52,6 +52,12 @@ pub struct FiberInfo {
     pub since: Duration,
     /// The user's call that parked it (parked fibers).
     pub parked_at: Option<&'static Location<'static>>,
+    /// What exactly it waits on, when the waitable says (a socket's
+    /// operation and addresses).
+    pub on: Option<crate::WaitOn>,
+    /// A backtrace of the park, when park backtraces are on
+    /// (`FIBER_BACKTRACE=1`, [`crate::set_park_backtraces`]).
+    pub backtrace: Option<std::sync::Arc<std::backtrace::Backtrace>>,
     /// Where it was spawned.
     pub spawned_at: &'static Location<'static>,
 }
@@ -86,22 +92,26 @@ fn state_name(state: FiberState) -> &'static str {
 impl fmt::Display for Dump {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "fiber dump: {} live fiber(s)", self.fibers.len())?;
-        type Key = (&'static str, WaitKind, Option<String>, String);
+        type Key = (&'static str, WaitKind, Option<&'static str>, Option<String>, String);
         let mut groups: BTreeMap<Key, Vec<&FiberInfo>> = BTreeMap::new();
         for fiber in &self.fibers {
             let key = (
                 state_name(fiber.state),
                 fiber.waiting,
+                fiber.on.as_ref().map(|on| on.op),
                 fiber.parked_at.map(|l| l.to_string()),
                 fiber.spawned_at.to_string(),
             );
             groups.entry(key).or_default().push(fiber);
         }
-        for ((state, waiting, parked_at, spawned_at), fibers) in groups {
+        for ((state, waiting, op, parked_at, spawned_at), fibers) in groups {
             let longest = fibers.iter().map(|f| f.since).max().unwrap_or_default();
             write!(f, "\n{} fiber(s) {state}", fibers.len())?;
             if state == "parked" {
                 write!(f, " on {waiting}")?;
+                if let Some(op) = op {
+                    write!(f, " ({op})")?;
+                }
                 if let Some(at) = parked_at {
                     write!(f, " at {at}")?;
                 }
@@ -113,15 +123,29 @@ impl fmt::Display for Dump {
             let shown = fibers.len().min(16);
             let mut names: Vec<String> = fibers[..shown]
                 .iter()
-                .map(|fb| match &fb.name {
-                    Some(name) => format!("{} \"{name}\"", fb.id),
-                    None => fb.id.to_string(),
+                .map(|fb| {
+                    let mut text = match &fb.name {
+                        Some(name) => format!("{} \"{name}\"", fb.id),
+                        None => fb.id.to_string(),
+                    };
+                    if let Some(on) = &fb.on {
+                        text.push_str(&format!(" [{}]", on.resource));
+                    }
+                    text
                 })
                 .collect();
             if fibers.len() > shown {
                 names.push(format!("... and {} more", fibers.len() - shown));
             }
             writeln!(f, "    {}", names.join(", "))?;
+            for fb in &fibers[..shown] {
+                if let Some(backtrace) = &fb.backtrace {
+                    writeln!(f, "    fiber {} parked here:", fb.id)?;
+                    for line in backtrace.to_string().lines() {
+                        writeln!(f, "      {line}")?;
+                    }
+                }
+            }
         }
         Ok(())
     }

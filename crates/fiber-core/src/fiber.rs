@@ -122,6 +122,17 @@ pub(crate) struct Fiber {
     wait_kind: std::sync::atomic::AtomicU8,
     park_site: std::sync::atomic::AtomicPtr<Location<'static>>,
     parked_tick: std::sync::atomic::AtomicU64,
+    /// Optional park details (what exactly, a backtrace): locked only when
+    /// the last park had some, see `has_park_extra`.
+    park_extra: std::sync::Mutex<ParkExtra>,
+    has_park_extra: std::sync::atomic::AtomicBool,
+}
+
+/// The optional details of the last park.
+#[derive(Default)]
+struct ParkExtra {
+    on: Option<crate::WaitOn>,
+    backtrace: Option<std::sync::Arc<std::backtrace::Backtrace>>,
 }
 
 /// Fiber-local values by key (the address of their static).
@@ -163,6 +174,11 @@ impl Fiber {
             wait_kind: std::sync::atomic::AtomicU8::new(0),
             park_site: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
             parked_tick: std::sync::atomic::AtomicU64::new(0),
+            park_extra: std::sync::Mutex::new(ParkExtra {
+                on: None,
+                backtrace: None,
+            }),
+            has_park_extra: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -317,12 +333,34 @@ impl Fiber {
         self.name.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Record a park (diagnostics): what, where, when.
-    pub(crate) fn note_park(&self, kind: crate::dump::WaitKind, site: &'static Location<'static>) {
+    /// Record a park (diagnostics): what, where, when, and optionally on
+    /// what exactly and a backtrace (`set_park_backtraces`).
+    pub(crate) fn note_park(
+        &self,
+        kind: crate::dump::WaitKind,
+        site: &'static Location<'static>,
+        on: Option<crate::WaitOn>,
+    ) {
         use std::sync::atomic::Ordering::Relaxed;
         self.wait_kind.store(kind as u8, Relaxed);
         self.park_site.store(site as *const _ as *mut _, Relaxed);
         self.parked_tick.store(crate::dump::coarse_now(), Relaxed);
+        let backtrace =
+            crate::kind::park_backtraces().then(|| std::sync::Arc::new(std::backtrace::Backtrace::force_capture()));
+        let extra = on.is_some() || backtrace.is_some();
+        if extra || self.has_park_extra.load(Relaxed) {
+            *self.park_extra.lock().unwrap_or_else(|e| e.into_inner()) = ParkExtra { on, backtrace };
+            self.has_park_extra.store(extra, Relaxed);
+        }
+    }
+
+    /// The optional details of the last park.
+    fn park_extra(&self) -> (Option<crate::WaitOn>, Option<std::sync::Arc<std::backtrace::Backtrace>>) {
+        if !self.has_park_extra.load(std::sync::atomic::Ordering::Relaxed) {
+            return (None, None);
+        }
+        let extra = self.park_extra.lock().unwrap_or_else(|e| e.into_inner());
+        (extra.on.clone(), extra.backtrace.clone())
     }
 
     /// The park is over (diagnostics).
@@ -350,8 +388,11 @@ impl Fiber {
         } else {
             std::time::Duration::ZERO
         };
+        let (on, backtrace) = if parked { self.park_extra() } else { (None, None) };
         Some(crate::dump::FiberInfo {
             id: self.id(),
+            on,
+            backtrace,
             name: self.name(),
             state,
             waiting,

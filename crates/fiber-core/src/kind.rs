@@ -72,6 +72,43 @@ impl fmt::Display for WaitKind {
     }
 }
 
+/// What a wait is on, beyond its [`WaitKind`]: the operation and the
+/// resource, as the fiber dump shows them (`read` on
+/// `127.0.0.1:8080 <- 127.0.0.1:51000`). Given by [`crate::Waitable::wait_on`];
+/// sockets give one, channels and locks do not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitOn {
+    /// The operation (`read`, `write`, `accept`, `connect`, ...).
+    pub op: &'static str,
+    /// The resource, e.g. a socket's addresses.
+    pub resource: std::sync::Arc<str>,
+}
+
+impl fmt::Display for WaitOn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} on {}", self.op, self.resource)
+    }
+}
+
+static PARK_BACKTRACES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Capture a backtrace at every park from now on (`true`), for the fiber
+/// dump, or stop (`false`). Process-wide; fiber-sched turns it on for
+/// `FIBER_BACKTRACE=1` or `Builder::park_backtraces(true)`.
+///
+/// Cost: a full `std::backtrace::Backtrace` capture (a stack walk, tens of
+/// microseconds) and an allocation per park, so it is a debugging switch,
+/// not something to leave on in production.
+pub fn set_park_backtraces(on: bool) {
+    // Relaxed: a setting; a park that misses the change by a moment is fine.
+    PARK_BACKTRACES.store(on, Ordering::Relaxed);
+}
+
+/// Is [`set_park_backtraces`] on?
+pub fn park_backtraces() -> bool {
+    PARK_BACKTRACES.load(Ordering::Relaxed)
+}
+
 /// Waiters parked on something outside every scheduler (socket readiness):
 /// a root fiber parked while any exist is not deadlocked, since the outside
 /// world may still wake it.

@@ -107,7 +107,10 @@ pub use fiber::{
     install_root_scope, is_cancel_requested, is_shutdown_unwind, swap_cancel_scope, with_fiber_local, yield_now,
     CancelScope, FiberId, FiberRef, RunOutcome,
 };
-pub use kind::{external_wait, external_waiters, note_external_wait, ExternalWait, WaitKind};
+pub use kind::{
+    external_wait, external_waiters, note_external_wait, park_backtraces, set_park_backtraces, ExternalWait, WaitKind,
+    WaitOn,
+};
 #[cfg(not(loom))]
 pub use park::{current_handle, park, park_timeout, FiberHandle};
 #[cfg(not(loom))]

@@ -140,6 +140,13 @@ pub trait Waitable {
         crate::WaitKind::Other
     }
 
+    /// What exactly it waits on (operation and resource), for the fiber
+    /// dump; `None` (the default) when the kind says enough. Called once
+    /// per park, so it should be cheap (an `Arc` clone).
+    fn wait_on(&self) -> Option<crate::WaitOn> {
+        None
+    }
+
     /// Remove `waiter` if it is still published. Idempotent, and safe when a
     /// waker already removed it. Returns `Some(result)` when a waker
     /// completed the operation for this waiter (the result wins over a
@@ -386,7 +393,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             unsafe { fiber.scheduler() }.wake_at(deadline, waiter.clone());
         }
         fiber.set_waiting_on(Some(std::any::type_name::<W>));
-        fiber.note_park(waitable.kind(), site);
+        fiber.note_park(waitable.kind(), site, waitable.wait_on());
         // SAFETY: the running fiber suspends itself on its own stack.
         unsafe { fiber.suspend(Suspend::Park) };
         fiber.set_waiting_on(None);

@@ -22,6 +22,7 @@
 use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering};
 use fiber_core::{fiber_wait, fiber_wake, Cancelled, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::io;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Index of the read direction.
@@ -44,6 +45,11 @@ pub fn io_waiters() -> usize {
 /// in fiber dumps and stall reports, so a fiber parked on a socket shows as
 /// e.g. `ReadyWait<fiber_net::readiness::op::Accept>`.
 pub(crate) mod op {
+    /// The operation's name, as the fiber dump shows it.
+    pub(crate) trait Name {
+        const NAME: &'static str;
+    }
+
     /// Waiting for an incoming connection.
     pub(crate) struct Accept;
     /// Waiting for an outgoing connection to complete.
@@ -56,6 +62,25 @@ pub(crate) mod op {
     pub(crate) struct Recv;
     /// Waiting for room to send a datagram.
     pub(crate) struct Send;
+
+    impl Name for Accept {
+        const NAME: &'static str = "accept";
+    }
+    impl Name for Connect {
+        const NAME: &'static str = "connect";
+    }
+    impl Name for Read {
+        const NAME: &'static str = "read";
+    }
+    impl Name for Write {
+        const NAME: &'static str = "write";
+    }
+    impl Name for Recv {
+        const NAME: &'static str = "recv";
+    }
+    impl Name for Send {
+        const NAME: &'static str = "send";
+    }
 }
 
 /// What an expired deadline turns into (std on Linux: a read or write
@@ -119,6 +144,9 @@ pub(crate) struct Readiness {
     /// Set once by [`Readiness::close`] (deregistration), under the lock.
     closed: AtomicBool,
     waiters: Mutex<[Slot; 2]>,
+    /// The socket's addresses as the fiber dump shows them, computed at
+    /// the first park (not a protocol: a diagnostic set once).
+    label: std::sync::OnceLock<Arc<str>>,
 }
 
 impl Default for Readiness {
@@ -133,6 +161,7 @@ impl Readiness {
             seq: [AtomicUsize::new(0), AtomicUsize::new(0)],
             closed: AtomicBool::new(false),
             waiters: Mutex::new([Slot::default(), Slot::default()]),
+            label: std::sync::OnceLock::new(),
         }
     }
 
@@ -178,12 +207,29 @@ impl Readiness {
     /// Steps 1 to 3: run the non-blocking `op` until it does not report
     /// `WouldBlock`, parking between tries. `nonblocking` returns the
     /// `WouldBlock` to the caller instead (std's `set_nonblocking`).
-    pub(crate) fn poll_io<K, R>(
+    #[cfg(any(test, loom))]
+    pub(crate) fn poll_io<K: op::Name, R>(
         &self,
         dir: usize,
         deadline: Option<Instant>,
         on_timeout: OnTimeout,
         nonblocking: bool,
+        op: impl FnMut() -> io::Result<R>,
+    ) -> io::Result<R> {
+        self.poll_io_described::<K, R>(dir, deadline, on_timeout, nonblocking, &|| None, op)
+    }
+
+    /// [`poll_io`](Self::poll_io), naming the socket in the fiber dump:
+    /// `describe` gives its addresses (`None` while they are not known
+    /// yet, e.g. before a connect completes); it runs only when a wait is
+    /// about to park and the label is not set yet.
+    pub(crate) fn poll_io_described<K: op::Name, R>(
+        &self,
+        dir: usize,
+        deadline: Option<Instant>,
+        on_timeout: OnTimeout,
+        nonblocking: bool,
+        describe: &dyn Fn() -> Option<String>,
         mut op: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
         loop {
@@ -192,6 +238,11 @@ impl Readiness {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && !nonblocking => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 other => return other,
+            }
+            if self.label.get().is_none() {
+                if let Some(label) = describe() {
+                    let _ = self.label.set(label.into());
+                }
             }
             let wait = ReadyWait::<K> {
                 io: self,
@@ -256,11 +307,18 @@ impl<K> ReadyWait<'_, K> {
     }
 }
 
-impl<K> Waitable for ReadyWait<'_, K> {
+impl<K: op::Name> Waitable for ReadyWait<'_, K> {
     type Io = usize;
 
     fn kind(&self) -> fiber_core::WaitKind {
         fiber_core::WaitKind::Io
+    }
+
+    fn wait_on(&self) -> Option<fiber_core::WaitOn> {
+        Some(fiber_core::WaitOn {
+            op: K::NAME,
+            resource: self.io.label.get()?.clone(),
+        })
     }
 
     fn try_complete(&self, snapshot: &mut usize) -> Option<WaitResult> {

@@ -2,7 +2,7 @@
 //! shares: read and write timeouts and std's non-blocking mode.
 
 use crate::driver::Registration;
-use crate::readiness::{OnTimeout, READ, WRITE};
+use crate::readiness::{op, OnTimeout, READ, WRITE};
 use mio::event::Source;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,6 +10,72 @@ use std::time::{Duration, Instant};
 
 /// "No timeout" in a timeout cell.
 const NO_TIMEOUT: u64 = 0;
+
+/// A socket's addresses, as the fiber dump names what a fiber waits on;
+/// `None` while they are not known yet (a connect in progress).
+pub(crate) trait Describe {
+    fn describe(&self) -> Option<String>;
+}
+
+fn stream_label(local: io::Result<std::net::SocketAddr>, peer: io::Result<std::net::SocketAddr>) -> Option<String> {
+    Some(format!("{} -> {}", local.ok()?, peer.ok()?))
+}
+
+impl Describe for mio::net::TcpListener {
+    fn describe(&self) -> Option<String> {
+        Some(self.local_addr().ok()?.to_string())
+    }
+}
+
+impl Describe for mio::net::TcpStream {
+    fn describe(&self) -> Option<String> {
+        stream_label(self.local_addr(), self.peer_addr())
+    }
+}
+
+impl Describe for mio::net::UdpSocket {
+    fn describe(&self) -> Option<String> {
+        let local = self.local_addr().ok()?;
+        Some(match self.peer_addr() {
+            Ok(peer) => format!("{local} -> {peer}"),
+            Err(_) => local.to_string(),
+        })
+    }
+}
+
+fn unix_path(addr: io::Result<std::os::unix::net::SocketAddr>) -> String {
+    match addr
+        .ok()
+        .as_ref()
+        .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+    {
+        Some(path) => path,
+        None => "(unnamed)".to_string(),
+    }
+}
+
+impl Describe for mio::net::UnixListener {
+    fn describe(&self) -> Option<String> {
+        Some(unix_path(self.local_addr()))
+    }
+}
+
+impl Describe for mio::net::UnixStream {
+    fn describe(&self) -> Option<String> {
+        self.peer_addr().ok()?;
+        Some(format!(
+            "{} -> {}",
+            unix_path(self.local_addr()),
+            unix_path(self.peer_addr())
+        ))
+    }
+}
+
+impl Describe for mio::net::UnixDatagram {
+    fn describe(&self) -> Option<String> {
+        Some(unix_path(self.local_addr()))
+    }
+}
 
 /// A socket registered with the driver.
 pub(crate) struct Io<S: Source> {
@@ -23,7 +89,7 @@ pub(crate) struct Io<S: Source> {
     nonblocking: AtomicBool,
 }
 
-impl<S: Source> Io<S> {
+impl<S: Source + Describe> Io<S> {
     pub(crate) fn new(mut source: S) -> io::Result<Io<S>> {
         let registration = Registration::new(&mut source)?;
         Ok(Io {
@@ -53,20 +119,20 @@ impl<S: Source> Io<S> {
     /// Run `op` for reading until it does not block, honouring the read
     /// timeout (expiry: `WouldBlock`, as std on Linux).
     #[inline]
-    pub(crate) fn read<K, R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
+    pub(crate) fn read<K: op::Name, R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
         let deadline = deadline(&self.read_timeout);
         self.poll::<K, R>(READ, deadline, OnTimeout::WouldBlock, op)
     }
 
     /// As [`read`](Self::read) for writing.
     #[inline]
-    pub(crate) fn write<K, R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
+    pub(crate) fn write<K: op::Name, R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
         let deadline = deadline(&self.write_timeout);
         self.poll::<K, R>(WRITE, deadline, OnTimeout::WouldBlock, op)
     }
 
     /// Run `op` until it does not block, for `dir`, with an explicit deadline.
-    pub(crate) fn poll<K, R>(
+    pub(crate) fn poll<K: op::Name, R>(
         &self,
         dir: usize,
         deadline: Option<Instant>,
@@ -75,9 +141,14 @@ impl<S: Source> Io<S> {
     ) -> io::Result<R> {
         let source = self.get();
         let nonblocking = self.nonblocking.load(Ordering::Relaxed);
-        self.registration
-            .readiness
-            .poll_io::<K, R>(dir, deadline, on_timeout, nonblocking, || op(source))
+        self.registration.readiness.poll_io_described::<K, R>(
+            dir,
+            deadline,
+            on_timeout,
+            nonblocking,
+            &|| source.describe(),
+            || op(source),
+        )
     }
 
     pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {

@@ -15,6 +15,7 @@
 //! | `FIBER_DEADLOCK_ABORT` | `1`: abort after a deadlock report | `0` |
 //! | `FIBER_DUMP_SIGNAL` | `SIGUSR1` or `SIGUSR2`: print the fiber dump on that signal | unset |
 //! | `FIBER_UNGUARDED` | `refuse` or `allow` a stack without a hardware guard (only on kernels before 6.13, past the map-count budget) | `refuse` |
+//! | `FIBER_BACKTRACE` | `1`: capture a backtrace at every park, shown by the fiber dump (costly: a stack walk per park) | `0` |
 //! | `FIBER_MAX_BLOCKING` | cap on blocking-pool threads (1..=`MAX_BLOCKING_THREADS`) | 512 |
 
 use fiber_core::stack::{MAX_STACK_SIZE, MIN_STACK_SIZE};
@@ -110,6 +111,9 @@ pub struct Config {
     /// Cap on the blocking pool's threads (not workers; they do not count
     /// against `max_workers`).
     pub max_blocking_threads: usize,
+    /// Capture a backtrace at every park for the fiber dump
+    /// (`FIBER_BACKTRACE=1`; process-wide once any runtime turns it on).
+    pub park_backtraces: bool,
 }
 
 /// Default grace time of a shutdown.
@@ -138,6 +142,7 @@ impl Default for Config {
             pinned: false,
             dump_signal: None,
             max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
+            park_backtraces: false,
         }
     }
 }
@@ -234,6 +239,8 @@ pub struct Overrides {
     pub on_thread_stop: Option<ThreadHook>,
     /// `max_blocking_threads`
     pub max_blocking_threads: Option<usize>,
+    /// `park_backtraces`
+    pub park_backtraces: Option<bool>,
 }
 
 impl Config {
@@ -291,6 +298,12 @@ impl Config {
         if let Some(v) = var("FIBER_UNGUARDED") {
             config.stacks.unguarded = fiber_core::UnguardedPolicy::parse(&v)
                 .ok_or_else(|| err("FIBER_UNGUARDED", &v, "expected `refuse` or `allow`"))?;
+        }
+        if let Some(v) = var("FIBER_BACKTRACE") {
+            config.park_backtraces = parse_bool("FIBER_BACKTRACE", &v)?;
+        }
+        if let Some(b) = overrides.park_backtraces {
+            config.park_backtraces = b;
         }
         if let Some(v) = var("FIBER_MAX_BLOCKING") {
             config.max_blocking_threads = parse_blocking("FIBER_MAX_BLOCKING", &v)?;

@@ -86,6 +86,15 @@ impl Builder {
         self
     }
 
+    /// Capture a backtrace at every park, so that the fiber dump shows where
+    /// each parked fiber is in full (as `FIBER_BACKTRACE=1`). A debugging
+    /// switch: each park then costs a stack walk and an allocation. It is
+    /// process-wide: once a runtime turns it on, it stays on.
+    pub fn park_backtraces(&mut self, on: bool) -> &mut Self {
+        self.overrides.park_backtraces = Some(on);
+        self
+    }
+
     /// Run `f` on every worker thread when it starts.
     pub fn on_thread_start(&mut self, f: impl Fn() + Send + Sync + 'static) -> &mut Self {
         self.overrides.on_thread_start = Some(crate::config::ThreadHook(Arc::new(f)));
@@ -156,6 +165,9 @@ impl Runtime {
         config.validate()?;
         if let Some(signal) = config.dump_signal {
             crate::dumpsig::install(signal);
+        }
+        if config.park_backtraces {
+            fiber_core::set_park_backtraces(true);
         }
         let shared = Arc::new(Shared::new(config));
         for index in 0..shared.config.workers {

@@ -73,3 +73,45 @@ fn the_dump_names_each_wait_and_its_call_site() {
     assert!(dump.fibers.len() >= 6, "{text}");
     assert!(text.starts_with("fiber dump:"), "{text}");
 }
+
+/// A fiber parked on a socket is named with the operation and the
+/// socket's addresses.
+#[test]
+fn the_dump_names_socket_waits_with_their_addresses() {
+    fiber::run(|| {
+        let listener = fiber::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let listen_addr = listener.local_addr().unwrap();
+        let accepter = fiber::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            // Now wait for the second connection that never comes.
+            let second = listener.accept();
+            (stream, second.is_err())
+        });
+        let client = fiber::net::TcpStream::connect(listen_addr).unwrap();
+        let client_addr = client.local_addr().unwrap();
+        let reader = fiber::spawn(move || {
+            let mut buf = [0u8; 1];
+            std::io::Read::read(&mut &client, &mut buf).map(|n| (n, client))
+        });
+        // Let both fibers reach their waits.
+        let text = loop {
+            let text = fiber::dump().to_string();
+            if text.contains("(accept)") && text.contains("(read)") {
+                break text;
+            }
+            let _ = fiber::sleep(Duration::from_millis(10));
+        };
+        assert!(
+            text.contains(&format!("[{listen_addr}]")),
+            "the listener's address is missing in:\n{text}"
+        );
+        assert!(
+            text.contains(&format!("[{client_addr} -> {listen_addr}]")),
+            "the stream's addresses are missing in:\n{text}"
+        );
+        accepter.cancel();
+        reader.cancel();
+        let _ = accepter.join();
+        let _ = reader.join();
+    });
+}

@@ -70,7 +70,12 @@ fn fiber_stack_size_accepts_units_and_rejects_garbage() {
 
 #[test]
 fn boolean_variables_reject_garbage() {
-    for var in ["FIBER_STATS", "FIBER_DEBUG_STALL", "FIBER_DEADLOCK_ABORT"] {
+    for var in [
+        "FIBER_STATS",
+        "FIBER_DEBUG_STALL",
+        "FIBER_DEADLOCK_ABORT",
+        "FIBER_BACKTRACE",
+    ] {
         let e = error_of(&[(var, "maybe")]);
         assert_eq!(e.to_string(), format!("invalid {var}=\"maybe\": expected 0 or 1"));
     }
@@ -78,9 +83,12 @@ fn boolean_variables_reject_garbage() {
         ("FIBER_STATS", "1"),
         ("FIBER_DEBUG_STALL", "0"),
         ("FIBER_DEADLOCK_ABORT", "1"),
+        ("FIBER_BACKTRACE", "1"),
     ])
     .unwrap();
     assert!(config.print_stats && !config.stall_report && config.deadlock_abort);
+    assert!(config.park_backtraces);
+    assert!(!resolve(&[]).unwrap().park_backtraces);
 }
 
 #[test]
