@@ -186,6 +186,30 @@ impl FramePool {
         Ok((frame, stack))
     }
 
+    /// As [`acquire`](Self::acquire), with a stack of at least `min_stack`
+    /// usable bytes: a request above the pool's size gets a dedicated
+    /// stack (mapped for it; it stays with its frame for reuse, and
+    /// [`trim`](Self::trim) gives its pages back like any other).
+    pub(crate) fn acquire_with(&self, min_stack: Option<usize>) -> io::Result<(Arc<Fiber>, FiberStack)> {
+        let (frame, stack) = self.acquire()?;
+        let Some(wanted) = min_stack.filter(|&wanted| wanted > stack.size()) else {
+            return Ok((frame, stack));
+        };
+        self.stacks.recycle(stack);
+        match self.stacks.allocate_dedicated(wanted) {
+            Ok(stack) => {
+                self.guarded
+                    .fetch_add(usize::from(stack.is_guarded()), Ordering::Relaxed);
+                Ok((frame, stack))
+            }
+            Err(e) => {
+                self.in_use.fetch_sub(1, Ordering::Relaxed);
+                self.idle.push(frame);
+                Err(e)
+            }
+        }
+    }
+
     /// Take back a frame whose fiber finished (DONE or CANCELLED).
     pub(crate) fn release(&self, frame: Arc<Fiber>) {
         frame.state.transition_to_init();

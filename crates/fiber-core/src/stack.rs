@@ -304,6 +304,8 @@ struct Slab {
     start: usize,
     len: usize,
     kind: Kind,
+    /// `mprotect` guard budget this slab holds (given back on unmap).
+    budget: isize,
 }
 
 impl Drop for Slab {
@@ -317,8 +319,8 @@ impl Drop for Slab {
         unsafe {
             libc::munmap(self.start as *mut libc::c_void, self.len);
         }
-        if self.kind == Kind::Mprotect {
-            guard_budget().fetch_add(SLAB_STACKS as isize, Ordering::Relaxed);
+        if self.budget > 0 {
+            guard_budget().fetch_add(self.budget, Ordering::Relaxed);
         }
     }
 }
@@ -349,6 +351,11 @@ impl Slab {
             start: ptr as usize,
             len,
             kind,
+            budget: if kind == Kind::Mprotect {
+                SLAB_STACKS as isize
+            } else {
+                0
+            },
         })
     }
 }
@@ -497,6 +504,77 @@ impl StackAllocator {
         }))
     }
 
+    /// A stack of its own with at least `size` usable bytes (up to
+    /// [`MAX_STACK_SIZE`]), for a spawn that asks for more than this
+    /// allocator's size. Guarded like the others (a page-table guard, else
+    /// an `mprotect` guard within the budget, else what the
+    /// [`UnguardedPolicy`] says); its mapping is unmapped with the stack.
+    pub fn allocate_dedicated(&self, size: usize) -> io::Result<FiberStack> {
+        if size > MAX_STACK_SIZE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("fiber stack size {size} is above the maximum of {MAX_STACK_SIZE} bytes"),
+            ));
+        }
+        let size = size.div_ceil(page_size()) * page_size();
+        let kind = if page_table_guards_supported() {
+            Kind::PageTable
+        } else if guard_budget().fetch_sub(1, Ordering::Relaxed) >= 1 {
+            // Relaxed: an advisory counter, as in `carve`.
+            Kind::Mprotect
+        } else {
+            guard_budget().fetch_add(1, Ordering::Relaxed);
+            match self.policy {
+                UnguardedPolicy::Refuse => {
+                    return Err(io::Error::other(
+                        "fiber stack refused: no hardware guard is available for another stack; \
+                         raise vm.max_map_count, run on Linux 6.13 or later, or set FIBER_UNGUARDED=allow",
+                    ))
+                }
+                UnguardedPolicy::Allow => {
+                    print_unguarded_notice();
+                    Kind::Unguarded
+                }
+            }
+        };
+        let stride = size + self.gap;
+        let mut slab = match Slab::map(stride, kind) {
+            Ok(slab) => slab,
+            Err(e) => {
+                if kind == Kind::Mprotect {
+                    guard_budget().fetch_add(1, Ordering::Relaxed);
+                }
+                return Err(e);
+            }
+        };
+        slab.budget = if kind == Kind::Mprotect { 1 } else { 0 };
+        let low = slab.start + self.gap;
+        let rc = match kind {
+            // SAFETY: `start..low` is the gap at the bottom of this new
+            // mapping, used by nothing.
+            Kind::PageTable => unsafe { libc::madvise(slab.start as *mut libc::c_void, self.gap, MADV_GUARD_INSTALL) },
+            // SAFETY: `low..low+size` is the usable part of this new
+            // mapping, used by nothing yet.
+            Kind::Mprotect => unsafe {
+                libc::mprotect(low as *mut libc::c_void, size, libc::PROT_READ | libc::PROT_WRITE)
+            },
+            Kind::Unguarded => 0,
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if kind != Kind::Unguarded {
+            guard::register(slab.start, slab.len, stride, self.gap, size);
+        }
+        Ok(FiberStack {
+            base: low + size,
+            limit: low,
+            guarded: kind != Kind::Unguarded,
+            recycled: false,
+            _slab: Arc::new(slab),
+        })
+    }
+
     /// Take back a stack no fiber runs on: its pages go back to the kernel
     /// (`MADV_DONTNEED` on the usable part; a guard stays installed) and
     /// the stack waits on a free list for the next [`allocate`](Self::allocate).
@@ -568,6 +646,11 @@ impl FiberStack {
     /// Does this stack have a hardware guard below it?
     pub fn is_guarded(&self) -> bool {
         self.guarded
+    }
+
+    /// Usable bytes.
+    pub fn size(&self) -> usize {
+        self.base - self.limit
     }
 
     /// Did this stack come from the free list rather than a fresh carve?

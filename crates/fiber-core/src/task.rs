@@ -510,10 +510,10 @@ pub struct SpawnOptions {
     /// it first ran on (it may still be stolen before its first run), so
     /// that thread-local state it holds across a park stays on its thread.
     pub pinned: bool,
-    /// The stack the fiber needs, in bytes (`None`: the pool's). Every
-    /// fiber runs on a stack of its pool's size; a larger request is
-    /// refused with `io::ErrorKind::Unsupported`, a smaller one gets the
-    /// pool's stack.
+    /// The stack the fiber needs, in bytes (`None`: the pool's). A request
+    /// at or below the pool's stack size gets a pool stack; a larger one
+    /// gets a stack mapped for it (up to 1 GiB; above that the spawn fails
+    /// with `io::ErrorKind::InvalidInput`).
     pub stack_size: Option<usize>,
 }
 
@@ -543,19 +543,7 @@ where
             "fiber spawn refused: the runtime is shutting down (or was dropped)",
         ));
     }
-    if let Some(wanted) = options.stack_size {
-        let have = sched.frames().stack_size();
-        if wanted > have {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!(
-                    "fiber stack size {wanted} is above the runtime's fiber stack size of {have} bytes; \
-                     build the runtime with a stack size of at least {wanted} (fiber::runtime::Builder::stack_size)"
-                ),
-            ));
-        }
-    }
-    let (frame, stack) = sched.frames().acquire()?;
+    let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
     let id = crate::fiber::next_fiber_id();
     let task = Arc::new(Task {
         id,

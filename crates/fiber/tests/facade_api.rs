@@ -114,8 +114,18 @@ fn builder_names_a_fiber_everywhere() {
     });
 }
 
+/// Recursion that needs about `frames` x 1 KiB of stack.
+fn deep(frames: u32) -> u32 {
+    let pad = std::hint::black_box([1u8; 1024]);
+    if frames == 0 {
+        u32::from(pad[0])
+    } else {
+        deep(frames - 1) + u32::from(pad[1023])
+    }
+}
+
 #[test]
-fn builder_stack_size_at_or_below_the_pool_is_used_and_above_is_unsupported() {
+fn builder_stack_size_above_the_pool_gets_a_stack_of_its_own() {
     let rt = fiber::Runtime::builder()
         .workers(1)
         .stack_size(128 * 1024)
@@ -126,8 +136,21 @@ fn builder_stack_size_at_or_below_the_pool_is_used_and_above_is_unsupported() {
         assert_eq!(small.join().unwrap(), 5);
         let exact = fiber::Builder::new().stack_size(128 * 1024).spawn(|| 6).unwrap();
         assert_eq!(exact.join().unwrap(), 6);
-        let err = fiber::Builder::new().stack_size(1 << 20).spawn(|| 7).unwrap_err();
-        assert_eq!(err.kind(), std::io::ErrorKind::Unsupported);
+        // About 2 MiB of recursion: far past the pool's 128 KiB stacks
+        // (which would hit their guard and abort the process).
+        let big = fiber::Builder::new().stack_size(4 << 20).spawn(|| deep(2_000)).unwrap();
+        assert_eq!(big.join().unwrap(), 2_001);
+        // Several at once, and ordinary fibers after them.
+        let many: Vec<_> = (0..4)
+            .map(|_| fiber::Builder::new().stack_size(3 << 20).spawn(|| deep(1_500)).unwrap())
+            .collect();
+        for h in many {
+            assert_eq!(h.join().unwrap(), 1_501);
+        }
+        let plain: Vec<_> = (0..16).map(|i| fiber::spawn(move || i)).collect();
+        assert_eq!(plain.into_iter().map(|h| h.join().unwrap()).sum::<i32>(), 120);
+        let err = fiber::Builder::new().stack_size((1 << 30) + 1).spawn(|| 7).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
         assert!(err.to_string().contains("stack size"), "{err}");
     });
 }
