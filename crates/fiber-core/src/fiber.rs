@@ -126,6 +126,10 @@ pub(crate) struct Fiber {
     /// the last park had some, see `has_park_extra`.
     park_extra: std::sync::Mutex<ParkExtra>,
     has_park_extra: std::sync::atomic::AtomicBool,
+    /// The incarnation's `tracing` span (`set_fiber_spans`): set while
+    /// INIT by the spawner, entered by the worker around each resume,
+    /// dropped (closed) at finish. Owner-only, like the other cells.
+    span: UnsafeCell<Option<tracing::Span>>,
 }
 
 /// The optional details of the last park.
@@ -179,6 +183,7 @@ impl Fiber {
                 backtrace: None,
             }),
             has_park_extra: std::sync::atomic::AtomicBool::new(false),
+            span: UnsafeCell::new(None),
         }
     }
 
@@ -331,6 +336,16 @@ impl Fiber {
             return None;
         }
         self.name.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Give the incarnation its `tracing` span.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the INIT frame (the spawner, before scheduling it).
+    pub(crate) unsafe fn set_span(&self, span: tracing::Span) {
+        // SAFETY: see the function's contract.
+        unsafe { self.span.with_mut(|s| *s = Some(span)) };
     }
 
     /// Record a park (diagnostics): what, where, when, and optionally on
@@ -529,10 +544,15 @@ impl Fiber {
         let previous = current::replace(Arc::as_ptr(&fiber));
         loop {
             // SAFETY: we hold execution ownership (the `Running` token), so
-            // the coroutine slot is ours; the fiber never touches it.
+            // the span slot is ours until the commit below; the guard is
+            // dropped before any transition that gives the fiber away.
+            let entered = fiber.span.with(|s| unsafe { (*s).as_ref() }).map(|span| span.enter());
+            // SAFETY: as above for the coroutine slot; the fiber never
+            // touches it.
             let result = fiber
                 .coroutine
                 .with_mut(|c| unsafe { (*c).as_mut().expect("a RUNNING fiber has a coroutine").resume(()) });
+            drop(entered);
             match result {
                 CoroutineResult::Yield(Suspend::Yield) => {
                     current::replace(previous);
@@ -598,6 +618,8 @@ impl Fiber {
                 crate::task::drop_quietly(locals);
             }
             self.bounds.with_mut(|b| *b = StackBounds::default());
+            // Closing the span ends it for the subscriber.
+            drop(self.span.with_mut(|s| (*s).take()));
             self.sched.with_mut(|s| (*s).take())
         }
     }

@@ -109,6 +109,25 @@ pub fn park_backtraces() -> bool {
     PARK_BACKTRACES.load(Ordering::Relaxed)
 }
 
+static FIBER_SPANS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Give every fiber spawned from now on a `tracing` span (INFO, target
+/// `fiber`, name `fiber`, fields `id` and `name`), entered on the worker
+/// thread for as long as the fiber runs and closed when it ends, so events
+/// logged by the fiber's code carry its id and name. Process-wide;
+/// fiber-sched turns it on for `FIBER_TRACE_SPANS=1` or
+/// `Builder::fiber_spans(true)`. Off by default: a span per fiber and an
+/// enter/exit per switch cost what the subscriber makes them cost.
+pub fn set_fiber_spans(on: bool) {
+    // Relaxed: a setting, read at each spawn.
+    FIBER_SPANS.store(on, Ordering::Relaxed);
+}
+
+/// Is [`set_fiber_spans`] on?
+pub fn fiber_spans() -> bool {
+    FIBER_SPANS.load(Ordering::Relaxed)
+}
+
 /// Waiters parked on something outside every scheduler (socket readiness):
 /// a root fiber parked while any exist is not deadlocked, since the outside
 /// world may still wake it.

@@ -108,8 +108,8 @@ pub use fiber::{
     CancelScope, FiberId, FiberRef, RunOutcome,
 };
 pub use kind::{
-    external_wait, external_waiters, note_external_wait, park_backtraces, set_park_backtraces, ExternalWait, WaitKind,
-    WaitOn,
+    external_wait, external_waiters, fiber_spans, note_external_wait, park_backtraces, set_fiber_spans,
+    set_park_backtraces, ExternalWait, WaitKind, WaitOn,
 };
 #[cfg(not(loom))]
 pub use park::{current_handle, park, park_timeout, FiberHandle};

@@ -627,6 +627,16 @@ where
     unsafe {
         Fiber::prepare(&frame, id, sched.clone(), task.clone(), location, stack, body);
     }
+    if crate::kind::fiber_spans() {
+        let span = tracing::info_span!(
+            target: "fiber",
+            "fiber",
+            id = id.0,
+            name = options.name.as_deref().unwrap_or("")
+        );
+        // SAFETY: the frame is still INIT and ours (not scheduled yet).
+        unsafe { frame.set_span(span) };
+    }
     frame.set_name(options.name);
     frame.set_pinned(options.pinned || sched.pins_fibers());
     frame.state.transition_to_runnable_from_init();

@@ -16,6 +16,7 @@
 //! | `FIBER_DUMP_SIGNAL` | `SIGUSR1` or `SIGUSR2`: print the fiber dump on that signal | unset |
 //! | `FIBER_UNGUARDED` | `refuse` or `allow` a stack without a hardware guard (only on kernels before 6.13, past the map-count budget) | `refuse` |
 //! | `FIBER_BACKTRACE` | `1`: capture a backtrace at every park, shown by the fiber dump (costly: a stack walk per park) | `0` |
+//! | `FIBER_TRACE_SPANS` | `1`: a `tracing` span per fiber (id, name), entered while it runs | `0` |
 //! | `FIBER_MAX_BLOCKING` | cap on blocking-pool threads (1..=`MAX_BLOCKING_THREADS`) | 512 |
 
 use fiber_core::stack::{MAX_STACK_SIZE, MIN_STACK_SIZE};
@@ -114,6 +115,9 @@ pub struct Config {
     /// Capture a backtrace at every park for the fiber dump
     /// (`FIBER_BACKTRACE=1`; process-wide once any runtime turns it on).
     pub park_backtraces: bool,
+    /// A `tracing` span per fiber (`FIBER_TRACE_SPANS=1`; process-wide
+    /// once any runtime turns it on).
+    pub fiber_spans: bool,
 }
 
 /// Default grace time of a shutdown.
@@ -143,6 +147,7 @@ impl Default for Config {
             dump_signal: None,
             max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
             park_backtraces: false,
+            fiber_spans: false,
         }
     }
 }
@@ -241,6 +246,8 @@ pub struct Overrides {
     pub max_blocking_threads: Option<usize>,
     /// `park_backtraces`
     pub park_backtraces: Option<bool>,
+    /// `fiber_spans`
+    pub fiber_spans: Option<bool>,
 }
 
 impl Config {
@@ -304,6 +311,12 @@ impl Config {
         }
         if let Some(b) = overrides.park_backtraces {
             config.park_backtraces = b;
+        }
+        if let Some(v) = var("FIBER_TRACE_SPANS") {
+            config.fiber_spans = parse_bool("FIBER_TRACE_SPANS", &v)?;
+        }
+        if let Some(b) = overrides.fiber_spans {
+            config.fiber_spans = b;
         }
         if let Some(v) = var("FIBER_MAX_BLOCKING") {
             config.max_blocking_threads = parse_blocking("FIBER_MAX_BLOCKING", &v)?;

@@ -95,6 +95,15 @@ impl Builder {
         self
     }
 
+    /// Give every fiber a `tracing` span (INFO, target `fiber`, fields `id`
+    /// and `name`), entered while it runs, so that events from its code
+    /// carry them (as `FIBER_TRACE_SPANS=1`). Off by default; process-wide
+    /// once a runtime turns it on.
+    pub fn fiber_spans(&mut self, on: bool) -> &mut Self {
+        self.overrides.fiber_spans = Some(on);
+        self
+    }
+
     /// Run `f` on every worker thread when it starts.
     pub fn on_thread_start(&mut self, f: impl Fn() + Send + Sync + 'static) -> &mut Self {
         self.overrides.on_thread_start = Some(crate::config::ThreadHook(Arc::new(f)));
@@ -168,6 +177,9 @@ impl Runtime {
         }
         if config.park_backtraces {
             fiber_core::set_park_backtraces(true);
+        }
+        if config.fiber_spans {
+            fiber_core::set_fiber_spans(true);
         }
         let shared = Arc::new(Shared::new(config));
         for index in 0..shared.config.workers {

@@ -84,8 +84,10 @@ fn boolean_variables_reject_garbage() {
         ("FIBER_DEBUG_STALL", "0"),
         ("FIBER_DEADLOCK_ABORT", "1"),
         ("FIBER_BACKTRACE", "1"),
+        ("FIBER_TRACE_SPANS", "1"),
     ])
     .unwrap();
+    assert!(config.fiber_spans);
     assert!(config.print_stats && !config.stall_report && config.deadlock_abort);
     assert!(config.park_backtraces);
     assert!(!resolve(&[]).unwrap().park_backtraces);
