@@ -17,7 +17,7 @@
 
 use crate::config::STALL_THRESHOLD;
 use crate::sync::{lock, Ordering};
-use crate::worker::{pressure, spawn_worker, Shared, ACTIVE, DEAD};
+use crate::worker::{pressure, spawn_worker, Shared, ACTIVE, DEAD, DRAINING};
 use fiber_core::Runnable;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -153,11 +153,81 @@ fn rescue_waiting(shared: &Shared, index: usize) -> usize {
     moved
 }
 
+/// Move every fiber in worker `index`'s deques to the global queue.
+fn steal_all(shared: &Shared, index: usize) -> usize {
+    let slot = &shared.slots[index];
+    let mut moved = 0;
+    for stealer in [&slot.stealer, &slot.yield_stealer] {
+        loop {
+            match stealer.steal() {
+                crossbeam_deque::Steal::Success(fiber) => {
+                    shared.global.push(fiber);
+                    moved += 1;
+                }
+                crossbeam_deque::Steal::Retry => continue,
+                crossbeam_deque::Steal::Empty => break,
+            }
+        }
+    }
+    moved
+}
+
+/// Seed 000 §6.2: a worker that made no progress (one fiber without a
+/// yield point) for the retire interval goes DRAINING: it accepts no new
+/// work, what waits on it moves to the global queue, and it exits as soon
+/// as its fiber gives the thread back. A replacement starts at once if the
+/// pool is below its ceiling, so the pool keeps its capacity. Workers
+/// that are home to pinned fibers are exempt (those fibers resume only
+/// there).
+fn drain_stuck(shared: &Arc<Shared>, index: usize, running: u64, still: Duration) {
+    let slot = &shared.slots[index];
+    // Relaxed CAS: the state word is advisory for placement here; the
+    // worker's exit path fences before it drains (as for retirement).
+    if slot
+        .state
+        .compare_exchange(ACTIVE, DRAINING, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // It no longer counts toward the minimum (it is leaving).
+    shared.staying.fetch_sub(1, Ordering::Relaxed);
+    shared.counters.drained_stuck.fetch_add(1, Ordering::Relaxed);
+    let moved = rescue_waiting(shared, index) + steal_all(shared, index);
+    let replacement = if shared.alive.load(Ordering::Relaxed) < shared.config.max_workers {
+        (0..shared.slots.len())
+            .find(|&i| shared.slots[i].state.load(Ordering::Relaxed) == DEAD && spawn_worker(shared, i))
+    } else {
+        None
+    };
+    shared.counters.record_shrink(format!(
+        "worker {index} draining: fiber {running} made no progress for {still:?} (retire interval {:?}); \
+         {moved} fiber(s) moved to the global queue; replacement: {}",
+        shared.config.idle_timeout,
+        match replacement {
+            Some(i) => format!("slot {i}"),
+            None => "none (at the ceiling)".to_string(),
+        }
+    ));
+    if moved > 0 {
+        shared.notify_one();
+    }
+}
+
 /// Update heartbeat views; return the stuck workers. Also the stall report.
-fn scan_workers(shared: &Shared, views: &mut [WorkerView], now: Instant) -> Vec<usize> {
+fn scan_workers(shared: &Arc<Shared>, views: &mut [WorkerView], now: Instant) -> Vec<usize> {
     let mut stuck = Vec::new();
     for (index, (slot, view)) in shared.slots.iter().zip(views.iter_mut()).enumerate() {
-        if slot.state.load(Ordering::Relaxed) != ACTIVE {
+        let state = slot.state.load(Ordering::Relaxed);
+        if state == DRAINING && slot.running.load(Ordering::Relaxed) != 0 {
+            // Drained for no progress and still in its fiber: what the
+            // fiber spawns or wakes meanwhile must not wait for it.
+            if rescue_waiting(shared, index) + steal_all(shared, index) > 0 {
+                shared.notify_one();
+            }
+            continue;
+        }
+        if state != ACTIVE {
             view.since = now;
             continue;
         }
@@ -186,6 +256,9 @@ fn scan_workers(shared: &Shared, views: &mut [WorkerView], now: Instant) -> Vec<
                 stuck.push(index);
                 slot.stalled.store(true, Ordering::Relaxed);
             }
+        }
+        if still >= shared.config.idle_timeout && slot.homed.load(Ordering::Relaxed) == 0 {
+            drain_stuck(shared, index, running, still);
         }
         if still >= STALL_THRESHOLD && shared.config.stall_report && view.stall_reported_for != running {
             view.stall_reported_for = running;

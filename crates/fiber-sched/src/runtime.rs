@@ -525,6 +525,7 @@ fn stats_of(shared: &Shared) -> Stats {
         timers_pending: shared.timers.len(),
         stall_reports: c.stall_reports.load(Ordering::Relaxed),
         deadlock_reports: c.deadlock_reports.load(Ordering::Relaxed),
+        workers_drained_stuck: c.drained_stuck.load(Ordering::Relaxed),
         frames_allocated: pool.allocated,
     }
 }

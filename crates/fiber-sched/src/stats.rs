@@ -31,6 +31,8 @@ pub(crate) struct Counters {
     pub(crate) neg_streak_max: AtomicU64,
     pub(crate) stall_reports: AtomicU64,
     pub(crate) deadlock_reports: AtomicU64,
+    /// Workers put in DRAINING for making no progress.
+    pub(crate) drained_stuck: AtomicU64,
     /// Worker threads left running at shutdown (stuck in a fiber).
     pub(crate) leaked_threads: AtomicU64,
     pub(crate) events: Mutex<Vec<String>>,
@@ -130,6 +132,11 @@ pub struct Stats {
     pub stall_reports: u64,
     /// Deadlock reports printed.
     pub deadlock_reports: u64,
+    /// Workers put in DRAINING because they made no progress (one fiber
+    /// without a yield point) for the retire interval (the idle timeout):
+    /// each takes no new work and exits once its fiber gives the thread
+    /// back, and a replacement starts if the pool is below its ceiling.
+    pub workers_drained_stuck: u64,
     /// Fiber frames ever allocated.
     pub frames_allocated: usize,
 }
@@ -189,8 +196,8 @@ impl fmt::Display for Stats {
         )?;
         write!(
             f,
-            "  timers pending {}, stall reports {}, deadlock reports {}",
-            self.timers_pending, self.stall_reports, self.deadlock_reports
+            "  timers pending {}, stall reports {}, deadlock reports {}, workers drained for no progress {}",
+            self.timers_pending, self.stall_reports, self.deadlock_reports, self.workers_drained_stuck
         )
     }
 }

@@ -166,6 +166,11 @@ pub(crate) struct Shared {
     pub(crate) start_failure: Mutex<Option<String>>,
     /// Worker threads alive (ACTIVE or STARTING or DRAINING).
     pub(crate) alive: AtomicUsize,
+    /// Alive workers that count toward the minimum (`config.workers`): all
+    /// but those that are leaving. An idle worker retires only by taking
+    /// one off while more than the minimum stay (`try_leave`), so the pool
+    /// never shrinks below it by retirement, whichever slots are left.
+    pub(crate) staying: AtomicUsize,
     /// Round-robin cursor for spawns from outside.
     pub(crate) round_robin: AtomicUsize,
     /// Enqueues made from outside the workers (Relaxed).
@@ -221,6 +226,7 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             start_failure: Mutex::new(None),
             alive: AtomicUsize::new(0),
+            staying: AtomicUsize::new(0),
             round_robin: AtomicUsize::new(0),
             external_enqueued: AtomicU64::new(0),
             threads: Mutex::new(Vec::new()),
@@ -406,6 +412,14 @@ impl WorkerCtx {
         } else {
             &slot.wakes
         });
+        if slot.state.load(Ordering::Relaxed) == DRAINING {
+            // This worker is leaving (drained for no progress): its fiber's
+            // spawns and wakes go where the others can take them.
+            bump(&slot.enqueued);
+            shared.global.push(fiber);
+            shared.notify_one();
+            return;
+        }
         let displaced = slot.runnext.put(fiber);
         bump(&slot.enqueued);
         let Some(previous) = displaced else {
@@ -527,6 +541,8 @@ pub(crate) fn spawn_worker(shared: &Arc<Shared>, index: usize) -> bool {
         return false;
     };
     shared.alive.fetch_add(1, Ordering::AcqRel);
+    // Relaxed: a count for retirement decisions, changed by CAS only.
+    shared.staying.fetch_add(1, Ordering::Relaxed);
     let worker_shared = shared.clone();
     let name = format!("{}-{}", shared.config.thread_name, index);
     match std::thread::Builder::new()
@@ -542,6 +558,7 @@ pub(crate) fn spawn_worker(shared: &Arc<Shared>, index: usize) -> bool {
             // stealer is tied to it, so this slot stays DEAD for good; count
             // it and go on with fewer workers.
             shared.alive.fetch_sub(1, Ordering::AcqRel);
+            shared.staying.fetch_sub(1, Ordering::Relaxed);
             shared.counters.spawn_failures.fetch_add(1, Ordering::Relaxed);
             slot.state.store(DEAD, Ordering::Release);
             false
@@ -566,6 +583,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
             *lock(&slot.deque) = Some((deque, yields));
             slot.state.store(DEAD, Ordering::Release);
             shared.alive.fetch_sub(1, Ordering::AcqRel);
+            shared.staying.fetch_sub(1, Ordering::Relaxed);
             // Whatever was pushed to its inbox while it was STARTING moves
             // to the global queue.
             while let Some(fiber) = slot.inbox.pop() {
@@ -589,8 +607,12 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
     context::set(&ctx);
     let slot = &shared.slots[index];
     slot.state.store(ACTIVE, Ordering::Release);
-    run_loop(&shared, &ctx);
-    // Leaving (shutdown or retirement): nothing runnable stays behind.
+    if run_loop(&shared, &ctx) == Leave::Shutdown {
+        // Retirement and draining gave up the count already.
+        shared.staying.fetch_sub(1, Ordering::Relaxed);
+    }
+    // Leaving (shutdown, retirement or draining): nothing runnable stays
+    // behind.
     slot.state.store(DRAINING, Ordering::Release);
     fence(Ordering::SeqCst);
     let moved = drain_to_global(&shared, &ctx);
@@ -630,10 +652,43 @@ fn drain_to_global(shared: &Shared, ctx: &WorkerCtx) -> usize {
     moved
 }
 
-fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) {
+/// Why a worker's loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Leave {
+    Shutdown,
+    /// Idle for its timeout with more than the minimum staying.
+    Retired,
+    /// Drained by the monitor for making no progress.
+    Drained,
+}
+
+/// Take one worker off `staying` if more than the minimum would stay.
+pub(crate) fn try_leave(shared: &Shared) -> bool {
+    let mut n = shared.staying.load(Ordering::Relaxed);
+    while n > shared.config.workers {
+        // Relaxed: the count is the only data; CAS makes it exact.
+        match shared
+            .staying
+            .compare_exchange_weak(n, n - 1, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => return true,
+            Err(now) => n = now,
+        }
+    }
+    false
+}
+
+fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) -> Leave {
+    let state = &shared.slots[ctx.index].state;
     loop {
         if shared.is_shutdown() {
-            return;
+            return Leave::Shutdown;
+        }
+        // DRAINING: the monitor gave up on this worker for making no
+        // progress (seed 000 §6.2); it takes no new work and exits after the
+        // slice that just ended.
+        if state.load(Ordering::Relaxed) == DRAINING {
+            return Leave::Drained;
         }
         let mut worker = WorkerSide { shared, ctx };
         if let Some(fiber) = worker.worker_next() {
@@ -671,7 +726,7 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) {
             continue;
         }
         if !sleep(shared, ctx) {
-            return;
+            return Leave::Retired;
         }
     }
 }
@@ -691,9 +746,10 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     }
     slot.heartbeat.fetch_add(1, Ordering::Relaxed);
     shared.counters.sleeps.fetch_add(1, Ordering::Relaxed);
-    // An extra worker retires after its idle timeout, unless pinned fibers
-    // call it home.
-    let extra = ctx.index >= shared.config.workers && slot.homed.load(Ordering::Relaxed) == 0;
+    // An extra worker (more than the minimum stay) retires after its idle
+    // timeout, unless pinned fibers call it home.
+    let extra =
+        shared.staying.load(Ordering::Relaxed) > shared.config.workers && slot.homed.load(Ordering::Relaxed) == 0;
     let timeout = extra.then_some(shared.config.idle_timeout);
     if wait_notified(slot, timeout) {
         return true;
@@ -704,6 +760,8 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
             wait_notified(slot, None);
             true
         }
+        // Another worker retired first and the minimum is reached: stay.
+        Retract::Retracted if !try_leave(shared) => true,
         Retract::Retracted => {
             shared.counters.record_shrink(format!(
                 "worker {} idle for {:?}",

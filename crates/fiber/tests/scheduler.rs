@@ -187,3 +187,64 @@ fn a_fiber_running_5_s_without_a_yield_point_is_named_by_the_stall_report() {
     );
     assert!(stderr.contains("fiber dump:"), "{stderr}");
 }
+
+/// Seed 000 §6.2: a worker that makes no progress for the retire interval
+/// (here an idle timeout of 200 ms) goes DRAINING: the other workers (and a
+/// replacement, below the ceiling) take the other fibers, the stuck fiber
+/// still finishes with its value, and the drained worker's thread exits
+/// once the fiber gives it back.
+#[test]
+fn a_worker_without_progress_for_the_retire_interval_drains_and_is_replaced() {
+    let rt = fiber::Runtime::builder()
+        .workers(2)
+        .max_workers(3)
+        .idle_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let (value, during, after) = rt.block_on(|| {
+        let stuck = fiber::spawn(|| {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(1200) {
+                std::hint::spin_loop();
+            }
+            42
+        });
+        // Wait (parked, so this worker stays free) until the monitor has
+        // drained the spinning fiber's worker.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while fiber::stats().runtime.workers_drained_stuck == 0 {
+            assert!(Instant::now() < deadline, "never drained: {:?}", fiber::stats().runtime);
+            let _ = fiber::sleep(Duration::from_millis(20));
+        }
+        // Other fibers keep running meanwhile.
+        let sum: u32 = (0..100u32)
+            .map(|i| fiber::spawn(move || i))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .sum();
+        assert_eq!(sum, 4950);
+        let during = fiber::stats().runtime;
+        let value = stuck.join().unwrap();
+        // The drained worker exits after its slice: the pool is back to
+        // the two workers that are not draining.
+        while fiber::stats().runtime.workers > 2 {
+            assert!(Instant::now() < deadline, "the drained worker never exited");
+            let _ = fiber::sleep(Duration::from_millis(20));
+        }
+        (value, during, fiber::stats().runtime)
+    });
+    assert_eq!(value, 42);
+    assert_eq!(during.workers_drained_stuck, 1, "{during:?}");
+    assert!(
+        // The replacement is a new worker, unless growth had already
+        // added one for the stuck worker and the pool is at its ceiling.
+        during
+            .scale_events
+            .iter()
+            .any(|e| e.contains("worker 0 draining") || e.contains("worker 1 draining")),
+        "{:?}",
+        during.scale_events
+    );
+    assert_eq!(after.workers, 2, "{after:?}");
+}
