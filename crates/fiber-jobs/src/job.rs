@@ -423,10 +423,10 @@ impl JobCore {
                 // joiners of this job see a spurious wake and wait on.
                 (sync.body_done, sync.waiters.take_all())
             } else {
-                (false, Vec::new())
+                (false, Taken::new())
             }
         };
-        for waiter in &waiters {
+        for waiter in waiters.iter().flatten() {
             fiber_wake(waiter);
         }
         if finalize {
@@ -471,10 +471,11 @@ impl JobCore {
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Every waiter taken here is woken once (a waker that finds it
         // still PARKING leaves WAKE_PENDING, which wakes it just the same).
-        COUNTERS
-            .waiters_woken
-            .fetch_add(waiters.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        for waiter in &waiters {
+        COUNTERS.waiters_woken.fetch_add(
+            waiters.iter().flatten().count() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        for waiter in waiters.iter().flatten() {
             fiber_wake(waiter);
             crate::trace_event!("JOB_WAIT_WAKE", self.id);
         }
@@ -526,11 +527,17 @@ impl JobCore {
 /// A job's waiters (joiners and the scope owner waiting for children): a
 /// slab, so a waiter that leaves (cancelled, or spuriously woken) is removed
 /// in O(1) by the slot index its wait keeps.
+///
+/// Room for two inline: a job usually has one joiner (or one scope owner),
+/// and a heap buffer per job for it cost an allocation and a free each.
 #[derive(Default)]
 pub(crate) struct WaiterSet {
-    slots: Vec<Option<Waiter>>,
-    free: Vec<usize>,
+    slots: smallvec::SmallVec<[Option<Waiter>; 2]>,
+    free: smallvec::SmallVec<[usize; 2]>,
 }
+
+/// The waiters a finalize (or the last child) takes to wake.
+pub(crate) type Taken = smallvec::SmallVec<[Option<Waiter>; 2]>;
 
 impl WaiterSet {
     fn insert(&mut self, waiter: Waiter) -> usize {
@@ -556,9 +563,9 @@ impl WaiterSet {
         }
     }
 
-    fn take_all(&mut self) -> Vec<Waiter> {
+    fn take_all(&mut self) -> Taken {
         self.free.clear();
-        std::mem::take(&mut self.slots).into_iter().flatten().collect()
+        std::mem::take(&mut self.slots)
     }
 }
 
