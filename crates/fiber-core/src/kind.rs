@@ -128,6 +128,32 @@ pub fn fiber_spans() -> bool {
     FIBER_SPANS.load(Ordering::Relaxed)
 }
 
+/// A source of readiness events that a scheduler's workers drain without
+/// blocking (fiber-net's epoll instance): `poll_ready` takes the events that
+/// are ready now and wakes the fibers they concern with `fiber_wake`, from
+/// the calling thread. A worker that calls it while it is busy (every few
+/// dozen fibers) or before it sleeps gets those fibers on its own queues,
+/// with no thread hop. It never blocks; waiting for I/O while every worker
+/// sleeps stays the I/O layer's own business (fiber-net's poller thread).
+pub trait IoPoll: Send + Sync {
+    /// Take the ready events, wake their fibers; returns how many events.
+    fn poll_ready(&self) -> usize;
+}
+
+static IO_POLL: std::sync::OnceLock<&'static dyn IoPoll> = std::sync::OnceLock::new();
+
+/// Install the process's [`IoPoll`] (fiber-net does, when its driver
+/// starts). The first one stays; returns `false` if one was installed.
+pub fn set_io_poll(poll: &'static dyn IoPoll) -> bool {
+    IO_POLL.set(poll).is_ok()
+}
+
+/// The installed [`IoPoll`], if any I/O layer is in use.
+#[inline]
+pub fn io_poll() -> Option<&'static dyn IoPoll> {
+    IO_POLL.get().copied()
+}
+
 /// Waiters parked on something outside every scheduler (socket readiness):
 /// a root fiber parked while any exist is not deadlocked, since the outside
 /// world may still wake it.

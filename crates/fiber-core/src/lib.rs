@@ -108,8 +108,8 @@ pub use fiber::{
     CancelScope, FiberId, FiberRef, RunOutcome,
 };
 pub use kind::{
-    external_wait, external_waiters, fiber_spans, note_external_wait, park_backtraces, set_fiber_spans,
-    set_park_backtraces, ExternalWait, WaitKind, WaitOn,
+    external_wait, external_waiters, fiber_spans, io_poll, note_external_wait, park_backtraces, set_fiber_spans,
+    set_io_poll, set_park_backtraces, ExternalWait, IoPoll, WaitKind, WaitOn,
 };
 #[cfg(not(loom))]
 pub use park::{current_handle, park, park_timeout, FiberHandle};

@@ -17,6 +17,31 @@ use mio::{Events, Interest, Poll, Registry, Token};
 use std::io;
 use std::sync::OnceLock;
 
+/// Readiness events delivered by the poller thread and by workers (the
+/// `IoPoll` hook). Relaxed counters: diagnostics only.
+static POLLER_EVENTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static WORKER_EVENTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Where the process's socket readiness events were taken from kernel so
+/// far: by the poller thread (each then a wake from outside the workers) or
+/// by a worker's non-blocking harvest (the woken fiber runs on that worker).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollStats {
+    /// Events the poller thread took.
+    pub poller_events: u64,
+    /// Events workers took themselves.
+    pub worker_events: u64,
+}
+
+/// The counters of [`PollStats`] now.
+pub fn poll_stats() -> PollStats {
+    use std::sync::atomic::Ordering::Relaxed;
+    PollStats {
+        poller_events: POLLER_EVENTS.load(Relaxed),
+        worker_events: WORKER_EVENTS.load(Relaxed),
+    }
+}
+
 /// Events taken from the kernel per `epoll_wait`.
 const EVENTS_PER_POLL: usize = 1024;
 
@@ -74,6 +99,10 @@ impl Table {
 struct Driver {
     registry: Registry,
     table: Mutex<Table>,
+    /// The epoll instance the poller thread waits on (it lives as long as
+    /// the process: the thread never exits), for the workers' non-blocking
+    /// harvest.
+    epoll: std::os::fd::RawFd,
 }
 
 static DRIVER: OnceLock<io::Result<Driver>> = OnceLock::new();
@@ -88,13 +117,64 @@ fn driver() -> io::Result<&'static Driver> {
 fn start() -> io::Result<Driver> {
     let poll = Poll::new()?;
     let registry = poll.registry().try_clone()?;
+    let epoll = std::os::fd::AsRawFd::as_raw_fd(&poll);
     std::thread::Builder::new()
         .name("fiber-net-poller".to_string())
         .spawn(move || run(poll))?;
+    fiber_core::set_io_poll(&WorkerPoll);
     Ok(Driver {
         registry,
         table: Mutex::new(Table::default()),
+        epoll,
     })
+}
+
+/// Events a worker takes per non-blocking harvest.
+const EVENTS_PER_HARVEST: usize = 256;
+
+/// The workers' side of the driver (fiber-core's `IoPoll` hook): a
+/// non-blocking `epoll_wait` on the poller's epoll instance. Edge-triggered
+/// events go to exactly one of the threads waiting on an epoll instance,
+/// so the poller thread and the workers never see the same event twice;
+/// a fiber woken here is scheduled on the harvesting worker itself (no
+/// thread hop, no futex wake), which is how tokio's and Go's workers take
+/// I/O readiness while they are busy.
+struct WorkerPoll;
+
+impl fiber_core::IoPoll for WorkerPoll {
+    fn poll_ready(&self) -> usize {
+        let Some(driver) = DRIVER.get().and_then(|d| d.as_ref().ok()) else {
+            return 0;
+        };
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_HARVEST];
+        // SAFETY: `events` is a writable array of EVENTS_PER_HARVEST
+        // epoll_event records; `driver.epoll` is the poller's epoll fd,
+        // open for the life of the process; a zero timeout never blocks.
+        let n = unsafe { libc::epoll_wait(driver.epoll, events.as_mut_ptr(), EVENTS_PER_HARVEST as i32, 0) };
+        if n <= 0 {
+            return 0;
+        }
+        WORKER_EVENTS.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        let mut batch: smallvec::SmallVec<[(Arc<Readiness>, bool, bool); 16]> = smallvec::SmallVec::new();
+        {
+            let table = lock(&driver.table);
+            for event in &events[..n as usize] {
+                let bits = event.events as i32;
+                let error = bits & libc::EPOLLERR != 0;
+                let hup = bits & libc::EPOLLHUP != 0;
+                let read = bits & (libc::EPOLLIN | libc::EPOLLPRI | libc::EPOLLRDHUP) != 0 || hup || error;
+                let write = bits & libc::EPOLLOUT != 0 || hup || error;
+                if let Some(readiness) = table.get(Token(event.u64 as usize)) {
+                    batch.push((readiness.clone(), read, write));
+                }
+            }
+        }
+        // Wake outside the table lock, as the poller thread does.
+        for (readiness, read, write) in batch {
+            readiness.set_ready(read, write);
+        }
+        n as usize
+    }
 }
 
 /// The poller thread: runs for the life of the process.
@@ -114,6 +194,7 @@ fn run(mut poll: Poll) {
         let Some(driver) = DRIVER.get().and_then(|d| d.as_ref().ok()) else {
             continue;
         };
+        POLLER_EVENTS.fetch_add(events.iter().count() as u64, std::sync::atomic::Ordering::Relaxed);
         {
             let table = lock(&driver.table);
             for event in events.iter() {

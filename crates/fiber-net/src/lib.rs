@@ -126,6 +126,8 @@ mod udp;
 #[cfg(not(loom))]
 pub mod unix;
 
+#[cfg(not(loom))]
+pub use driver::{poll_stats, PollStats};
 pub use readiness::io_waiters;
 #[cfg(not(loom))]
 pub use tcp::{Incoming, TcpListener, TcpStream};

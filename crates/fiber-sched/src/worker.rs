@@ -695,6 +695,11 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) -> Leave {
             run(shared, ctx, fiber);
             continue;
         }
+        // Ready I/O first: fibers it wakes land on this worker, no hop
+        // through the poller thread.
+        if fiber_core::io_poll().is_some_and(|io| io.poll_ready() > 0) {
+            continue;
+        }
         // Search briefly before sleeping.
         shared.idle.start_searching();
         let mut found = None;
@@ -798,6 +803,12 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     let tick = ctx.tick.get().wrapping_add(1);
     ctx.tick.set(tick);
     if tick % GLOBAL_CHECK_INTERVAL == 0 {
+        // A busy worker takes the I/O readiness that is ready now itself
+        // (tokio's `event_interval`): the fibers it wakes land on this
+        // worker's queues, and below they compete with the rest.
+        if let Some(io) = fiber_core::io_poll() {
+            io.poll_ready();
+        }
         if let Some(fiber) = shared.global.pop() {
             return Some(fiber);
         }
