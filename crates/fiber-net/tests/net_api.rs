@@ -292,8 +292,18 @@ fn blocking_calls_are_cancellation_points() {
             t.send(("recv_from", err)).unwrap();
         }));
         drop(tx);
-        // Let them park.
-        while fiber_net::io_waiters() < 3 {
+        // Let them park (counted on this runtime only: `io_waiters` is
+        // process-wide, and other tests of this binary run in parallel).
+        let sched = fiber_core::current_scheduler().unwrap();
+        while sched
+            .frames()
+            .dump()
+            .fibers
+            .iter()
+            .filter(|f| f.waiting == fiber_core::WaitKind::Io)
+            .count()
+            < 3
+        {
             fiber_sched::sleep(Duration::from_millis(1)).unwrap();
         }
         for h in &handles {
