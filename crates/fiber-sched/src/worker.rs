@@ -30,16 +30,16 @@ use crate::idle::{Idle, Retract};
 use crate::queue::GlobalQueue;
 use crate::stats::Counters;
 use crate::sync::{fence, lock, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering};
-use crate::timer::Timers;
+use crate::timer::{Armed, Timers, NEVER};
 use crossbeam_deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
-use fiber_core::{FramePool, RunOutcome, Runnable, Running, Schedule, Waiter, Worker as _};
-use std::cell::Cell;
+use fiber_core::{fiber_wake, FramePool, RunOutcome, Runnable, Running, Schedule, Waiter, Worker as _};
+use std::cell::{Cell, RefCell};
 use std::panic::Location;
 use std::sync::atomic::AtomicPtr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Fibers run between two looks at the global queue first (fairness).
 pub const GLOBAL_CHECK_INTERVAL: u64 = 61;
@@ -216,7 +216,7 @@ impl Shared {
             pool: Arc::new(FramePool::new(config.stacks)),
             global: GlobalQueue::new(),
             idle: Idle::new(config.max_workers),
-            timers: Timers::new(),
+            timers: Timers::new(config.max_workers),
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
             start_failure: Mutex::new(None),
@@ -302,6 +302,7 @@ impl Shared {
             self.counters.external_spawns.fetch_add(1, Ordering::Relaxed);
         }
         let target = match fiber.last_worker() {
+            _ if deferred::to_global() => None,
             Some(w) if w < self.slots.len() => Some(w).filter(|&w| {
                 let slot = &self.slots[w];
                 accepts_inbox(slot.state.load(Ordering::Relaxed))
@@ -357,11 +358,20 @@ impl Schedule for Shared {
     }
 
     fn wake_at(&self, deadline: Instant, waiter: Waiter) {
-        if self.timers.insert(deadline, waiter) {
-            // The monitor sleeps until the earliest deadline: tell it.
-            if let Some(monitor) = lock(&self.monitor).as_ref() {
-                monitor.unpark();
+        // A worker of this runtime arms in its own wheel; anyone else in
+        // the shared one (the monitor drives it).
+        let wheel = current_worker_index(self.id);
+        match self.timers.arm(wheel, self.timers.tick_of(deadline), waiter) {
+            Armed::Due(waiter) => {
+                fiber_wake(&waiter);
             }
+            Armed::Queued(true) => {
+                // The monitor plans to sleep past this deadline: tell it.
+                if let Some(monitor) = lock(&self.monitor).as_ref() {
+                    monitor.unpark();
+                }
+            }
+            Armed::Queued(false) => {}
         }
     }
 
@@ -385,6 +395,8 @@ pub(crate) struct WorkerCtx {
     yielded: Deque<Runnable>,
     tick: Cell<u64>,
     rng: Cell<u64>,
+    /// Reused buffer of fired timers.
+    due: RefCell<Vec<Waiter>>,
 }
 
 /// Owner-only counter bump (single writer, Relaxed).
@@ -434,10 +446,25 @@ impl WorkerCtx {
 /// (the monitor firing thousands of timers): each push records its target
 /// instead of notifying; the batch notifies every target once at its end.
 pub(crate) mod deferred {
-    use std::cell::RefCell;
+    use std::cell::{Cell, RefCell};
 
     thread_local! {
         static TARGETS: RefCell<Option<Vec<usize>>> = const { RefCell::new(None) };
+        static TO_GLOBAL: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Does the open batch send every fiber to the global queue (the
+    /// monitor firing a busy worker's timers: its inbox would wait for it)?
+    pub(crate) fn to_global() -> bool {
+        TO_GLOBAL.with(|g| g.get())
+    }
+
+    /// Run `f` as a batch whose fibers all go to the global queue.
+    pub(crate) fn batch_to_global<R>(f: impl FnOnce() -> R) -> (R, Vec<usize>) {
+        TO_GLOBAL.with(|g| g.set(true));
+        let out = batch(f);
+        TO_GLOBAL.with(|g| g.set(false));
+        out
     }
 
     /// Record `target` (`usize::MAX`: the global queue) if a batch is open.
@@ -463,10 +490,35 @@ pub(crate) mod deferred {
 }
 
 impl Shared {
-    /// Fire due timers from outside the workers, notifying each worker
-    /// that received fibers once.
-    pub(crate) fn fire_timers_batched(&self, now: Instant) -> usize {
-        let (fired, targets) = deferred::batch(|| self.timers.fire_due(now));
+    /// The monitor's timer pass at `now`: fire the shared wheel if due,
+    /// and each worker's wheel that is overdue by `GRACE` (its owner is busy
+    /// in a fiber that does not yield, or gone). The fibers woken go to the
+    /// global queue (not to the busy owner's inbox), and sleepers are
+    /// notified once at the end. Returns how many timers fired.
+    pub(crate) fn fire_timers_from_monitor(&self, now: Instant) -> usize {
+        let tick = self.timers.now_tick(now);
+        let late = tick.saturating_sub(crate::timer::GRACE_TICKS);
+        let mut due = Vec::new();
+        if self.timers.is_due(None, tick) {
+            self.timers.advance(None, tick, &mut due);
+        }
+        for index in 0..self.slots.len() {
+            let owner_gone = !accepts_inbox(self.slots[index].state.load(Ordering::Relaxed));
+            let cutoff = if owner_gone { tick } else { late };
+            if self.timers.is_due(Some(index), cutoff) {
+                self.timers.advance(Some(index), tick, &mut due);
+            }
+        }
+        if due.is_empty() {
+            return 0;
+        }
+        let (fired, targets) = deferred::batch_to_global(|| {
+            for waiter in &due {
+                fiber_wake(waiter);
+            }
+            due.len()
+        });
+        drop(due);
         for target in targets {
             if target == usize::MAX {
                 let sleeping = self.idle.sleeping();
@@ -576,6 +628,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         yielded: yields,
         tick: Cell::new(0),
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
+        due: RefCell::new(Vec::new()),
     };
     context::set(&ctx);
     let slot = &shared.slots[index];
@@ -626,6 +679,13 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) {
         if shared.is_shutdown() {
             return;
         }
+        // Our own wheel first: the fibers it wakes land in our queues.
+        if shared.timers.wheel(Some(ctx.index)).next_tick() != NEVER {
+            let now = shared.timers.now_tick(Instant::now());
+            if shared.timers.is_due(Some(ctx.index), now) {
+                fire_wheel(shared, ctx, Some(ctx.index), now);
+            }
+        }
         let mut worker = WorkerSide { shared, ctx };
         if let Some(fiber) = worker.worker_next() {
             run(shared, ctx, fiber);
@@ -635,12 +695,10 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) {
         shared.idle.start_searching();
         let mut found = None;
         for round in 0..SEARCH_ROUNDS {
-            // Due timers first: a fiber they wake from this thread lands in
-            // our runnext, which the look below takes.
-            let now = Instant::now();
-            if shared.timers.is_due(now) {
-                shared.timers.fire_due(now);
-            }
+            // Due timers first, any wheel's (an idle worker fires for a busy
+            // one): a fiber they wake from this thread lands in our runnext,
+            // which the look below takes.
+            fire_any_due(shared, ctx);
             if let Some(fiber) = worker.worker_next() {
                 found = Some(fiber);
                 break;
@@ -685,16 +743,31 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     // An extra worker retires after its idle timeout, unless pinned fibers
     // call it home.
     let extra = ctx.index >= shared.config.workers && slot.homed.load(Ordering::Relaxed) == 0;
-    let timeout = extra.then_some(shared.config.idle_timeout);
-    if wait_notified(slot, timeout) {
+    // `Duration::MAX` (or any timeout past the end of time) waits forever.
+    let retire_at = extra
+        .then(|| Instant::now().checked_add(shared.config.idle_timeout))
+        .flatten();
+    // Only this thread arms timers in our wheel, so its next deadline
+    // cannot move earlier while we sleep (others only fire it).
+    let timer_at = match shared.timers.wheel(Some(ctx.index)).next_tick() {
+        NEVER => None,
+        tick => Some(shared.timers.instant_of(tick)),
+    };
+    let wake_at = match (retire_at, timer_at) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if wait_notified(slot, wake_at) {
         return true;
     }
-    // Idle for the whole timeout: retire, unless a notifier got us first.
+    // Our timer is due, or idle for the whole timeout: go back to the loop
+    // (or retire), unless a notifier got us first.
     match shared.idle.retract(ctx.index) {
         Retract::Notified => {
             wait_notified(slot, None);
             true
         }
+        Retract::Retracted if retire_at.is_none_or(|at| Instant::now() < at) => true,
         Retract::Retracted => {
             shared.counters.record_shrink(format!(
                 "worker {} idle for {:?}",
@@ -705,10 +778,32 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     }
 }
 
-/// Wait for the futex word to be set; `false` if `timeout` passed first.
-fn wait_notified(slot: &Slot, timeout: Option<Duration>) -> bool {
-    // `Duration::MAX` (or any timeout past the end of time) waits forever.
-    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+/// Fire the due timers of `wheel` (ours, another worker's, or the shared
+/// one) at tick `now` from this worker: the fibers woken go to our queues.
+fn fire_wheel(shared: &Shared, ctx: &WorkerCtx, wheel: Option<usize>, now: u64) {
+    let mut due = ctx.due.borrow_mut();
+    shared.timers.advance(wheel, now, &mut due);
+    for waiter in due.drain(..) {
+        fiber_wake(&waiter);
+    }
+}
+
+/// An idle worker's timer pass: every wheel that is due.
+fn fire_any_due(shared: &Shared, ctx: &WorkerCtx) {
+    let now = shared.timers.now_tick(Instant::now());
+    if shared.timers.is_due(Some(ctx.index), now) {
+        fire_wheel(shared, ctx, Some(ctx.index), now);
+    }
+    for index in shared.timers.due_workers(now) {
+        fire_wheel(shared, ctx, Some(index), now);
+    }
+    if shared.timers.is_due(None, now) {
+        fire_wheel(shared, ctx, None, now);
+    }
+}
+
+/// Wait for the futex word to be set; `false` if `deadline` passed first.
+fn wait_notified(slot: &Slot, deadline: Option<Instant>) -> bool {
     loop {
         if Idle::is_notified(&slot.futex) {
             return true;
