@@ -109,7 +109,8 @@ impl<T> Level<T> {
 pub(crate) struct Wheel<T> {
     /// Ticks processed so far: every entry is due strictly after it.
     elapsed: u64,
-    levels: [Level<T>; LEVELS],
+    /// `LEVELS` levels (boxed: about 9 KiB of slot headers).
+    levels: Box<[Level<T>]>,
     /// Entries beyond the wheel's range, moved in when it gets close.
     far: Vec<Entry<T>>,
     /// Earliest tick in `far` (`NEVER` when empty).
@@ -131,7 +132,7 @@ impl<T: Expire> Wheel<T> {
     pub(crate) fn new() -> Wheel<T> {
         Wheel {
             elapsed: 0,
-            levels: std::array::from_fn(|_| Level::new()),
+            levels: (0..LEVELS).map(|_| Level::new()).collect(),
             far: Vec::new(),
             far_min: NEVER,
             len: 0,
