@@ -51,6 +51,8 @@ pub const INBOX_LIMIT: usize = 256;
 pub const GLOBAL_BATCH: usize = 16;
 /// Rounds of looking for work before a worker sleeps.
 pub const SEARCH_ROUNDS: u32 = 32;
+/// Loop turns between two looks at the worker's own timer wheel.
+pub const TIMER_POLL: u32 = 4;
 
 /// Worker slot states.
 pub(crate) const DEAD: u8 = 0;
@@ -397,6 +399,8 @@ pub(crate) struct WorkerCtx {
     rng: Cell<u64>,
     /// Reused buffer of fired timers.
     due: RefCell<Vec<Waiter>>,
+    /// Loop turns, for polling the worker's own wheel.
+    timer_poll: Cell<u32>,
 }
 
 /// Owner-only counter bump (single writer, Relaxed).
@@ -629,6 +633,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         tick: Cell::new(0),
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
         due: RefCell::new(Vec::new()),
+        timer_poll: Cell::new(0),
     };
     context::set(&ctx);
     let slot = &shared.slots[index];
@@ -679,8 +684,13 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) {
         if shared.is_shutdown() {
             return;
         }
-        // Our own wheel first: the fibers it wakes land in our queues.
-        if shared.timers.wheel(Some(ctx.index)).next_tick() != NEVER {
+        // Our own wheel first: the fibers it wakes land in our queues. The
+        // clock is read every `TIMER_POLL` turns (timers have 1 ms
+        // resolution; a turn that runs long is covered by the monitor's
+        // grace), and not at all while the wheel is empty.
+        let polls = ctx.timer_poll.get().wrapping_add(1);
+        ctx.timer_poll.set(polls);
+        if polls % TIMER_POLL == 0 && shared.timers.wheel(Some(ctx.index)).next_tick() != NEVER {
             let now = shared.timers.now_tick(Instant::now());
             if shared.timers.is_due(Some(ctx.index), now) {
                 fire_wheel(shared, ctx, Some(ctx.index), now);

@@ -76,9 +76,13 @@ fn a_deadline_years_ahead_parks_until_cancelled() {
         while !started.load(Ordering::Acquire) {
             let _ = fiber::yield_now();
         }
-        // Let it park (a sleep of ours parks too; each waits in a wheel).
-        fiber::sleep(Duration::from_millis(5)).unwrap();
-        let pending = fiber::stats().runtime.timers_pending;
+        // It arms its timer right after (a generous cap only bounds the wait).
+        let cap = Instant::now() + Duration::from_secs(10);
+        let mut pending = 0;
+        while pending == 0 && Instant::now() < cap {
+            let _ = fiber::yield_now();
+            pending = fiber::stats().runtime.timers_pending;
+        }
         h.cancel();
         (h.join(), pending)
     });
@@ -111,4 +115,30 @@ fn sleepers_across_wheel_levels_wake_never_early() {
             .sum::<usize>()
     });
     assert_eq!(early, 0, "sleepers woke before their deadline");
+}
+
+/// `timers_pending` counts the armed timers of every wheel, and drops back
+/// once they fired.
+#[test]
+fn timers_pending_counts_armed_timers_and_drops_once_they_fire() {
+    let rt = fiber::Runtime::builder().workers(2).max_workers(2).build().unwrap();
+    let (during, after) = rt.block_on(|| {
+        let start = Instant::now();
+        let handles: Vec<_> = (0..1000)
+            .map(|_| fiber::spawn(|| fiber::sleep(Duration::from_secs(2)).unwrap()))
+            .collect();
+        // Every sleeper arms its timer when it first runs (a generous cap,
+        // well before the first deadline, only bounds the wait).
+        let mut during = 0;
+        while during < 1000 && start.elapsed() < Duration::from_millis(1500) {
+            let _ = fiber::yield_now();
+            during = fiber::stats().runtime.timers_pending;
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        (during, fiber::stats().runtime.timers_pending)
+    });
+    assert!(during >= 1000, "{during} timers pending while 1,000 fibers sleep");
+    assert_eq!(after, 0, "timers left after every sleeper woke");
 }

@@ -409,3 +409,18 @@ fn deadlock_is_reported_like_go_and_aborts_on_request() {
     );
     assert!(!stderr.contains("child survived"), "{stderr}");
 }
+
+/// A fiber asleep on a timer is not deadlocked, even while every worker
+/// sleeps: no report while the root waits for it past the deadlock
+/// threshold (its timer is pending in a worker's wheel).
+#[test]
+fn a_fiber_sleeping_on_a_timer_is_not_reported_as_deadlocked() {
+    let rt = runtime(2, 2);
+    let nap = crate::monitor::DEADLOCK_AFTER + Duration::from_millis(500);
+    rt.block_on(move || spawn(move || sleep(nap).unwrap()).join().unwrap());
+    assert_eq!(
+        rt.stats().deadlock_reports,
+        0,
+        "a sleeping fiber was reported as deadlocked"
+    );
+}
