@@ -362,8 +362,18 @@ impl Schedule for Shared {
     fn wake_at(&self, deadline: Instant, waiter: Waiter) {
         // A worker of this runtime arms in its own wheel; anyone else in
         // the shared one (the monitor drives it).
-        let wheel = current_worker_index(self.id);
-        match self.timers.arm(wheel, self.timers.tick_of(deadline), waiter) {
+        let ctx = context::get();
+        // SAFETY: a non-null context is this thread's live `WorkerCtx` (as
+        // in `schedule`); we only use it on this thread.
+        let ctx = (!ctx.is_null())
+            .then(|| unsafe { &*ctx })
+            .filter(|c| c.shared_id == self.id);
+        let at = self.timers.tick_of(deadline);
+        if let Some(ctx) = ctx {
+            // The loop polls its wheel while this copy says it is not empty.
+            ctx.own_next.set(ctx.own_next.get().min(at));
+        }
+        match self.timers.arm(ctx.map(|c| c.index), at, waiter) {
             Armed::Due(waiter) => {
                 fiber_wake(&waiter);
             }
@@ -401,6 +411,10 @@ pub(crate) struct WorkerCtx {
     due: RefCell<Vec<Waiter>>,
     /// Loop turns, for polling the worker's own wheel.
     timer_poll: Cell<u32>,
+    /// This thread's copy of its wheel's `next` (`NEVER`: empty), lowered
+    /// when it arms and refreshed when it polls: the loop's check costs
+    /// one load from this thread's own state while the wheel is empty.
+    own_next: Cell<u64>,
 }
 
 /// Owner-only counter bump (single writer, Relaxed).
@@ -634,6 +648,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
         due: RefCell::new(Vec::new()),
         timer_poll: Cell::new(0),
+        own_next: Cell::new(NEVER),
     };
     context::set(&ctx);
     let slot = &shared.slots[index];
@@ -688,12 +703,16 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) {
         // clock is read every `TIMER_POLL` turns (timers have 1 ms
         // resolution; a turn that runs long is covered by the monitor's
         // grace), and not at all while the wheel is empty.
-        let polls = ctx.timer_poll.get().wrapping_add(1);
-        ctx.timer_poll.set(polls);
-        if polls % TIMER_POLL == 0 && shared.timers.wheel(Some(ctx.index)).next_tick() != NEVER {
-            let now = shared.timers.now_tick(Instant::now());
-            if shared.timers.is_due(Some(ctx.index), now) {
-                fire_wheel(shared, ctx, Some(ctx.index), now);
+        if ctx.own_next.get() != NEVER {
+            let polls = ctx.timer_poll.get().wrapping_add(1);
+            ctx.timer_poll.set(polls);
+            if polls % TIMER_POLL == 0 {
+                let now = shared.timers.now_tick(Instant::now());
+                if shared.timers.is_due(Some(ctx.index), now) {
+                    fire_wheel(shared, ctx, Some(ctx.index), now);
+                }
+                // Others may have fired it too: refresh our copy.
+                ctx.own_next.set(shared.timers.wheel(Some(ctx.index)).next_tick());
             }
         }
         let mut worker = WorkerSide { shared, ctx };
