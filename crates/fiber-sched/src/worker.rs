@@ -648,7 +648,9 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
         due: RefCell::new(Vec::new()),
         timer_poll: Cell::new(0),
-        own_next: Cell::new(NEVER),
+        // The slot's wheel outlives its threads (a retired worker's timers
+        // stay for the next one).
+        own_next: Cell::new(shared.timers.wheel(Some(index)).next_tick()),
     };
     context::set(&ctx);
     let slot = &shared.slots[index];
