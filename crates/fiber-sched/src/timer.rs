@@ -5,8 +5,8 @@
 //! One hierarchical timing wheel per worker slot, plus one shared wheel for
 //! deadlines armed from threads that are not workers of this runtime. A
 //! wheel has [`LEVELS`] levels of 64 slots; level `l` slots span `64^l`
-//! ticks of [`TICK`] (1 ms), so the wheel covers about 2.2 years ahead of
-//! its clock; later deadlines wait in a `far` list. Insert and expiry are
+//! ticks of [`TICK`] (1 ms), so the wheel covers about 2.1 years ahead of
+//! its clock (`HORIZON`); later deadlines wait in a `far` list. Insert and expiry are
 //! O(1) per entry (an entry moves down at most `LEVELS - 1` times).
 //!
 //! A worker inserts into its own wheel only (under that wheel's lock, which
@@ -61,8 +61,15 @@ pub(crate) const LEVELS: usize = 6;
 const SLOTS: usize = 64;
 /// Bits of a tick number one level spans.
 const LEVEL_BITS: u32 = 6;
-/// Ticks the wheel covers ahead of its clock (`64^LEVELS`).
+/// Ticks the levels span (`64^LEVELS`).
 const RANGE: u64 = 1 << (LEVEL_BITS as u64 * LEVELS as u64);
+/// Ticks one top-level slot spans.
+const TOP_SLOT: u64 = 1 << (LEVEL_BITS as u64 * (LEVELS as u64 - 1));
+/// Deadlines at least this far ahead of the clock wait in `far`. The top
+/// level is a ring (a deadline past the end of the clock's top-level block
+/// wraps to a slot before the clock's): one slot short of the full range,
+/// an entry can never land in the clock's own top slot of the next turn.
+const HORIZON: u64 = RANGE - TOP_SLOT;
 /// How late a worker's wheel may be before the monitor fires it for its
 /// busy owner (in ticks).
 pub(crate) const GRACE_TICKS: u64 = 1;
@@ -125,7 +132,9 @@ pub(crate) struct Wheel<T> {
 fn level_for(elapsed: u64, at: u64) -> usize {
     let differ = (elapsed ^ at) | (SLOTS as u64 - 1);
     let significant = 63 - differ.leading_zeros();
-    (significant / LEVEL_BITS) as usize
+    // A deadline past the end of the clock's top-level block (but within
+    // `HORIZON`) goes to the top level, in a slot that wrapped around.
+    ((significant / LEVEL_BITS) as usize).min(LEVELS - 1)
 }
 
 impl<T: Expire> Wheel<T> {
@@ -162,7 +171,7 @@ impl<T: Expire> Wheel<T> {
     /// Put an entry due after `elapsed` into its slot (or `far`).
     fn place(&mut self, entry: Entry<T>) {
         debug_assert!(entry.at > self.elapsed);
-        if entry.at - self.elapsed >= RANGE {
+        if entry.at - self.elapsed >= HORIZON {
             self.far_min = self.far_min.min(entry.at);
             self.far.push(entry);
             return;
@@ -189,9 +198,9 @@ impl<T: Expire> Wheel<T> {
             let level_span = 1u64 << (shift + LEVEL_BITS);
             let block = self.elapsed & !(level_span - 1);
             let mut start = block + ((slot as u64) << shift);
-            if start < self.elapsed && slot < now_slot {
-                // Wrapped into the next block (entries placed relative to an
-                // earlier clock never need this, but stay safe).
+            if slot < now_slot {
+                // Wrapped into the next block (only the top level wraps:
+                // `level_for`).
                 start += level_span;
             }
             return Some((level, slot, start.max(self.elapsed)));
@@ -218,15 +227,12 @@ impl<T: Expire> Wheel<T> {
             // The far list comes within range: re-place it from `now`.
             let far = std::mem::take(&mut self.far);
             self.far_min = NEVER;
-            let old = self.elapsed;
             for entry in far {
                 if entry.at <= now {
                     self.len -= 1;
                     due.push(entry.item);
-                } else if entry.at - old >= RANGE {
-                    self.far_min = self.far_min.min(entry.at);
-                    self.far.push(entry);
                 } else {
+                    // Back to `far` if still beyond the horizon.
                     self.place(entry);
                 }
             }
@@ -589,6 +595,91 @@ mod tests {
         assert_eq!(w.len(), 1);
         assert!(fire(&mut w, NEVER - 2).is_empty());
         assert_eq!(fire(&mut w, NEVER - 1), vec![10]);
+    }
+
+    /// Deadlines that cross the top level's boundary, or sit almost a
+    /// whole wheel ahead, fire once at their tick (the top level is a ring:
+    /// an entry must never land in the clock's own top slot of the next
+    /// turn, or the wheel would re-place it forever).
+    #[test]
+    fn deadlines_near_the_top_boundary_and_the_range_fire_at_their_tick() {
+        let top_span = 1u64 << (LEVEL_BITS * (LEVELS as u32 - 1));
+        for start in [RANGE - 1, RANGE - 3, 5 * top_span + 7, RANGE + 3 * top_span - 2] {
+            let mut w = Wheel::new();
+            assert!(fire(&mut w, start).is_empty());
+            let ats = [
+                start + 1,
+                start + 6,
+                RANGE.max(start + 1) + 5,
+                start + RANGE - top_span - 1,
+                start + RANGE - top_span,
+                start + RANGE - 1,
+                start + RANGE + 9,
+            ];
+            for (i, &at) in ats.iter().enumerate() {
+                w.insert(at, Item(i as u64, false)).unwrap();
+            }
+            let mut sorted: Vec<(u64, u64)> = ats.iter().enumerate().map(|(i, &a)| (a, i as u64)).collect();
+            sorted.sort_unstable();
+            let mut fired = 0;
+            for (at, id) in sorted {
+                let before = fire(&mut w, at - 1);
+                assert!(!before.contains(&id), "{id} (tick {at}) fired early (start {start})");
+                fired += before.len();
+                let now = fire(&mut w, at);
+                fired += now.len();
+                assert!(w.next_tick() > at, "next {} not past {at}", w.next_tick());
+            }
+            assert_eq!(fired, ats.len(), "start {start}");
+            assert_eq!(w.len(), 0);
+        }
+    }
+
+    /// Random inserts and clock jumps (small and huge, across level and
+    /// top-level boundaries) against a reference: every entry fires at the
+    /// first advance that reaches its tick, never before, exactly once.
+    #[test]
+    fn random_inserts_and_jumps_match_a_reference() {
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for round in 0..20 {
+            let mut w = Wheel::new();
+            let mut now = if round % 2 == 0 { 0 } else { RANGE - 1000 };
+            let mut pending: std::collections::BTreeMap<u64, u64> = Default::default();
+            let mut id = 0u64;
+            for _ in 0..2000 {
+                let r = next();
+                if r % 3 == 0 {
+                    let scale = [64u64, 4096, 262_144, 1 << 24, 1 << 30, RANGE, RANGE * 4][(r >> 8) as usize % 7];
+                    let at = now + 1 + next() % scale;
+                    id += 1;
+                    w.insert(at, Item(id, false)).unwrap();
+                    pending.insert(id, at);
+                } else {
+                    let scale = [1u64, 3, 64, 5000, 1 << 20, 1 << 31][(r >> 8) as usize % 6];
+                    now += next() % scale;
+                    let fired = fire(&mut w, now);
+                    for f in &fired {
+                        let at = pending.remove(f).expect("fired once");
+                        assert!(at <= now, "entry due at {at} fired at {now}");
+                    }
+                    assert!(
+                        pending.values().all(|&at| at > now),
+                        "an entry due by {now} did not fire"
+                    );
+                    assert_eq!(w.len(), pending.len());
+                    assert!(w.next_tick() > now);
+                    if let Some(&min) = pending.values().min() {
+                        assert!(w.next_tick() <= min, "next {} past the earliest {min}", w.next_tick());
+                    }
+                }
+            }
+        }
     }
 
     #[test]
