@@ -43,7 +43,6 @@ mod queue;
 mod runtime;
 #[cfg(not(loom))]
 mod stats;
-#[cfg(not(loom))]
 mod timer;
 #[cfg(not(loom))]
 mod worker;

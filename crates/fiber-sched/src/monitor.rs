@@ -76,9 +76,9 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
         }
         let now = Instant::now();
         fiber_core::advance_coarse_clock();
-        if shared.timers.is_due(now) {
-            shared.fire_timers_batched(now);
-        }
+        // Awake: armers need not unpark us until we plan the next sleep.
+        shared.timers.monitor_awake();
+        shared.fire_timers_from_monitor(now);
         // Give idle stack memory back once the pool has stayed quiet (more
         // idle frames than the warm watermark) for two checks 1 s apart.
         if now.duration_since(trim_check) >= TRIM_INTERVAL {
@@ -98,8 +98,14 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
         let busy = decide_growth(&shared, pressure, &stuck, now, &mut last_growth);
         check_deadlock(&shared, busy, now, &mut quiet_since, &mut deadlock_reported);
         let mut sleep = if busy { TICK } else { IDLE_TICK };
-        if let Some(next) = shared.timers.next_deadline() {
-            sleep = sleep.min(next.saturating_duration_since(Instant::now()));
+        // Plan the wake-up with the timers (the monitor's half of the
+        // handshake in `timer.rs`): no later than any wheel's deadline
+        // (a worker's plus the grace its owner has to fire it).
+        let now = Instant::now();
+        let planned = shared.timers.tick_of(now + sleep);
+        let wake = shared.timers.plan_monitor_sleep(planned);
+        if wake < planned {
+            sleep = sleep.min(shared.timers.instant_of(wake).saturating_duration_since(now));
         }
         if !sleep.is_zero() {
             std::thread::park_timeout(sleep);
@@ -359,7 +365,7 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
     let root = shared.root_fiber.load(Ordering::Relaxed);
     let quiet = !busy
         && root != 0
-        && shared.timers.next_deadline().is_none()
+        && !shared.timers.any_pending()
         && shared.global.is_empty()
         && shared.slots.iter().all(|s| !s.blocking.load(Ordering::Relaxed))
         // A fiber waiting for a blocking-pool call, or for a socket, may

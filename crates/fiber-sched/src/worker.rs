@@ -30,16 +30,16 @@ use crate::idle::{Idle, Retract};
 use crate::queue::GlobalQueue;
 use crate::stats::Counters;
 use crate::sync::{fence, lock, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering};
-use crate::timer::Timers;
+use crate::timer::{Armed, Timers, NEVER};
 use crossbeam_deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
-use fiber_core::{FramePool, RunOutcome, Runnable, Running, Schedule, Waiter, Worker as _};
-use std::cell::Cell;
+use fiber_core::{fiber_wake, FramePool, RunOutcome, Runnable, Running, Schedule, Waiter, Worker as _};
+use std::cell::{Cell, RefCell};
 use std::panic::Location;
 use std::sync::atomic::AtomicPtr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Fibers run between two looks at the global queue first (fairness).
 pub const GLOBAL_CHECK_INTERVAL: u64 = 61;
@@ -51,6 +51,8 @@ pub const INBOX_LIMIT: usize = 256;
 pub const GLOBAL_BATCH: usize = 16;
 /// Rounds of looking for work before a worker sleeps.
 pub const SEARCH_ROUNDS: u32 = 32;
+/// Loop turns between two looks at the worker's own timer wheel.
+pub const TIMER_POLL: u32 = 4;
 
 /// Worker slot states.
 pub(crate) const DEAD: u8 = 0;
@@ -221,7 +223,7 @@ impl Shared {
             pool: Arc::new(FramePool::new(config.stacks)),
             global: GlobalQueue::new(),
             idle: Idle::new(config.max_workers),
-            timers: Timers::new(),
+            timers: Timers::new(config.max_workers),
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
             start_failure: Mutex::new(None),
@@ -308,6 +310,7 @@ impl Shared {
             self.counters.external_spawns.fetch_add(1, Ordering::Relaxed);
         }
         let target = match fiber.last_worker() {
+            _ if deferred::to_global() => None,
             Some(w) if w < self.slots.len() => Some(w).filter(|&w| {
                 let slot = &self.slots[w];
                 accepts_inbox(slot.state.load(Ordering::Relaxed))
@@ -363,11 +366,30 @@ impl Schedule for Shared {
     }
 
     fn wake_at(&self, deadline: Instant, waiter: Waiter) {
-        if self.timers.insert(deadline, waiter) {
-            // The monitor sleeps until the earliest deadline: tell it.
-            if let Some(monitor) = lock(&self.monitor).as_ref() {
-                monitor.unpark();
+        // A worker of this runtime arms in its own wheel; anyone else in
+        // the shared one (the monitor drives it).
+        let ctx = context::get();
+        // SAFETY: a non-null context is this thread's live `WorkerCtx` (as
+        // in `schedule`); we only use it on this thread.
+        let ctx = (!ctx.is_null())
+            .then(|| unsafe { &*ctx })
+            .filter(|c| c.shared_id == self.id);
+        let at = self.timers.tick_of(deadline);
+        if let Some(ctx) = ctx {
+            // The loop polls its wheel while this copy says it is not empty.
+            ctx.own_next.set(ctx.own_next.get().min(at));
+        }
+        match self.timers.arm(ctx.map(|c| c.index), at, waiter) {
+            Armed::Due(waiter) => {
+                fiber_wake(&waiter);
             }
+            Armed::Queued(true) => {
+                // The monitor plans to sleep past this deadline: tell it.
+                if let Some(monitor) = lock(&self.monitor).as_ref() {
+                    monitor.unpark();
+                }
+            }
+            Armed::Queued(false) => {}
         }
     }
 
@@ -391,6 +413,14 @@ pub(crate) struct WorkerCtx {
     yielded: Deque<Runnable>,
     tick: Cell<u64>,
     rng: Cell<u64>,
+    /// Reused buffer of fired timers.
+    due: RefCell<Vec<Waiter>>,
+    /// Loop turns, for polling the worker's own wheel.
+    timer_poll: Cell<u32>,
+    /// This thread's copy of its wheel's `next` (`NEVER`: empty), lowered
+    /// when it arms and refreshed when it polls: the loop's check costs
+    /// one load from this thread's own state while the wheel is empty.
+    own_next: Cell<u64>,
 }
 
 /// Owner-only counter bump (single writer, Relaxed).
@@ -457,10 +487,25 @@ impl WorkerCtx {
 /// (the monitor firing thousands of timers): each push records its target
 /// instead of notifying; the batch notifies every target once at its end.
 pub(crate) mod deferred {
-    use std::cell::RefCell;
+    use std::cell::{Cell, RefCell};
 
     thread_local! {
         static TARGETS: RefCell<Option<Vec<usize>>> = const { RefCell::new(None) };
+        static TO_GLOBAL: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Does the open batch send every fiber to the global queue (the
+    /// monitor firing a busy worker's timers: its inbox would wait for it)?
+    pub(crate) fn to_global() -> bool {
+        TO_GLOBAL.with(|g| g.get())
+    }
+
+    /// Run `f` as a batch whose fibers all go to the global queue.
+    pub(crate) fn batch_to_global<R>(f: impl FnOnce() -> R) -> (R, Vec<usize>) {
+        TO_GLOBAL.with(|g| g.set(true));
+        let out = batch(f);
+        TO_GLOBAL.with(|g| g.set(false));
+        out
     }
 
     /// Record `target` (`usize::MAX`: the global queue) if a batch is open.
@@ -486,10 +531,35 @@ pub(crate) mod deferred {
 }
 
 impl Shared {
-    /// Fire due timers from outside the workers, notifying each worker
-    /// that received fibers once.
-    pub(crate) fn fire_timers_batched(&self, now: Instant) -> usize {
-        let (fired, targets) = deferred::batch(|| self.timers.fire_due(now));
+    /// The monitor's timer pass at `now`: fire the shared wheel if due,
+    /// and each worker's wheel that is overdue by `GRACE` (its owner is busy
+    /// in a fiber that does not yield, or gone). The fibers woken go to the
+    /// global queue (not to the busy owner's inbox), and sleepers are
+    /// notified once at the end. Returns how many timers fired.
+    pub(crate) fn fire_timers_from_monitor(&self, now: Instant) -> usize {
+        let tick = self.timers.now_tick(now);
+        let late = tick.saturating_sub(crate::timer::GRACE_TICKS);
+        let mut due = Vec::new();
+        if self.timers.is_due(None, tick) {
+            self.timers.advance(None, tick, &mut due);
+        }
+        for index in 0..self.slots.len() {
+            let owner_gone = !accepts_inbox(self.slots[index].state.load(Ordering::Relaxed));
+            let cutoff = if owner_gone { tick } else { late };
+            if self.timers.is_due(Some(index), cutoff) {
+                self.timers.advance(Some(index), tick, &mut due);
+            }
+        }
+        if due.is_empty() {
+            return 0;
+        }
+        let (fired, targets) = deferred::batch_to_global(|| {
+            for waiter in &due {
+                fiber_wake(waiter);
+            }
+            due.len()
+        });
+        drop(due);
         for target in targets {
             if target == usize::MAX {
                 let sleeping = self.idle.sleeping();
@@ -603,6 +673,11 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         yielded: yields,
         tick: Cell::new(0),
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
+        due: RefCell::new(Vec::new()),
+        timer_poll: Cell::new(0),
+        // The slot's wheel outlives its threads (a retired worker's timers
+        // stay for the next one).
+        own_next: Cell::new(shared.timers.wheel(Some(index)).next_tick()),
     };
     context::set(&ctx);
     let slot = &shared.slots[index];
@@ -690,6 +765,22 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) -> Leave {
         if state.load(Ordering::Relaxed) == DRAINING {
             return Leave::Drained;
         }
+        // Our own wheel first: the fibers it wakes land in our queues. The
+        // clock is read every `TIMER_POLL` turns (timers have 1 ms
+        // resolution; a turn that runs long is covered by the monitor's
+        // grace), and not at all while the wheel is empty.
+        if ctx.own_next.get() != NEVER {
+            let polls = ctx.timer_poll.get().wrapping_add(1);
+            ctx.timer_poll.set(polls);
+            if polls % TIMER_POLL == 0 {
+                let now = shared.timers.now_tick(Instant::now());
+                if shared.timers.is_due(Some(ctx.index), now) {
+                    fire_wheel(shared, ctx, Some(ctx.index), now);
+                }
+                // Others may have fired it too: refresh our copy.
+                ctx.own_next.set(shared.timers.wheel(Some(ctx.index)).next_tick());
+            }
+        }
         let mut worker = WorkerSide { shared, ctx };
         if let Some(fiber) = worker.worker_next() {
             run(shared, ctx, fiber);
@@ -704,12 +795,10 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) -> Leave {
         shared.idle.start_searching();
         let mut found = None;
         for round in 0..SEARCH_ROUNDS {
-            // Due timers first: a fiber they wake from this thread lands in
-            // our runnext, which the look below takes.
-            let now = Instant::now();
-            if shared.timers.is_due(now) {
-                shared.timers.fire_due(now);
-            }
+            // Due timers first, any wheel's (an idle worker fires for a busy
+            // one): a fiber they wake from this thread lands in our runnext,
+            // which the look below takes.
+            fire_any_due(shared, ctx);
             if let Some(fiber) = worker.worker_next() {
                 found = Some(fiber);
                 break;
@@ -755,16 +844,31 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     // timeout, unless pinned fibers call it home.
     let extra =
         shared.staying.load(Ordering::Relaxed) > shared.config.workers && slot.homed.load(Ordering::Relaxed) == 0;
-    let timeout = extra.then_some(shared.config.idle_timeout);
-    if wait_notified(slot, timeout) {
+    // `Duration::MAX` (or any timeout past the end of time) waits forever.
+    let retire_at = extra
+        .then(|| Instant::now().checked_add(shared.config.idle_timeout))
+        .flatten();
+    // Only this thread arms timers in our wheel, so its next deadline
+    // cannot move earlier while we sleep (others only fire it).
+    let timer_at = match shared.timers.wheel(Some(ctx.index)).next_tick() {
+        NEVER => None,
+        tick => Some(shared.timers.instant_of(tick)),
+    };
+    let wake_at = match (retire_at, timer_at) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if wait_notified(slot, wake_at) {
         return true;
     }
-    // Idle for the whole timeout: retire, unless a notifier got us first.
+    // Our timer is due, or idle for the whole timeout: go back to the loop
+    // (or retire), unless a notifier got us first.
     match shared.idle.retract(ctx.index) {
         Retract::Notified => {
             wait_notified(slot, None);
             true
         }
+        Retract::Retracted if retire_at.is_none_or(|at| Instant::now() < at) => true,
         // Another worker retired first and the minimum is reached: stay.
         Retract::Retracted if !try_leave(shared) => true,
         Retract::Retracted => {
@@ -777,10 +881,32 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     }
 }
 
-/// Wait for the futex word to be set; `false` if `timeout` passed first.
-fn wait_notified(slot: &Slot, timeout: Option<Duration>) -> bool {
-    // `Duration::MAX` (or any timeout past the end of time) waits forever.
-    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+/// Fire the due timers of `wheel` (ours, another worker's, or the shared
+/// one) at tick `now` from this worker: the fibers woken go to our queues.
+fn fire_wheel(shared: &Shared, ctx: &WorkerCtx, wheel: Option<usize>, now: u64) {
+    let mut due = ctx.due.borrow_mut();
+    shared.timers.advance(wheel, now, &mut due);
+    for waiter in due.drain(..) {
+        fiber_wake(&waiter);
+    }
+}
+
+/// An idle worker's timer pass: every wheel that is due.
+fn fire_any_due(shared: &Shared, ctx: &WorkerCtx) {
+    let now = shared.timers.now_tick(Instant::now());
+    if shared.timers.is_due(Some(ctx.index), now) {
+        fire_wheel(shared, ctx, Some(ctx.index), now);
+    }
+    for index in shared.timers.due_workers(now) {
+        fire_wheel(shared, ctx, Some(index), now);
+    }
+    if shared.timers.is_due(None, now) {
+        fire_wheel(shared, ctx, None, now);
+    }
+}
+
+/// Wait for the futex word to be set; `false` if `deadline` passed first.
+fn wait_notified(slot: &Slot, deadline: Option<Instant>) -> bool {
     loop {
         if Idle::is_notified(&slot.futex) {
             return true;

@@ -3,6 +3,9 @@
 #[cfg(loom)]
 mod loom_idle;
 
+#[cfg(loom)]
+mod loom_timer;
+
 #[cfg(not(loom))]
 mod runtime;
 

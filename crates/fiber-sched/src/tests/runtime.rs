@@ -409,3 +409,62 @@ fn deadlock_is_reported_like_go_and_aborts_on_request() {
     );
     assert!(!stderr.contains("child survived"), "{stderr}");
 }
+
+/// A fiber asleep on a timer is not deadlocked, even while every worker
+/// sleeps: no report while the root waits for it past the deadlock
+/// threshold (its timer is pending in a worker's wheel).
+#[test]
+fn a_fiber_sleeping_on_a_timer_is_not_reported_as_deadlocked() {
+    let rt = runtime(2, 2);
+    let nap = crate::monitor::DEADLOCK_AFTER + Duration::from_millis(500);
+    rt.block_on(move || spawn(move || sleep(nap).unwrap()).join().unwrap());
+    assert_eq!(
+        rt.stats().deadlock_reports,
+        0,
+        "a sleeping fiber was reported as deadlocked"
+    );
+}
+
+/// A timer armed on an extra worker that then retires still fires: the
+/// slot's wheel outlives its thread and the monitor fires it, and the
+/// sleeper runs on the remaining worker.
+#[test]
+fn a_timer_left_in_a_retired_workers_wheel_still_fires() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = Runtime::builder()
+            .workers(1)
+            .max_workers(2)
+            .idle_timeout(Duration::from_millis(20))
+            .build()
+            .unwrap();
+        let out = rt.block_on(|| {
+            let cap = Instant::now() + Duration::from_secs(20);
+            // Worker 0 spins until an extra worker has come and retired.
+            let spinner = spawn(move || {
+                while crate::current_stats().unwrap().scale_downs == 0 && Instant::now() < cap {
+                    std::hint::spin_loop();
+                }
+            });
+            // Behind the spinner: the monitor grows the pool and the new
+            // worker steals us.
+            let _ = yield_now();
+            let driver_on = fiber_core::current_worker();
+            let sleeper = spawn(|| {
+                let armed_on = fiber_core::current_worker();
+                sleep(Duration::from_millis(300)).unwrap();
+                (armed_on, crate::current_stats().unwrap().scale_downs)
+            });
+            let (armed_on, retired_before_wake) = sleeper.join().unwrap();
+            spinner.join().unwrap();
+            (driver_on, armed_on, retired_before_wake)
+        });
+        let _ = tx.send(out);
+    });
+    let (driver_on, armed_on, retired) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the sleeper armed on a retired worker never woke");
+    assert_eq!(driver_on, Some(1), "the extra worker took the driver");
+    assert_eq!(armed_on, Some(1), "the sleeper armed on the extra worker");
+    assert!(retired >= 1, "the extra worker retired before the timer fired");
+}
