@@ -1,9 +1,11 @@
-//! `cargo xtask loadtest [--duration SECS]`: the `http_hello` example
-//! against the same server written with tokio (`benches/examples/
+//! `cargo xtask loadtest [--duration SECS] [--rounds N]`: the `http_hello`
+//! example (twice: as is, and with `FIBER_IO_HARVEST=0`, every socket event
+//! left to the poller thread) against the same server written with tokio (`benches/examples/
 //! tokio_http_hello.rs`) and with Go's net/http (`benches/go-http/http_hello.go`,
 //! skipped with a note when `go` is missing), each driven by `wrk` at 50
 //! and 1,000 connections for a fixed duration on 127.0.0.1 only. Prints
-//! requests/s and p50/p99 latency side by side and writes
+//! requests/s and p50/p99 latency side by side (medians of N rounds in
+//! which the servers take turns) and writes
 //! `target/loadtest/report.md`.
 //!
 //! `wrk` comes from the system (`apt-get install wrk`); when it is missing
@@ -26,6 +28,8 @@ struct Server {
     program: String,
     /// `--addr` for the Rust servers, `-addr` for Go's flag package.
     addr_flag: &'static str,
+    /// Environment of the server process.
+    env: &'static [(&'static str, &'static str)],
 }
 
 #[derive(Clone, Default)]
@@ -70,6 +74,7 @@ fn free_addr() -> Result<SocketAddr, String> {
 fn start(server: &Server, addr: SocketAddr) -> Result<Child, String> {
     let child = Command::new(&server.program)
         .args([server.addr_flag, &addr.to_string()])
+        .envs(server.env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -148,11 +153,22 @@ fn build(notes: &mut Vec<String>) -> Result<Vec<Server>, String> {
             name: "fiber",
             program: format!("{target}/release/examples/http_hello"),
             addr_flag: "--addr",
+            env: &[],
+        },
+        // The same server with every socket event left to the poller
+        // thread (workers do not take ready events themselves): the two
+        // driver designs side by side.
+        Server {
+            name: "fiber, poller thread only",
+            program: format!("{target}/release/examples/http_hello"),
+            addr_flag: "--addr",
+            env: &[("FIBER_IO_HARVEST", "0")],
         },
         Server {
             name: "tokio",
             program: format!("{target}/release/examples/tokio_http_hello"),
             addr_flag: "--addr",
+            env: &[],
         },
     ];
     if have("go", "version") {
@@ -165,6 +181,7 @@ fn build(notes: &mut Vec<String>) -> Result<Vec<Server>, String> {
                 name: "go",
                 program: out,
                 addr_flag: "-addr",
+                env: &[],
             }),
             Err(e) => notes.push(format!("Go server skipped: {e}")),
         }
@@ -176,6 +193,7 @@ fn build(notes: &mut Vec<String>) -> Result<Vec<Server>, String> {
 
 pub fn run(args: &[&str]) -> Result<(), String> {
     let mut seconds = DEFAULT_SECONDS;
+    let mut rounds = 1usize;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match *arg {
@@ -185,6 +203,13 @@ pub fn run(args: &[&str]) -> Result<(), String> {
                     .and_then(|v| v.parse().ok())
                     .filter(|&s| s > 0)
                     .ok_or("--duration needs a whole number of seconds")?
+            }
+            "--rounds" => {
+                rounds = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&r| r > 0)
+                    .ok_or("--rounds needs a whole number above 0")?
             }
             other => return Err(format!("loadtest: unknown argument {other:?}")),
         }
@@ -199,28 +224,48 @@ pub fn run(args: &[&str]) -> Result<(), String> {
         return Ok(());
     }
     let servers = build(&mut notes)?;
-    // results[connections index][server index]
-    let mut results: Vec<Vec<Result<Row, String>>> = Vec::new();
-    for &c in CONNECTIONS {
-        let mut row = Vec::new();
-        for server in &servers {
-            let addr = free_addr()?;
-            let mut child = start(server, addr)?;
-            eprintln!("==> {} at {c} connections for {seconds} s", server.name);
-            let result = wrk(addr, c, seconds);
-            let _ = child.kill();
-            let _ = child.wait();
-            if let Ok(r) = &result {
+    // results[connections index][server index], the median of `rounds`
+    // runs; the servers take turns within each round.
+    let mut runs: Vec<Vec<Vec<Row>>> = vec![vec![Vec::new(); servers.len()]; CONNECTIONS.len()];
+    let mut failures: Vec<Vec<Option<String>>> = vec![vec![None; servers.len()]; CONNECTIONS.len()];
+    for round in 0..rounds {
+        for (ci, &c) in CONNECTIONS.iter().enumerate() {
+            for (si, server) in servers.iter().enumerate() {
+                let addr = free_addr()?;
+                let mut child = start(server, addr)?;
                 eprintln!(
-                    "    {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms {}",
-                    r.rps, r.p50_ms, r.p99_ms, r.errors
+                    "==> {} at {c} connections for {seconds} s (round {})",
+                    server.name,
+                    round + 1
                 );
+                let result = wrk(addr, c, seconds);
+                let _ = child.kill();
+                let _ = child.wait();
+                match result {
+                    Ok(r) => {
+                        eprintln!(
+                            "    {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms {}",
+                            r.rps, r.p50_ms, r.p99_ms, r.errors
+                        );
+                        runs[ci][si].push(r);
+                    }
+                    Err(e) => failures[ci][si] = Some(e),
+                }
             }
-            row.push(result);
         }
-        results.push(row);
     }
-    let report = table(&servers, &results, seconds, &notes);
+    let results: Vec<Vec<Result<Row, String>>> = runs
+        .into_iter()
+        .zip(failures)
+        .map(|(cells, fails)| {
+            cells
+                .into_iter()
+                .zip(fails)
+                .map(|(rows, fail)| median_row(rows).ok_or_else(|| fail.unwrap_or_else(|| "no run".to_string())))
+                .collect()
+        })
+        .collect();
+    let report = table(&servers, &results, seconds, rounds, &notes);
     println!("\n{report}");
     let path = format!("{target}/loadtest/report.md");
     std::fs::write(&path, &report).map_err(|e| format!("{path}: {e}"))?;
@@ -228,12 +273,47 @@ pub fn run(args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-fn table(servers: &[Server], results: &[Vec<Result<Row, String>>], seconds: u64, notes: &[String]) -> String {
+/// Each column's median over the runs (requests/s, p50, p99 separately);
+/// errors of any run are kept.
+fn median_row(mut rows: Vec<Row>) -> Option<Row> {
+    if rows.is_empty() {
+        return None;
+    }
+    let mid = rows.len() / 2;
+    let median = |rows: &mut Vec<Row>, key: fn(&Row) -> f64| {
+        rows.sort_by(|a, b| key(a).total_cmp(&key(b)));
+        key(&rows[mid])
+    };
+    let rps = median(&mut rows, |r| r.rps);
+    let p50_ms = median(&mut rows, |r| r.p50_ms);
+    let p99_ms = median(&mut rows, |r| r.p99_ms);
+    let errors = rows
+        .iter()
+        .map(|r| r.errors.as_str())
+        .filter(|e| !e.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some(Row {
+        rps,
+        p50_ms,
+        p99_ms,
+        errors,
+    })
+}
+
+fn table(
+    servers: &[Server],
+    results: &[Vec<Result<Row, String>>],
+    seconds: u64,
+    rounds: usize,
+    notes: &[String],
+) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "`cargo xtask loadtest`: wrk -t{WRK_THREADS} --latency, {seconds} s per run, 127.0.0.1, \
-         GET / answered with a 13-byte body (keep-alive).\n"
+        "`cargo xtask loadtest`: wrk -t{WRK_THREADS} --latency, {seconds} s per run, median of {rounds} \
+         round(s) (servers take turns within a round), 127.0.0.1, GET / answered with a 13-byte body \
+         (keep-alive).\n"
     );
     let _ = writeln!(md, "| connections | server | requests/s | p50 | p99 | errors |");
     let _ = writeln!(md, "| ---: | --- | ---: | ---: | ---: | --- |");

@@ -19,7 +19,7 @@ commands:
                           one process per measurement, systems interleaved; prints a table and
                           writes target/bench-report/{report.md,ratios.svg}
   bench --criterion [filter]  the criterion micro benches (fiber switch, park + wake)
-  loadtest [--duration S]  http_hello vs tokio (and Go) under wrk at 50 and 1,000 connections
+  loadtest [--duration S] [--rounds N]  http_hello (with and without workers taking I/O) vs tokio (and Go) under wrk at 50 and 1,000 connections
 ";
 
 /// Default preemption bound for `cargo xtask loom` (loom docs recommend 2-3).

@@ -16,6 +16,7 @@
 //! | `FIBER_DUMP_SIGNAL` | `SIGUSR1` or `SIGUSR2`: print the fiber dump on that signal | unset |
 //! | `FIBER_UNGUARDED` | `refuse` or `allow` a stack without a hardware guard (only on kernels before 6.13, past the map-count budget) | `refuse` |
 //! | `FIBER_BACKTRACE` | `1`: capture a backtrace at every park, shown by the fiber dump (costly: a stack walk per park) | `0` |
+//! | `FIBER_IO_HARVEST` | `0`: workers leave socket readiness to the I/O layer's poller thread instead of taking ready events themselves | `1` |
 //! | `FIBER_TRACE_SPANS` | `1`: a `tracing` span per fiber (id, name), entered while it runs | `0` |
 //! | `FIBER_MAX_BLOCKING` | cap on blocking-pool threads (1..=`MAX_BLOCKING_THREADS`) | 512 |
 
@@ -118,6 +119,9 @@ pub struct Config {
     /// A `tracing` span per fiber (`FIBER_TRACE_SPANS=1`; process-wide
     /// once any runtime turns it on).
     pub fiber_spans: bool,
+    /// Workers take ready I/O events themselves through fiber-core's
+    /// `IoPoll` hook (`FIBER_IO_HARVEST`, default on).
+    pub io_harvest: bool,
 }
 
 /// Default grace time of a shutdown.
@@ -148,6 +152,7 @@ impl Default for Config {
             max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
             park_backtraces: false,
             fiber_spans: false,
+            io_harvest: true,
         }
     }
 }
@@ -248,6 +253,8 @@ pub struct Overrides {
     pub park_backtraces: Option<bool>,
     /// `fiber_spans`
     pub fiber_spans: Option<bool>,
+    /// `io_harvest`
+    pub io_harvest: Option<bool>,
 }
 
 impl Config {
@@ -311,6 +318,12 @@ impl Config {
         }
         if let Some(b) = overrides.park_backtraces {
             config.park_backtraces = b;
+        }
+        if let Some(v) = var("FIBER_IO_HARVEST") {
+            config.io_harvest = parse_bool("FIBER_IO_HARVEST", &v)?;
+        }
+        if let Some(b) = overrides.io_harvest {
+            config.io_harvest = b;
         }
         if let Some(v) = var("FIBER_TRACE_SPANS") {
             config.fiber_spans = parse_bool("FIBER_TRACE_SPANS", &v)?;

@@ -104,6 +104,15 @@ impl Builder {
         self
     }
 
+    /// Whether workers take ready socket events themselves (fiber-core's
+    /// `IoPoll` hook, a non-blocking poll every 61 fibers and before they
+    /// sleep) or leave them all to the I/O layer's poller thread (as
+    /// `FIBER_IO_HARVEST=0`). On by default.
+    pub fn io_harvest(&mut self, on: bool) -> &mut Self {
+        self.overrides.io_harvest = Some(on);
+        self
+    }
+
     /// Run `f` on every worker thread when it starts.
     pub fn on_thread_start(&mut self, f: impl Fn() + Send + Sync + 'static) -> &mut Self {
         self.overrides.on_thread_start = Some(crate::config::ThreadHook(Arc::new(f)));

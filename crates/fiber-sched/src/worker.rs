@@ -357,6 +357,7 @@ impl Schedule for Shared {
                             ctx.push_local(self, fiber);
                         }
                     }
+                    _ if ctx.harvesting.get() => ctx.push_harvested(self, fiber),
                     _ => ctx.push_local(self, fiber),
                 }
                 return;
@@ -421,6 +422,11 @@ pub(crate) struct WorkerCtx {
     /// when it arms and refreshed when it polls: the loop's check costs
     /// one load from this thread's own state while the wheel is empty.
     own_next: Cell<u64>,
+    /// Set while this worker takes ready I/O (`IoPoll`): the fibers it
+    /// wakes queue FIFO behind the others (`yielded`), not in the LIFO
+    /// runnext slot and deque, so under load no connection's fiber is
+    /// pushed back by the ones woken after it.
+    harvesting: Cell<bool>,
 }
 
 /// Owner-only counter bump (single writer, Relaxed).
@@ -433,6 +439,30 @@ impl WorkerCtx {
     /// The runtime this worker belongs to.
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// Queue a fiber woken by this worker's I/O harvest: FIFO and
+    /// stealable, so a sleeper is woken for it as for a displaced fiber.
+    fn push_harvested(&self, shared: &Shared, fiber: Runnable) {
+        let slot = &shared.slots[self.index];
+        bump(&slot.wakes);
+        self.yielded.push(fiber);
+        bump(&slot.enqueued);
+        // SeqCst fence: the notifier's half of the idle handshake, as in
+        // `push_local`.
+        fence(Ordering::SeqCst);
+        if shared.idle.sleeping() > 0 {
+            shared.notify_one();
+        }
+    }
+
+    /// Take the ready I/O events (fiber-core's `IoPoll` hook); the fibers
+    /// they wake queue FIFO on this worker. Returns how many events.
+    fn harvest_io(&self, io: &dyn fiber_core::IoPoll) -> usize {
+        self.harvesting.set(true);
+        let n = io.poll_ready();
+        self.harvesting.set(false);
+        n
     }
 
     fn push_local(&self, shared: &Shared, fiber: Runnable) {
@@ -678,6 +708,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         // The slot's wheel outlives its threads (a retired worker's timers
         // stay for the next one).
         own_next: Cell::new(shared.timers.wheel(Some(index)).next_tick()),
+        harvesting: Cell::new(false),
     };
     context::set(&ctx);
     let slot = &shared.slots[index];
@@ -788,7 +819,10 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) -> Leave {
         }
         // Ready I/O first: fibers it wakes land on this worker, no hop
         // through the poller thread.
-        if fiber_core::io_poll().is_some_and(|io| io.poll_ready() > 0) {
+        if fiber_core::io_poll()
+            .filter(|_| shared.config.io_harvest)
+            .is_some_and(|io| ctx.harvest_io(io) > 0)
+        {
             continue;
         }
         // Search briefly before sleeping.
@@ -932,8 +966,8 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         // A busy worker takes the I/O readiness that is ready now itself
         // (tokio's `event_interval`): the fibers it wakes land on this
         // worker's queues, and below they compete with the rest.
-        if let Some(io) = fiber_core::io_poll() {
-            io.poll_ready();
+        if let Some(io) = fiber_core::io_poll().filter(|_| shared.config.io_harvest) {
+            ctx.harvest_io(io);
         }
         if let Some(fiber) = shared.global.pop() {
             return Some(fiber);

@@ -85,8 +85,11 @@ fn boolean_variables_reject_garbage() {
         ("FIBER_DEADLOCK_ABORT", "1"),
         ("FIBER_BACKTRACE", "1"),
         ("FIBER_TRACE_SPANS", "1"),
+        ("FIBER_IO_HARVEST", "0"),
     ])
     .unwrap();
+    assert!(!config.io_harvest);
+    assert!(resolve(&[]).unwrap().io_harvest);
     assert!(config.fiber_spans);
     assert!(config.print_stats && !config.stall_report && config.deadlock_abort);
     assert!(config.park_backtraces);
