@@ -787,14 +787,15 @@ pub(crate) fn try_leave(shared: &Shared) -> bool {
 fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) -> Leave {
     let state = &shared.slots[ctx.index].state;
     loop {
-        if shared.is_shutdown() {
-            return Leave::Shutdown;
-        }
         // DRAINING: the monitor gave up on this worker for making no
         // progress (seed 000 §6.2); it takes no new work and exits after the
-        // slice that just ended.
+        // slice that just ended. (Checked first: the monitor already took
+        // it off `staying`, even if a shutdown began meanwhile.)
         if state.load(Ordering::Relaxed) == DRAINING {
             return Leave::Drained;
+        }
+        if shared.is_shutdown() {
+            return Leave::Shutdown;
         }
         // Our own wheel first: the fibers it wakes land in our queues. The
         // clock is read every `TIMER_POLL` turns (timers have 1 ms
