@@ -243,7 +243,10 @@ impl<T> Parked for ParkedRecv<'_, T> {
                 Status::Value
             }
             // A readiness probe (`Select::ready`) takes nothing.
-            (WaitResult::Ok, None) => Status::Ready,
+            (WaitResult::Ok, None) if self.node.as_ref().is_some_and(|n| n.is_probe()) => Status::Ready,
+            // Won, but a lock-free receive took the ring's value first
+            // (`Chan::settle`): try again.
+            (WaitResult::Ok, None) => Status::Empty,
             _ => Status::RecvFailed,
         }
     }
