@@ -378,11 +378,11 @@ fn pop_value<T>(ring: &Ring<T>) -> Option<T> {
 
 /// How often a non-blocking operation retries a ring step that another
 /// party is finishing (a slot being written or read) before it reports
-/// empty or full. Loom explores every interleaving instead.
+/// empty or full (under loom: once, which covers the retry path).
 #[cfg(not(loom))]
 const RING_PATIENCE: u32 = 64;
 #[cfg(loom)]
-const RING_PATIENCE: u32 = 0;
+const RING_PATIENCE: u32 = 1;
 
 /// Is a real (non-probe) partner of another group waiting in `queue`?
 fn has_partner<T>(queue: &VecDeque<NodeRef<T>>, own: *const SelectGroup) -> bool {
