@@ -30,7 +30,7 @@
 //! owner. A slot's value is an `Option<T>`: `None` is a *hole* (a select's
 //! reserved position given back without a value), which receivers skip.
 
-use crate::sync::{fence, seqcst_rmw_point, AtomicBool, AtomicUsize, Ordering, UnsafeCell};
+use crate::sync::{seqcst_rmw_point, AtomicBool, AtomicUsize, Ordering, UnsafeCell};
 
 /// Keeps `head` and `tail` on separate cache lines.
 #[repr(align(128))]
@@ -174,12 +174,9 @@ impl<T> Ring<T> {
                 }
             } else if stamp.wrapping_add(self.one_lap) == pos + 1 || stamp.wrapping_add(self.one_lap) == pos + 2 {
                 // The slot still holds (or is handing out, or is reserved
-                // for) last lap's value.
-                // SeqCst fence: orders the stamp load before the `head`
-                // load, as in `pop`.
-                fence(Ordering::SeqCst);
-                // SeqCst: part of a parking sender's re-check (see
-                // `Chan::announce`).
+                // for) last lap's value. (The Acquire stamp load above
+                // keeps this load after it.) SeqCst: part of a parking
+                // sender's re-check (see `Chan::announce`).
                 let head = self.head.load(Ordering::SeqCst);
                 return Err(if head.wrapping_add(self.one_lap) == pos {
                     NoRoom::Full
@@ -261,11 +258,10 @@ impl<T> Ring<T> {
                     Err(h) => head = h,
                 }
             } else if stamp == head {
-                // Not written for this lap. SeqCst fence: orders the stamp
-                // load before the `tail` load (pairs with the SeqCst claim
-                // CAS): an empty answer is a real moment of emptiness.
-                fence(Ordering::SeqCst);
-                // SeqCst: part of a parking receiver's re-check (see
+                // Not written for this lap, so `head` cannot move past it:
+                // if `tail` equals it when we read it (after the Acquire
+                // stamp load), the ring was empty at that moment. SeqCst:
+                // part of a parking receiver's re-check (see
                 // `Chan::announce`).
                 let tail = self.tail.load(Ordering::SeqCst);
                 if tail & !self.mark == head {
