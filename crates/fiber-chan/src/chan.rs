@@ -1029,8 +1029,19 @@ impl<T> Chan<T> {
     /// Blocking send with an optional deadline. `Err((value, why))`.
     #[track_caller]
     pub(crate) fn send(&self, value: T, deadline: Option<Instant>) -> Result<(), (T, WaitResult)> {
-        let mut node = Node::new(self, Some(value));
         depth::assert_unlocked("fiber-chan: a wait");
+        // A ring channel's lock-free step first, without building a node
+        // (`fiber_wait` would try the same first: same result).
+        let value = if self.ring.is_some() {
+            match self.try_send(value) {
+                Ok(()) => return Ok(()),
+                Err((value, true)) => return Err((value, WaitResult::Closed)),
+                Err((value, false)) => value,
+            }
+        } else {
+            value
+        };
+        let mut node = Node::new(self, Some(value));
         let result = fiber_wait(&SendWait(self), &mut node, WaitOptions::new().deadline(deadline));
         match result {
             WaitResult::Ok => Ok(()),
@@ -1041,8 +1052,16 @@ impl<T> Chan<T> {
     /// Blocking receive with an optional deadline. `Err(why)`.
     #[track_caller]
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, WaitResult> {
-        let mut node = Node::new(self, None);
         depth::assert_unlocked("fiber-chan: a wait");
+        // As in `send`.
+        if self.ring.is_some() {
+            match self.try_recv() {
+                Try::Done(value) => return Ok(value),
+                Try::Disconnected => return Err(WaitResult::Closed),
+                Try::WouldBlock => {}
+            }
+        }
+        let mut node = Node::new(self, None);
         match fiber_wait(&RecvWait(self), &mut node, WaitOptions::new().deadline(deadline)) {
             WaitResult::Ok => Ok(node.take_value().expect("a completed receive holds its value")),
             why => Err(why),
