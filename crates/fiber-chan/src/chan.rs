@@ -481,8 +481,10 @@ impl<T> Drop for Locked<'_, T> {
         // Acquire load in `try_recv`; a reader that happens after this
         // critical section sees its state.
         self.chan.recv_hint.store(usize::from(maybe), Ordering::Release);
-        // Relaxed: read after a SeqCst fence in `after_ring_op`; only lock
-        // holders write it, and it is exact whenever the lock is free.
+        // Relaxed: only lock holders write it, and it is exact whenever the
+        // lock is free; the handshake's ordering comes from `announce`
+        // (SeqCst store and fence) and from the readers' SeqCst CAS and
+        // load (`after_ring_op`) or fence (`after_ring_fill`).
         self.chan
             .parked
             .store(inner.recvq.len() + inner.sendq.len(), Ordering::Relaxed);
