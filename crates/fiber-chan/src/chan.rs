@@ -577,19 +577,19 @@ impl<T> Chan<T> {
     /// Under the lock, by an operation about to park on a ring channel,
     /// before it re-checks the ring (spec section 2a, the park handshake).
     /// A store-then-load handshake on two locations (PITFALLS 3), SeqCst
-    /// on both sides: this store and fence, then the re-check's SeqCst
+    /// on both sides: this store and a SeqCst fence, then the re-check's
     /// loads of `head`/`tail`; on the other side a lock-free step's SeqCst
     /// CAS of `head`/`tail`, then its SeqCst load of `parked`
-    /// (`after_ring_op`). In the single total order either the re-check
-    /// sees the CAS (the slot is then ready, or busy for a moment: the
-    /// re-check waits for it, never parks on it), or the CAS comes after
-    /// this store and the stepping party sees `parked != 0` and settles
-    /// under the lock. A reservation's `fill` has no CAS: it pairs its
+    /// (`after_ring_op`). In the single total order either the fence comes
+    /// before that load (which then sees this store), or the CAS comes
+    /// before the fence (and the re-check sees the CAS: the slot is then
+    /// ready, or busy for a moment, and the re-check waits for it, never
+    /// parks on it). A reservation's `fill` has no CAS: it pairs its
     /// SeqCst fence (`after_ring_fill`) with this fence instead.
     fn announce(&self) {
         if self.ring.is_some() {
-            // SeqCst: see above.
-            self.parked.store(1, Ordering::SeqCst);
+            // Relaxed: ordered by the SeqCst fence after it (see above).
+            self.parked.store(1, Ordering::Relaxed);
             fence(Ordering::SeqCst);
         }
     }
@@ -653,6 +653,10 @@ impl<T> Chan<T> {
     /// next to a value or a free slot.
     fn settle(&self, inner: &mut Inner<T>, wakes: &mut Wakes) {
         let Some(ring) = &self.ring else { return };
+        if inner.recvq.is_empty() && inner.sendq.is_empty() {
+            // Nobody to hand a value or a slot to, nobody to fail.
+            return;
+        }
         let before = wakes.count();
         loop {
             let mut progress = false;
