@@ -33,7 +33,8 @@
 //! (one CAS) and skips nodes whose select already has a winner; a select
 //! never claims a node of its own group.
 
-use crate::sync::{backoff, depth, lock, AtomicUsize, Mutex, MutexGuard, Ordering, UnsafeCell};
+use crate::ring::{Claim, Head, NoRoom, Pop, Ring};
+use crate::sync::{backoff, depth, fence, lock, spin, AtomicUsize, Mutex, MutexGuard, Ordering, UnsafeCell};
 use fiber_core::{fiber_wait, fiber_wake, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -203,6 +204,11 @@ impl<T> Node<T> {
         }
     }
 
+    /// Does this node only wait for readiness?
+    pub(crate) fn is_probe(&self) -> bool {
+        self.probe
+    }
+
     fn group(&self) -> *const SelectGroup {
         self.select.map_or(std::ptr::null(), |(g, _)| g)
     }
@@ -361,6 +367,23 @@ fn pop_claim<T>(queue: &mut VecDeque<NodeRef<T>>, own: *const SelectGroup) -> Op
     None
 }
 
+/// Take a value from the ring now (under the lock: a slot still being
+/// written counts as empty; its writer settles afterwards).
+fn pop_value<T>(ring: &Ring<T>) -> Option<T> {
+    match ring.pop() {
+        Pop::Value(value) => Some(value),
+        Pop::Empty { .. } | Pop::Busy | Pop::Reserved => None,
+    }
+}
+
+/// How often a non-blocking operation retries a ring step that another
+/// party is finishing (a slot being written or read) before it reports
+/// empty or full (under loom: once, which covers the retry path).
+#[cfg(not(loom))]
+const RING_PATIENCE: u32 = 64;
+#[cfg(loom)]
+const RING_PATIENCE: u32 = 1;
+
 /// Is a real (non-probe) partner of another group waiting in `queue`?
 fn has_partner<T>(queue: &VecDeque<NodeRef<T>>, own: *const SelectGroup) -> bool {
     queue.iter().any(|n| {
@@ -373,17 +396,21 @@ fn has_partner<T>(queue: &VecDeque<NodeRef<T>>, own: *const SelectGroup) -> bool
 /// A select's send arm's claim on the channel, made before its value is
 /// evaluated.
 pub(crate) enum Reservation<T> {
-    /// A buffer slot (`Inner::reserved`).
+    /// A buffer slot (`Inner::reserved`; unbounded channels).
     Slot,
+    /// A claimed ring position (its slot index; bounded channels).
+    Ring(usize),
     /// A parked receiver, taken out of the queue in state `Reserved`.
     Receiver(*const Node<T>),
 }
 
 impl<T> Reservation<T> {
-    /// As one word (a select keeps it untyped): 0 for a slot, else the node.
+    /// As one word (a select keeps it untyped): 0 for a slot, an odd word
+    /// for a ring position, else the (aligned, so even) node address.
     pub(crate) fn into_raw(self) -> usize {
         match self {
             Reservation::Slot => 0,
+            Reservation::Ring(index) => (index << 1) | 1,
             Reservation::Receiver(node) => node as usize,
         }
     }
@@ -395,6 +422,7 @@ impl<T> Reservation<T> {
     pub(crate) unsafe fn from_raw(raw: usize) -> Reservation<T> {
         match raw {
             0 => Reservation::Slot,
+            odd if odd & 1 == 1 => Reservation::Ring(odd >> 1),
             node => Reservation::Receiver(node as *const Node<T>),
         }
     }
@@ -403,6 +431,17 @@ impl<T> Reservation<T> {
 /// The shared channel.
 pub(crate) struct Chan<T> {
     inner: Mutex<Inner<T>>,
+    /// The buffer of a bounded channel with `cap > 0` (lock-free; `Inner::
+    /// buf` is then unused). Rendezvous and unbounded channels buffer in
+    /// `Inner::buf` under the lock.
+    ring: Option<Ring<T>>,
+    /// Nonzero while an operation is parked (or about to park) on a ring
+    /// channel: `recvq.len() + sendq.len()`, written under the lock on
+    /// every unlock, and set to 1 by a parking operation before it
+    /// re-checks the ring (`announce`). A lock-free ring operation reads it
+    /// after its own step (`after_ring_op`) and then settles the waiters
+    /// under the lock (spec section 2a).
+    parked: AtomicUsize,
     cap: Option<usize>,
     pub(crate) senders: AtomicUsize,
     pub(crate) receivers: AtomicUsize,
@@ -442,6 +481,13 @@ impl<T> Drop for Locked<'_, T> {
         // Acquire load in `try_recv`; a reader that happens after this
         // critical section sees its state.
         self.chan.recv_hint.store(usize::from(maybe), Ordering::Release);
+        // Relaxed: only lock holders write it, and it is exact whenever the
+        // lock is free; the handshake's ordering comes from `announce`
+        // (SeqCst store and fence) and from the readers' SeqCst CAS and
+        // load (`after_ring_op`) or fence (`after_ring_fill`).
+        self.chan
+            .parked
+            .store(inner.recvq.len() + inner.sendq.len(), Ordering::Relaxed);
     }
 }
 
@@ -462,13 +508,15 @@ impl<T> Chan<T> {
     pub(crate) fn new(cap: Option<usize>) -> Chan<T> {
         Chan {
             inner: Mutex::new(Inner {
-                buf: VecDeque::with_capacity(cap.unwrap_or(0).min(1024)),
+                buf: VecDeque::new(),
                 reserved: 0,
                 closed: false,
                 receivers_gone: false,
                 recvq: VecDeque::new(),
                 sendq: VecDeque::new(),
             }),
+            ring: cap.filter(|&c| c > 0).map(Ring::new),
+            parked: AtomicUsize::new(0),
             cap,
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
@@ -489,7 +537,10 @@ impl<T> Chan<T> {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.lock().buf.len()
+        match &self.ring {
+            Some(ring) => ring.len(),
+            None => self.lock().buf.len(),
+        }
     }
 
     /// Queued (receivers, senders), for tests and diagnostics.
@@ -517,11 +568,204 @@ impl<T> Chan<T> {
     }
 
     fn has_room(&self, inner: &Inner<T>) -> bool {
-        self.cap.is_none_or(|cap| inner.buf.len() + inner.reserved < cap)
+        match &self.ring {
+            Some(ring) => ring.has_room(),
+            None => self.cap.is_none_or(|cap| inner.buf.len() + inner.reserved < cap),
+        }
+    }
+
+    /// Under the lock, by an operation about to park on a ring channel,
+    /// before it re-checks the ring (spec section 2a, the park handshake).
+    /// A store-then-load handshake on two locations (PITFALLS 3), SeqCst
+    /// on both sides: this store and a SeqCst fence, then the re-check's
+    /// loads of `head`/`tail`; on the other side a lock-free step's SeqCst
+    /// CAS of `head`/`tail`, then its SeqCst load of `parked`
+    /// (`after_ring_op`). In the single total order either the fence comes
+    /// before that load (which then sees this store), or the CAS comes
+    /// before the fence (and the re-check sees the CAS: the slot is then
+    /// ready, or busy for a moment, and the re-check waits for it, never
+    /// parks on it). A reservation's `fill` has no CAS: it pairs its
+    /// SeqCst fence (`after_ring_fill`) with this fence instead.
+    fn announce(&self) {
+        if self.ring.is_some() {
+            // Relaxed: ordered by the SeqCst fence after it (see above).
+            self.parked.store(1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// After a lock-free ring step whose SeqCst CAS on `head`/`tail` came
+    /// before (a send or a receive): if anybody is parked, settle under the
+    /// lock.
+    fn after_ring_op(&self) {
+        // SeqCst: after the step's SeqCst CAS in the total order (see
+        // `announce`).
+        if self.parked.load(Ordering::SeqCst) != 0 {
+            self.settle_now();
+        }
+    }
+
+    /// After a reserved position was filled or given back (no CAS of
+    /// ours): the SeqCst fence pairs with the one in `announce`.
+    fn after_ring_fill(&self) {
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fence above.
+        if self.parked.load(Ordering::Relaxed) != 0 {
+            self.settle_now();
+        }
+    }
+
+    #[cold]
+    fn settle_now(&self) {
+        let mut wakes = Wakes::new();
+        let mut inner = self.lock();
+        self.settle(&mut inner, &mut wakes);
+    }
+
+    /// A parking operation's re-check of `head`: waits out a busy slot.
+    fn head_settled(ring: &Ring<T>) -> Head {
+        let mut step = 0;
+        loop {
+            match ring.head() {
+                Head::Busy => spin(&mut step),
+                head => return head,
+            }
+        }
+    }
+
+    /// A parking operation's re-check of `tail`: waits out a busy slot.
+    fn room_settled(ring: &Ring<T>) -> bool {
+        let mut step = 0;
+        loop {
+            match ring.room() {
+                Err(NoRoom::Busy) => spin(&mut step),
+                room => return room.is_ok(),
+            }
+        }
+    }
+
+    /// Ring channels, under the lock: move buffered values to parked
+    /// receivers and free slots to parked senders (a plain sender's value
+    /// goes into the ring: it was admitted when it parked, so it ignores
+    /// the close mark), tell select probes, and fail parked receivers once
+    /// the channel is closed and drained. Every party that changes the
+    /// ring while somebody may be parked ends here, so no waiter sleeps
+    /// next to a value or a free slot.
+    fn settle(&self, inner: &mut Inner<T>, wakes: &mut Wakes) {
+        let Some(ring) = &self.ring else { return };
+        if inner.recvq.is_empty() && inner.sendq.is_empty() {
+            // Nobody to hand a value or a slot to, nobody to fail.
+            return;
+        }
+        let before = wakes.count();
+        loop {
+            let mut progress = false;
+            while !inner.recvq.is_empty() && ring.has_ready() {
+                let Some(node) = pop_claim(&mut inner.recvq, std::ptr::null()) else {
+                    break;
+                };
+                // SAFETY: claimed under the lock; alive while queued.
+                let n = unsafe { node.get() };
+                if n.probe {
+                    n.set_state(NodeState::Done);
+                    wakes.push(n.waiter());
+                    progress = true;
+                    continue;
+                }
+                if let Some(value) = pop_value(ring) {
+                    n.deliver(value);
+                    wakes.push(n.waiter());
+                    progress = true;
+                    continue;
+                }
+                // A lock-free receive took it first.
+                if n.select.is_none() {
+                    inner.recvq.push_front(node);
+                } else {
+                    // The select is won already: it wakes without a value
+                    // and tries again (`ParkedRecv::finish`).
+                    n.set_state(NodeState::Done);
+                    wakes.push(n.waiter());
+                }
+                break;
+            }
+            while !inner.sendq.is_empty() && ring.has_room() {
+                let Some(node) = pop_claim(&mut inner.sendq, std::ptr::null()) else {
+                    break;
+                };
+                // SAFETY: claimed under the lock; alive while queued.
+                let n = unsafe { node.get() };
+                if n.probe {
+                    n.set_state(NodeState::Done);
+                    wakes.push(n.waiter());
+                    progress = true;
+                    continue;
+                }
+                match ring.claim(true) {
+                    Ok(claim) => {
+                        ring.write(claim, Some(n.take_sent()));
+                        n.set_state(NodeState::Done);
+                        wakes.push(n.waiter());
+                        progress = true;
+                    }
+                    Err(_) => {
+                        // A lock-free send took the slot: wait on.
+                        inner.sendq.push_front(node);
+                        break;
+                    }
+                }
+            }
+            if !progress {
+                break;
+            }
+        }
+        Self::fail_receivers_if_drained_ring(ring, inner, wakes);
+        self.note(wakes, before);
+    }
+
+    /// Ring channels: closed, nothing claimed in the ring, and no admitted
+    /// (parked, plain) sender left: a receive fails.
+    fn ring_disconnected(ring: &Ring<T>, inner: &Inner<T>) -> bool {
+        inner.closed
+            && ring.is_drained()
+            && !inner.sendq.iter().any(|n| {
+                // SAFETY: under the lock (every caller holds it).
+                !unsafe { n.get() }.probe
+            })
+    }
+
+    fn fail_receivers_if_drained_ring(ring: &Ring<T>, inner: &mut Inner<T>, wakes: &mut Wakes) {
+        if !Self::ring_disconnected(ring, inner) {
+            return;
+        }
+        while let Some(node) = pop_claim(&mut inner.recvq, std::ptr::null()) {
+            // SAFETY: claimed under the lock.
+            let node = unsafe { node.get() };
+            node.set_state(NodeState::Closed);
+            wakes.push(node.waiter());
+        }
     }
 
     /// Send without blocking; `Err(value)` with why.
     pub(crate) fn try_send(&self, value: T) -> Result<(), (T, bool)> {
+        if let Some(ring) = &self.ring {
+            let mut spins = 0;
+            return loop {
+                match ring.claim(false) {
+                    Ok(claim) => {
+                        ring.write(claim, Some(value));
+                        self.after_ring_op();
+                        break Ok(());
+                    }
+                    Err(NoRoom::Closed) => break Err((value, true)),
+                    Err(NoRoom::Busy) if spins < RING_PATIENCE => {
+                        spins += 1;
+                        std::hint::spin_loop();
+                    }
+                    Err(NoRoom::Full | NoRoom::Busy) => break Err((value, false)),
+                }
+            };
+        }
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
         self.send_locked(&mut inner, value, &mut wakes)
@@ -573,6 +817,29 @@ impl<T> Chan<T> {
 
     /// Receive without blocking.
     pub(crate) fn try_recv(&self) -> Try<T> {
+        if let Some(ring) = &self.ring {
+            let mut spins = 0;
+            loop {
+                match ring.pop() {
+                    Pop::Value(value) => {
+                        self.after_ring_op();
+                        return Try::Done(value);
+                    }
+                    Pop::Busy if spins < RING_PATIENCE => {
+                        spins += 1;
+                        std::hint::spin_loop();
+                    }
+                    Pop::Busy | Pop::Reserved | Pop::Empty { closed: false } => return Try::WouldBlock,
+                    Pop::Empty { closed: true } => {
+                        // Closed and empty: parked (admitted) senders may
+                        // still hold values; decide under the lock.
+                        let mut wakes = Wakes::new();
+                        let mut inner = self.lock();
+                        return self.recv_locked(&mut inner, std::ptr::null(), &mut wakes);
+                    }
+                }
+            }
+        }
         // Acquire: pairs with the Release store in `Locked::drop`.
         if self.recv_hint.load(Ordering::Acquire) == 0 {
             return Try::WouldBlock;
@@ -590,6 +857,33 @@ impl<T> Chan<T> {
     }
 
     fn recv_locked_inner(&self, inner: &mut Inner<T>, own: *const SelectGroup, wakes: &mut Wakes) -> Try<T> {
+        if let Some(ring) = &self.ring {
+            let mut step = 0;
+            loop {
+                match ring.pop() {
+                    Pop::Value(value) => {
+                        // A slot freed: parked senders may move in.
+                        self.settle(inner, wakes);
+                        return Try::Done(value);
+                    }
+                    // Never park on a busy slot (see `announce`).
+                    Pop::Busy => spin(&mut step),
+                    // Its completion settles (`after_ring_fill`).
+                    Pop::Reserved => return Try::WouldBlock,
+                    Pop::Empty { .. } => {
+                        // Admitted senders parked in a race move in first.
+                        self.settle(inner, wakes);
+                        if ring.has_ready() {
+                            continue;
+                        }
+                        if Self::ring_disconnected(ring, inner) {
+                            return Try::Disconnected;
+                        }
+                        return Try::WouldBlock;
+                    }
+                }
+            }
+        }
         if let Some(value) = inner.buf.pop_front() {
             // Room appeared: admit the first parked sender into the buffer.
             self.admit_sender(inner, wakes);
@@ -659,7 +953,13 @@ impl<T> Chan<T> {
         }
         inner.closed = true;
         let before = wakes.count();
-        Self::fail_receivers_if_drained(&mut inner, &mut wakes);
+        match &self.ring {
+            Some(ring) => {
+                ring.close();
+                self.settle(&mut inner, &mut wakes);
+            }
+            None => Self::fail_receivers_if_drained(&mut inner, &mut wakes),
+        }
         // Select send arms (probes) learn of the close too: their send is
         // now ready (it fails).
         let mut keep = VecDeque::new();
@@ -693,6 +993,9 @@ impl<T> Chan<T> {
             let mut inner = self.lock();
             inner.receivers_gone = true;
             inner.closed = true;
+            if let Some(ring) = &self.ring {
+                ring.close();
+            }
             let before = wakes.count();
             while let Some(node) = pop_claim(&mut inner.sendq, std::ptr::null()) {
                 // SAFETY: claimed under the lock.
@@ -707,7 +1010,15 @@ impl<T> Chan<T> {
                 wakes.push(node.waiter());
             }
             self.note(&wakes, before);
-            std::mem::take(&mut inner.buf)
+            let mut dropped = std::mem::take(&mut inner.buf);
+            if let Some(ring) = &self.ring {
+                // Values still being written stay in the ring; they are
+                // dropped with the channel.
+                while let Some(value) = pop_value(ring) {
+                    dropped.push_back(value);
+                }
+            }
+            dropped
         };
         wakes.flush();
         let mut first_panic = None;
@@ -724,8 +1035,19 @@ impl<T> Chan<T> {
     /// Blocking send with an optional deadline. `Err((value, why))`.
     #[track_caller]
     pub(crate) fn send(&self, value: T, deadline: Option<Instant>) -> Result<(), (T, WaitResult)> {
-        let mut node = Node::new(self, Some(value));
         depth::assert_unlocked("fiber-chan: a wait");
+        // A ring channel's lock-free step first, without building a node
+        // (`fiber_wait` would try the same first: same result).
+        let value = if self.ring.is_some() {
+            match self.try_send(value) {
+                Ok(()) => return Ok(()),
+                Err((value, true)) => return Err((value, WaitResult::Closed)),
+                Err((value, false)) => value,
+            }
+        } else {
+            value
+        };
+        let mut node = Node::new(self, Some(value));
         let result = fiber_wait(&SendWait(self), &mut node, WaitOptions::new().deadline(deadline));
         match result {
             WaitResult::Ok => Ok(()),
@@ -736,8 +1058,16 @@ impl<T> Chan<T> {
     /// Blocking receive with an optional deadline. `Err(why)`.
     #[track_caller]
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, WaitResult> {
-        let mut node = Node::new(self, None);
         depth::assert_unlocked("fiber-chan: a wait");
+        // As in `send`.
+        if self.ring.is_some() {
+            match self.try_recv() {
+                Try::Done(value) => return Ok(value),
+                Try::Disconnected => return Err(WaitResult::Closed),
+                Try::WouldBlock => {}
+            }
+        }
+        let mut node = Node::new(self, None);
         match fiber_wait(&RecvWait(self), &mut node, WaitOptions::new().deadline(deadline)) {
             WaitResult::Ok => Ok(node.take_value().expect("a completed receive holds its value")),
             why => Err(why),
@@ -747,6 +1077,18 @@ impl<T> Chan<T> {
     /// A select's send arm: claim a parked receiver or a buffer slot before
     /// the value exists. `Err(())` if the channel is disconnected.
     pub(crate) fn try_reserve(&self, own: &SelectGroup) -> Result<Option<Reservation<T>>, ()> {
+        if let Some(ring) = &self.ring {
+            // A position of the ring, claimed now, written on completion
+            // (receivers that reach it meanwhile park; the writer settles).
+            return match ring.claim(false) {
+                Ok(claim) => {
+                    ring.reserve(claim);
+                    Ok(Some(Reservation::Ring(claim.0)))
+                }
+                Err(NoRoom::Closed) => Err(()),
+                Err(NoRoom::Full | NoRoom::Busy) => Ok(None),
+            };
+        }
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
         if inner.closed || inner.receivers_gone {
@@ -778,6 +1120,24 @@ impl<T> Chan<T> {
     /// receiver left meanwhile (a reserved slot only: a reserved receiver
     /// is a receiver that is still there).
     pub(crate) fn complete_reservation(&self, reservation: Reservation<T>, value: T) -> Result<(), T> {
+        if let Reservation::Ring(index) = reservation {
+            let ring = self
+                .ring
+                .as_ref()
+                .expect("a ring reservation is made on a ring channel");
+            // Acquire: pairs with the AcqRel decrement in `Receiver::drop`.
+            let result = if self.receivers.load(Ordering::Acquire) == 0 {
+                ring.fill(Claim(index), None);
+                ring.skip_holes();
+                Err(value)
+            } else {
+                // Admitted when reserved: delivered even after a close.
+                ring.fill(Claim(index), Some(value));
+                Ok(())
+            };
+            self.after_ring_fill();
+            return result;
+        }
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
         let before = wakes.count();
@@ -791,6 +1151,7 @@ impl<T> Chan<T> {
                 wakes.push(node.waiter());
                 Ok(())
             }
+            Reservation::Ring(_) => unreachable!("handled above"),
             Reservation::Slot => {
                 inner.reserved -= 1;
                 if inner.receivers_gone {
@@ -812,6 +1173,17 @@ impl<T> Chan<T> {
     /// Give a reservation up without sending: the receiver goes back to
     /// waiting (it sees a spurious wake and retries), the slot is freed.
     pub(crate) fn release_reservation(&self, reservation: Reservation<T>) {
+        if let Reservation::Ring(index) = reservation {
+            let ring = self
+                .ring
+                .as_ref()
+                .expect("a ring reservation is made on a ring channel");
+            // A hole: receivers skip it.
+            ring.fill(Claim(index), None);
+            ring.skip_holes();
+            self.after_ring_fill();
+            return;
+        }
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
         let before = wakes.count();
@@ -822,6 +1194,7 @@ impl<T> Chan<T> {
                 node.set_state(NodeState::Idle);
                 wakes.push(node.waiter());
             }
+            Reservation::Ring(_) => unreachable!("handled above"),
             Reservation::Slot => {
                 inner.reserved -= 1;
                 self.admit_sender(&mut inner, &mut wakes);
@@ -847,16 +1220,17 @@ impl<T> Chan<T> {
     fn register(&self, node: &mut Node<T>, waiter: &Waiter, side: Side) -> Reg {
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
+        self.announce();
         let own = node.group();
         let ready = match side {
-            Side::Recv => Self::recv_ready(&inner, own),
+            Side::Recv => self.recv_ready(&inner, own),
             Side::Send => self.send_ready(&inner, own),
         };
         if !ready {
             let before = wakes.count();
             match side {
                 Side::Recv => {
-                    if !node.probe {
+                    if !node.probe && self.ring.is_none() {
                         // A receiver now waits: selects' send arms parked
                         // here can now proceed; tell them.
                         Self::wake_send_probes(&mut inner, own, &mut wakes);
@@ -909,13 +1283,18 @@ impl<T> Chan<T> {
         }
     }
 
-    fn recv_ready(inner: &Inner<T>, own: *const SelectGroup) -> bool {
+    fn recv_ready(&self, inner: &Inner<T>, own: *const SelectGroup) -> bool {
+        if let Some(ring) = &self.ring {
+            return Self::head_settled(ring) == Head::Ready
+                || Self::ring_disconnected(ring, inner)
+                || has_partner(&inner.sendq, own);
+        }
         !inner.buf.is_empty() || (inner.closed && inner.reserved == 0) || has_partner(&inner.sendq, own)
     }
 
     /// Would a receive complete (or fail as disconnected) right now?
     pub(crate) fn is_recv_ready(&self) -> bool {
-        Self::recv_ready(&self.lock(), std::ptr::null())
+        self.recv_ready(&self.lock(), std::ptr::null())
     }
 
     /// Would a send complete (or fail as disconnected) right now?
@@ -924,6 +1303,9 @@ impl<T> Chan<T> {
     }
 
     fn send_ready(&self, inner: &Inner<T>, own: *const SelectGroup) -> bool {
+        if let Some(ring) = &self.ring {
+            return inner.closed || inner.receivers_gone || Self::room_settled(ring);
+        }
         inner.closed || inner.receivers_gone || self.has_room(inner) || has_partner(&inner.recvq, own)
     }
 
@@ -931,6 +1313,7 @@ impl<T> Chan<T> {
     fn register_plain_recv(&self, node: &mut Node<T>, waiter: &Waiter) -> Option<WaitResult> {
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
+        self.announce();
         match self.recv_locked(&mut inner, std::ptr::null(), &mut wakes) {
             Try::Done(value) => {
                 node.put_value(value);
@@ -947,6 +1330,30 @@ impl<T> Chan<T> {
     fn register_plain_send(&self, node: &mut Node<T>, waiter: &Waiter) -> Option<WaitResult> {
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
+        if let Some(ring) = &self.ring {
+            self.announce();
+            if inner.closed || inner.receivers_gone {
+                return Some(WaitResult::Closed);
+            }
+            let mut step = 0;
+            return loop {
+                match ring.claim(false) {
+                    Ok(claim) => {
+                        ring.write(claim, node.take_value());
+                        self.settle(&mut inner, &mut wakes);
+                        break Some(WaitResult::Ok);
+                    }
+                    Err(NoRoom::Closed) => break Some(WaitResult::Closed),
+                    // Never park on a busy slot (see `announce`).
+                    Err(NoRoom::Busy) => spin(&mut step),
+                    Err(NoRoom::Full) => {
+                        // Whoever frees the slot sees `parked` and settles.
+                        node.enqueue(&mut inner.sendq, waiter);
+                        break None;
+                    }
+                }
+            };
+        }
         let value = node.take_value().expect("a send node holds its value");
         match self.send_locked(&mut inner, value, &mut wakes) {
             Ok(()) => Some(WaitResult::Ok),

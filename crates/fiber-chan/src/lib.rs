@@ -30,6 +30,7 @@ mod chan;
 mod channel;
 mod error;
 mod macros;
+mod ring;
 mod select;
 
 pub use channel::{after, at, bounded, never, tick, unbounded, IntoIter, Iter, Receiver, Sender, TryIter};

@@ -100,8 +100,9 @@ trait RecvHandle {
     ///
     /// `slot` holds a value taken by this handle.
     unsafe fn drop_value(&self, slot: &mut Slot);
-    /// The parked-phase operation (one allocation, only when parking).
-    fn parked(&self) -> Box<dyn Parked + '_>;
+    /// Put the parked-phase operation into `place` (on the selecting
+    /// fiber's stack).
+    fn park_in<'s>(&'s self, place: &mut ParkSlot<'s>);
 }
 
 /// The send side of a select operation, untyped (implemented by
@@ -115,7 +116,72 @@ trait SendHandle {
     ///
     /// `slot` holds a reservation made by this handle.
     unsafe fn release(&self, slot: &mut Slot);
-    fn parked(&self) -> Box<dyn Parked + '_>;
+    fn park_in<'s>(&'s self, place: &mut ParkSlot<'s>);
+}
+
+/// Words of inline room for one operation's parked-phase state (a
+/// `ParkedRecv`/`ParkedSend` and its channel node): enough for values of up
+/// to 32 bytes, like [`Slot`]; larger ones are boxed.
+const PARK_WORDS: usize = 24;
+
+// A receive or send of a value that fits a `Slot` parks without a box.
+#[cfg(not(loom))]
+const _: () = {
+    assert!(size_of::<ParkedRecv<'static, [u64; 4]>>() <= size_of::<[u64; PARK_WORDS]>());
+    assert!(size_of::<ParkedSend<'static, [u64; 4]>>() <= size_of::<[u64; PARK_WORDS]>());
+    assert!(align_of::<ParkedRecv<'static, [u64; 4]>>() <= align_of::<u64>());
+};
+
+/// The storage of one operation's parked-phase state, on the selecting
+/// fiber's stack (`Select::run_inner`): no allocation per select for values
+/// that fit. It never moves once filled: channel queues point into it while
+/// the select is parked.
+struct ParkSlot<'a> {
+    buf: MaybeUninit<[u64; PARK_WORDS]>,
+    /// The object: in `buf`, or boxed when it does not fit.
+    obj: Option<(*mut (dyn Parked + 'a), bool)>,
+}
+
+impl<'a> ParkSlot<'a> {
+    fn empty() -> ParkSlot<'a> {
+        ParkSlot {
+            buf: MaybeUninit::uninit(),
+            obj: None,
+        }
+    }
+
+    fn put<P: Parked + 'a>(&mut self, parked: P) {
+        debug_assert!(self.obj.is_none(), "a park slot is filled once");
+        if size_of::<P>() <= size_of::<[u64; PARK_WORDS]>() && align_of::<P>() <= align_of::<u64>() {
+            let p = self.buf.as_mut_ptr().cast::<P>();
+            // SAFETY: `P` fits the buffer's size and alignment (checked
+            // above) and the buffer holds nothing (filled once).
+            unsafe { p.write(parked) };
+            self.obj = Some((p as *mut (dyn Parked + 'a), false));
+        } else {
+            self.obj = Some((Box::into_raw(Box::new(parked)) as *mut (dyn Parked + 'a), true));
+        }
+    }
+
+    fn get(&mut self) -> Option<&mut (dyn Parked + 'a)> {
+        // SAFETY: `obj` points to the live object written by `put` (in our
+        // buffer, which has not moved since: the slot is not moved while
+        // filled, or a box we own); `&mut self` makes the access unique.
+        self.obj.map(|(p, _)| unsafe { &mut *p })
+    }
+}
+
+impl Drop for ParkSlot<'_> {
+    fn drop(&mut self) {
+        match self.obj.take() {
+            // SAFETY: the box came from `Box::into_raw` in `put`.
+            Some((p, true)) => drop(unsafe { Box::from_raw(p) }),
+            // SAFETY: the object lives in our buffer, written by `put` and
+            // dropped once (`obj` is taken).
+            Some((p, false)) => unsafe { std::ptr::drop_in_place(p) },
+            None => {}
+        }
+    }
 }
 
 /// An operation's node for the parked phase.
@@ -169,11 +235,11 @@ impl<T> RecvHandle for Receiver<T> {
         drop(unsafe { slot_take::<T>(slot) });
     }
 
-    fn parked(&self) -> Box<dyn Parked + '_> {
-        Box::new(ParkedRecv {
+    fn park_in<'s>(&'s self, place: &mut ParkSlot<'s>) {
+        place.put(ParkedRecv {
             receiver: self,
             node: None,
-        })
+        });
     }
 }
 
@@ -205,11 +271,11 @@ impl<T> SendHandle for Sender<T> {
         self.chan.release_reservation(reservation);
     }
 
-    fn parked(&self) -> Box<dyn Parked + '_> {
-        Box::new(ParkedSend {
+    fn park_in<'s>(&'s self, place: &mut ParkSlot<'s>) {
+        place.put(ParkedSend {
             sender: self,
             node: None,
-        })
+        });
     }
 }
 
@@ -243,7 +309,10 @@ impl<T> Parked for ParkedRecv<'_, T> {
                 Status::Value
             }
             // A readiness probe (`Select::ready`) takes nothing.
-            (WaitResult::Ok, None) => Status::Ready,
+            (WaitResult::Ok, None) if self.node.as_ref().is_some_and(|n| n.is_probe()) => Status::Ready,
+            // Won, but a lock-free receive took the ring's value first
+            // (`Chan::settle`): try again.
+            (WaitResult::Ok, None) => Status::Empty,
             _ => Status::RecvFailed,
         }
     }
@@ -288,7 +357,6 @@ struct Op<'a> {
     handle: Handle<'a>,
     status: Status,
     slot: Slot,
-    parked: Option<Box<dyn Parked + 'a>>,
 }
 
 impl<'a> Op<'a> {
@@ -297,7 +365,6 @@ impl<'a> Op<'a> {
             handle,
             status: Status::Empty,
             slot: [MaybeUninit::uninit(); 4],
-            parked: None,
         }
     }
 
@@ -327,23 +394,34 @@ impl<'a> Op<'a> {
         self.status != Status::Empty
     }
 
-    /// Publish a node for the parked phase (timers and `never`: none).
-    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg {
-        let parked = match (&mut self.parked, self.handle) {
-            (Some(p), _) => p,
-            (slot @ None, Handle::Recv(h)) => slot.insert(h.parked()),
-            (slot @ None, Handle::Send(h)) => slot.insert(h.parked()),
-            (None, Handle::Removed) => return Reg::Queued,
-        };
-        parked.register(group, index, waiter, ready_only)
+    /// Publish a node for the parked phase in `park` (timers and `never`:
+    /// none).
+    fn register(
+        &mut self,
+        park: &mut ParkSlot<'a>,
+        group: &SelectGroup,
+        index: usize,
+        waiter: &Waiter,
+        ready_only: bool,
+    ) -> Reg {
+        if park.obj.is_none() {
+            match self.handle {
+                Handle::Recv(h) => h.park_in(park),
+                Handle::Send(h) => h.park_in(park),
+                Handle::Removed => return Reg::Queued,
+            }
+        }
+        park.get()
+            .expect("filled above")
+            .register(group, index, waiter, ready_only)
     }
 
-    fn unregister(&mut self, fiber_may_yield: bool) -> Option<WaitResult> {
-        self.parked.as_mut()?.unregister(fiber_may_yield)
+    fn unregister(park: &mut ParkSlot<'a>, fiber_may_yield: bool) -> Option<WaitResult> {
+        park.get()?.unregister(fiber_may_yield)
     }
 
-    fn finish(&mut self, result: WaitResult) {
-        let parked = self.parked.as_mut().expect("a winner has a node");
+    fn finish(&mut self, park: &mut ParkSlot<'a>, result: WaitResult) {
+        let parked = park.get().expect("a winner has a node");
         self.status = parked.finish(result, &mut self.slot);
     }
 
@@ -409,6 +487,8 @@ impl Drop for Op<'_> {
 /// Park until any operation completes (the parked phase of a select).
 struct SelectWait<'s, 'a> {
     ops: &'s mut [Op<'a>],
+    /// One per operation, same index.
+    parks: &'s mut [ParkSlot<'a>],
     group: &'s SelectGroup,
     chosen: Cell<Option<usize>>,
     ready_only: bool,
@@ -419,15 +499,15 @@ impl SelectWait<'_, '_> {
     /// reads a result (PITFALLS 16: losers never consume).
     fn unregister_all(&mut self, fiber_may_yield: bool) -> Option<usize> {
         let mut won = None;
-        for (i, op) in self.ops.iter_mut().enumerate() {
-            if let Some(result) = op.unregister(fiber_may_yield) {
+        for (i, park) in self.parks.iter_mut().enumerate() {
+            if let Some(result) = Op::unregister(park, fiber_may_yield) {
                 debug_assert!(won.is_none(), "two operations of one select completed");
                 won = Some((i, result));
             }
         }
         let (i, result) = won?;
         debug_assert_eq!(self.group.winner(), Some(i), "a completed node is its group's winner");
-        self.ops[i].finish(result);
+        self.ops[i].finish(&mut self.parks[i], result);
         Some(i)
     }
 }
@@ -450,12 +530,12 @@ impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
         // No node of this group is queued now: the reset races with nobody.
         wait.group.reset();
         for i in 0..wait.ops.len() {
-            match wait.ops[i].register(wait.group, i, waiter, wait.ready_only) {
+            match wait.ops[i].register(&mut wait.parks[i], wait.group, i, waiter, wait.ready_only) {
                 Reg::Queued => {}
                 Reg::Completed(result) => {
                     let other = wait.unregister_all(false);
                     debug_assert!(other.is_none(), "the group had one winner");
-                    wait.ops[i].finish(result);
+                    wait.ops[i].finish(&mut wait.parks[i], result);
                     wait.chosen.set(Some(i));
                     return Publish::Ready(WaitResult::Ok);
                 }
@@ -711,6 +791,12 @@ impl<'a> Select<'a> {
     }
 
     fn run_inner(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
+        // The parked-phase state of each operation, on this stack, made
+        // only when the select parks (up to `INLINE_OPS` operations without
+        // allocating); it stays put until the select returns, and its
+        // nodes are unlinked before then (or by their drop, if the fiber
+        // is unwound while parked).
+        let mut parks: SmallVec<[ParkSlot<'a>; INLINE_OPS]> = SmallVec::new();
         loop {
             let n = self.ops.len();
             if n > 0 {
@@ -737,8 +823,12 @@ impl<'a> Select<'a> {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
+            if parks.is_empty() {
+                parks.extend((0..n).map(|_| ParkSlot::empty()));
+            }
             let mut wait = SelectWait {
                 ops: &mut self.ops[..],
+                parks: &mut parks[..],
                 group: &self.group,
                 chosen: Cell::new(None),
                 ready_only,

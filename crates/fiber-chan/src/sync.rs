@@ -3,7 +3,7 @@
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 
     /// A small spin lock for the channel's short critical sections (a few
     /// pointer moves). Fibers must not block their worker thread in the
@@ -122,7 +122,7 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
-    pub(crate) use loom::sync::atomic::{AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
     pub(crate) use loom::sync::{Mutex, MutexGuard};
 }
 
@@ -188,6 +188,40 @@ pub(crate) fn backoff(fiber_may_yield: bool) {
             // committed step through, which cancellation never interrupts.)
             #[allow(clippy::let_unit_value, clippy::ignored_unit_patterns)]
             let _ = fiber_core::yield_now();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A SeqCst read-modify-write (the ring's position CAS) is part of the
+/// single total order of SeqCst operations, so a later SeqCst load cannot
+/// move before it (C++ [atomics.order]; on x86 the locked instruction is a
+/// full barrier). Loom models SeqCst accesses as AcqRel only (it would
+/// report false failures), but models `fence(SeqCst)`: under loom this is
+/// that fence, at the point where the CAS sits in the total order; in real
+/// builds it costs nothing.
+#[inline(always)]
+pub(crate) fn seqcst_rmw_point() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
+
+/// One step of waiting for another party to finish a short, lock-free step
+/// (a ring slot between its claim and its publication): spin a little,
+/// then yield the OS thread (the other party may be a descheduled thread;
+/// it never needs our lock or our fiber to finish).
+pub(crate) fn spin(step: &mut u32) {
+    #[cfg(loom)]
+    {
+        let _ = step;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    {
+        if *step < 64 {
+            *step += 1;
+            std::hint::spin_loop();
         } else {
             std::thread::yield_now();
         }

@@ -175,3 +175,77 @@ fn loom_reserved_slot_vs_close() {
         assert_eq!(second, None);
     });
 }
+
+/// The ring (a bounded channel's lock-free buffer): two sends race a close
+/// and a receiver that drains until disconnected. A send is `Ok` exactly
+/// when its value is received, once; a refused send gets its value back.
+/// A receive that reads a claimed but unwritten position (a send between
+/// its claim and its write) as empty once the close mark is set loses the
+/// value.
+#[test]
+fn loom_ring_send_vs_close() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(2);
+        let receiver = thread::spawn(move || {
+            let mut got = Vec::new();
+            while let Ok(v) = rx.recv() {
+                got.push(v);
+            }
+            got
+        });
+        let sender = {
+            let tx = tx.clone();
+            thread::spawn(move || tx.send(1))
+        };
+        let closer = tx.clone();
+        let sent2 = tx.send(2);
+        closer.close();
+        drop(closer);
+        let sent1 = sender.join().unwrap();
+        drop(tx);
+        let mut got = receiver.join().unwrap();
+        got.sort_unstable();
+        let mut expected = Vec::new();
+        for (v, sent) in [(1, &sent1), (2, &sent2)] {
+            match sent {
+                Ok(()) => expected.push(v),
+                Err(SendError(back)) => assert_eq!(*back, v, "a refused send gets its own value back"),
+            }
+        }
+        assert_eq!(got, expected, "received exactly the values whose send succeeded");
+    });
+}
+
+/// A receiver parking on an empty ring races a lock-free send: the value
+/// reaches it and it wakes. Without the SeqCst fence between the send's
+/// ring write and its read of `parked` (`after_ring_op`), the send can
+/// miss the parking receiver, which sleeps forever.
+#[test]
+fn loom_ring_receiver_parks_vs_send() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let receiver = thread::spawn(move || rx.recv().ok());
+        tx.send(5).unwrap();
+        assert_eq!(receiver.join().unwrap(), Some(5));
+        drop(tx);
+    });
+}
+
+/// A sender parking on a full ring races a lock-free receive: the freed
+/// slot admits the parked value and the sender wakes; FIFO holds. Without
+/// the SeqCst fence between the parking sender's `parked` announcement and
+/// its re-check of the ring (`announce`), the receive can miss it, and the
+/// sender sleeps forever next to a free slot.
+#[test]
+fn loom_ring_sender_parks_vs_recv() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        tx.try_send(1).unwrap();
+        let sender = thread::spawn(move || tx.send(2));
+        assert_eq!(rx.recv(), Ok(1));
+        // The freed slot alone must complete the send (no second receive
+        // comes to the rescue).
+        assert_eq!(sender.join().unwrap(), Ok(()));
+        assert_eq!(rx.try_recv(), Ok(2));
+    });
+}
