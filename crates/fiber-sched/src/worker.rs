@@ -834,6 +834,12 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) -> Leave {
             // one): a fiber they wake from this thread lands in our runnext,
             // which the look below takes.
             fire_any_due(shared, ctx);
+            // And ready I/O: an event that arrives while this worker
+            // searches is taken here rather than by the poller thread,
+            // which would have to wake a worker for it.
+            if let Some(io) = fiber_core::io_poll().filter(|_| shared.config.io_harvest) {
+                ctx.harvest_io(io);
+            }
             if let Some(fiber) = worker.worker_next() {
                 found = Some(fiber);
                 break;
