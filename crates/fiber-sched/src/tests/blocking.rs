@@ -104,12 +104,19 @@ fn blocking_borrows_from_the_fiber_and_returns_panics() {
 fn cancellation_waits_for_the_running_call() {
     let rt = Runtime::builder().workers(1).build().unwrap();
     let finished = Arc::new(AtomicUsize::new(0));
-    let f = finished.clone();
+    let started = Arc::new(AtomicUsize::new(0));
+    let (f, s) = (finished.clone(), started.clone());
     let handle = rt.spawn(move || {
-        blocking(|| std::thread::sleep(Duration::from_millis(50)));
+        blocking(|| {
+            s.store(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(50))
+        });
         f.fetch_add(1, Ordering::SeqCst);
     });
-    while rt.stats().fibers_parked == 0 {
+    // Cancel once the call runs on the pool (the fiber waits for it then;
+    // `fibers_parked` is approximate and could show the fiber parked before
+    // it had started, and a fiber cancelled before it starts never runs).
+    while started.load(Ordering::SeqCst) == 0 {
         std::thread::yield_now();
     }
     handle.cancel();
