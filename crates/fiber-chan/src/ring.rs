@@ -31,17 +31,8 @@
 //! reserved position given back without a value), which receivers skip.
 
 use crate::sync::{seqcst_rmw_point, AtomicBool, AtomicUsize, Ordering, UnsafeCell};
-
-/// Keeps `head` and `tail` on separate cache lines.
-#[repr(align(128))]
-struct Padded<T>(T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
+// Keeps `head` and `tail` on separate cache lines.
+use crossbeam_utils::CachePadded as Padded;
 
 struct Slot<T> {
     stamp: AtomicUsize,
@@ -116,8 +107,8 @@ impl<T> Ring<T> {
         let mark = (cap + 1).next_power_of_two();
         let one_lap = mark * 2;
         Ring {
-            head: Padded(AtomicUsize::new(0)),
-            tail: Padded(AtomicUsize::new(0)),
+            head: Padded::new(AtomicUsize::new(0)),
+            tail: Padded::new(AtomicUsize::new(0)),
             slots: (0..cap)
                 .map(|i| Slot {
                     stamp: AtomicUsize::new(i),

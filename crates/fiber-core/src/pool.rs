@@ -60,19 +60,6 @@ pub struct ParkedFiber {
     pub spawned_at: &'static std::panic::Location<'static>,
 }
 
-/// A value alone on its cache line (128 bytes: adjacent-line prefetch
-/// pairs lines on x86).
-#[repr(align(128))]
-#[derive(Debug, Default)]
-pub(crate) struct CacheLine<T>(pub(crate) T);
-
-impl<T> std::ops::Deref for CacheLine<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
 /// Pooled fiber frames and stacks of one runtime.
 pub struct FramePool {
     id: usize,
@@ -83,7 +70,7 @@ pub struct FramePool {
     /// Bumped at every spawn (spawner's core) and every finish (the
     /// finishing worker's core): on a cache line of its own, so that those
     /// writes do not bounce the line holding `phase`, read at every spawn.
-    in_use: CacheLine<AtomicUsize>,
+    in_use: crossbeam_utils::CachePadded<AtomicUsize>,
     guarded: AtomicUsize,
     unguarded: AtomicUsize,
     stacks: StackAllocator,
@@ -121,7 +108,7 @@ impl FramePool {
             idle: crossbeam_queue::SegQueue::new(),
             all: Mutex::new(Vec::new()),
             allocated: AtomicUsize::new(0),
-            in_use: CacheLine(AtomicUsize::new(0)),
+            in_use: crossbeam_utils::CachePadded::new(AtomicUsize::new(0)),
             guarded: AtomicUsize::new(0),
             unguarded: AtomicUsize::new(0),
             stacks: StackAllocator::new(config),

@@ -4,26 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A counter alone on its cache line: jobs are created on one core and
 /// end on another, and counters sharing a line would bounce it between
-/// them at every job (128 bytes: adjacent-line prefetch pairs lines).
-#[repr(align(128))]
-#[derive(Debug, Default)]
-pub(crate) struct Counter(AtomicU64);
-
-impl Counter {
-    const fn new() -> Counter {
-        Counter(AtomicU64::new(0))
-    }
-
-    #[inline]
-    pub(crate) fn fetch_add(&self, n: u64, order: Ordering) -> u64 {
-        self.0.fetch_add(n, order)
-    }
-
-    #[inline]
-    pub(crate) fn load(&self, order: Ordering) -> u64 {
-        self.0.load(order)
-    }
-}
+/// them at every job.
+pub(crate) type Counter = crossbeam_utils::CachePadded<AtomicU64>;
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -38,14 +20,14 @@ pub(crate) struct Counters {
 }
 
 pub(crate) static COUNTERS: Counters = Counters {
-    jobs_created: Counter::new(),
-    cancellations_requested: Counter::new(),
-    jobs_completed: Counter::new(),
-    jobs_failed: Counter::new(),
-    jobs_cancelled: Counter::new(),
-    waiters_registered: Counter::new(),
-    waiters_woken: Counter::new(),
-    joins: Counter::new(),
+    jobs_created: Counter::new(AtomicU64::new(0)),
+    cancellations_requested: Counter::new(AtomicU64::new(0)),
+    jobs_completed: Counter::new(AtomicU64::new(0)),
+    jobs_failed: Counter::new(AtomicU64::new(0)),
+    jobs_cancelled: Counter::new(AtomicU64::new(0)),
+    waiters_registered: Counter::new(AtomicU64::new(0)),
+    waiters_woken: Counter::new(AtomicU64::new(0)),
+    joins: Counter::new(AtomicU64::new(0)),
 };
 
 /// Process-wide job counters at one instant.

@@ -448,12 +448,8 @@ impl WorkerCtx {
         bump(&slot.wakes);
         self.yielded.push(fiber);
         bump(&slot.enqueued);
-        // SeqCst fence: the notifier's half of the idle handshake, as in
-        // `push_local`.
-        fence(Ordering::SeqCst);
-        if shared.idle.sleeping() > 0 {
-            shared.notify_one();
-        }
+        // The notifier's half of the idle handshake, as in `push_local`.
+        shared.notify_one();
     }
 
     /// Take the ready I/O events (fiber-core's `IoPoll` hook); the fibers
@@ -493,14 +489,11 @@ impl WorkerCtx {
             return;
         };
         self.local.push(previous);
-        // SeqCst fence: the notifier's half of the idle handshake (publish
-        // work; fence; read sleepers) against a sleeper's (announce; fence;
-        // look for work), as in `Idle::notify_one`: a worker going to sleep
-        // either sees the stealable fiber or is counted here.
-        fence(Ordering::SeqCst);
-        if shared.idle.sleeping() > 0 {
-            shared.notify_one();
-        }
+        // The notifier's half of the idle handshake: `Idle::notify_one`
+        // fences (publish work; fence; read sleepers) against a sleeper's
+        // (announce; fence; look for work), so a worker going to sleep
+        // either sees the stealable fiber or is counted and woken here.
+        shared.notify_one();
     }
 
     fn next_random(&self) -> u64 {
