@@ -248,3 +248,38 @@ fn a_worker_without_progress_for_the_retire_interval_drains_and_is_replaced() {
     );
     assert_eq!(after.workers, 2, "{after:?}");
 }
+
+/// A runtime shut down while one of its workers is drained (its fiber
+/// still running without a yield point) shuts down cleanly: the fiber's
+/// slice ends, the drained worker leaves as drained, nothing hangs.
+#[test]
+fn shutdown_while_a_worker_is_drained() {
+    let rt = fiber::Runtime::builder()
+        .workers(2)
+        .max_workers(3)
+        .idle_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let release = Arc::new(AtomicBool::new(false));
+    let r = release.clone();
+    let handle = rt.handle();
+    let stuck = handle.spawn(move || {
+        while !r.load(Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+        7
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rt.stats().workers_drained_stuck == 0 {
+        assert!(Instant::now() < deadline, "never drained: {:?}", rt.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        release.store(true, Ordering::Release);
+    });
+    rt.shutdown_timeout(Duration::from_secs(5));
+    releaser.join().unwrap();
+    // The fiber ended (with its value, or cancelled by the shutdown).
+    let _ = stuck.join();
+}

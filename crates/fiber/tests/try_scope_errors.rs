@@ -90,3 +90,23 @@ fn try_scope_with_an_explicit_static_str_error_and_borrowing_children() {
         assert_eq!(seen, 2);
     });
 }
+
+/// The by-value `TryScope` is `Copy + Send`: a child can spawn siblings
+/// through it (as with `std::thread::scope`'s `&Scope`), and their errors
+/// fail the scope like any other child's.
+#[test]
+fn try_scope_children_spawn_through_a_copied_scope() {
+    fiber::run(|| {
+        let local = [1u32, 2, 3];
+        let r: Result<(), &'static str> = fiber::try_scope(|s| {
+            s.spawn(move || {
+                for &x in &local {
+                    s.spawn(move || if x == 3 { Err("three") } else { Ok(()) });
+                }
+                Ok(())
+            });
+            Ok(())
+        });
+        assert_eq!(r, Err("three"));
+    });
+}
