@@ -204,25 +204,33 @@ impl Fiber {
     ///
     /// The caller owns the frame (it is INIT and came from the pool) and
     /// `this` points to the frame inside an `Arc` that the pool keeps alive
-    /// for as long as the coroutine exists.
-    pub(crate) unsafe fn prepare(
+    /// for as long as the coroutine exists. Whatever `body` borrows stays
+    /// valid until the body has run to its end or been dropped (the
+    /// coroutine holds it: a `'static` body satisfies this trivially; a
+    /// layer that spawns borrowing bodies waits for that, as
+    /// `try_spawn_unjoined` requires).
+    pub(crate) unsafe fn prepare<'a>(
         this: &Arc<Fiber>,
         id: FiberId,
         sched: Arc<dyn Schedule>,
         task: Arc<dyn TaskControl>,
         spawned_at: &'static Location<'static>,
         stack: FiberStack,
-        body: impl FnOnce() -> Exit + Send + 'static,
+        body: impl FnOnce() -> Exit + Send + 'a,
     ) {
         let fiber_ptr: *const Fiber = Arc::as_ptr(this);
         let bounds = stack.bounds();
-        let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), Suspend>, ()| {
+        let entry = move |yielder: &Yielder<(), Suspend>, ()| {
             // SAFETY: the frame owns this coroutine and outlives it
             // (`prepare`'s contract), and this fiber is the owner while it
             // runs, so writing its own yielder slot is exclusive.
             unsafe { (*fiber_ptr).yielder.with_mut(|y| *y = yielder as *const _) };
             body()
-        });
+        };
+        // SAFETY: the body's borrows outlive its run or its drop (this
+        // function's contract); everything else the coroutine holds is
+        // `'static`.
+        let coroutine = unsafe { Coroutine::with_stack_unchecked(stack, entry) };
         this.id.store(id.0, std::sync::atomic::Ordering::Relaxed);
         this.last_worker.store(NO_WORKER, Ordering::Relaxed);
         this.spawned_at
@@ -833,8 +841,11 @@ pub fn install_root_scope(scope: Arc<dyn CancelScope>) -> Result<bool, Arc<dyn C
         let Some(task) = (*fiber).task() else {
             return Err(scope);
         };
-        (*fiber).swap_cancel_scope(Some(scope.clone()));
-        Ok(task.install_root_scope(scope))
+        let Some(cancelled) = task.install_root_scope(scope.clone()) else {
+            return Err(scope);
+        };
+        (*fiber).swap_cancel_scope(Some(scope));
+        Ok(cancelled)
     }
 }
 

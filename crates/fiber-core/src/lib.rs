@@ -112,7 +112,7 @@ pub use kind::{
     set_io_poll, set_park_backtraces, ExternalWait, IoPoll, WaitKind, WaitOn,
 };
 #[cfg(not(loom))]
-pub use park::{current_handle, park, park_timeout, FiberHandle};
+pub use park::{current_handle, park, park_timeout, FiberHandle, ParkToken};
 #[cfg(not(loom))]
 pub use pool::{FramePool, ParkedFiber, Phase, PoolStats, TeardownReport, IDLE_WATERMARK, TEARDOWN_WORKER};
 pub use report::{register_stats_reporter, stats_reports};
@@ -122,7 +122,8 @@ pub use sched::{Runnable, Running, Schedule, Worker};
 pub use stack::{StackConfig, UnguardedPolicy};
 #[cfg(not(loom))]
 pub use task::{
-    current_scheduler, spawn, spawn_on, try_spawn_on, try_spawn_with, Canceller, JoinError, JoinHandle, SpawnOptions,
+    current_scheduler, spawn, spawn_on, try_spawn_on, try_spawn_unjoined, try_spawn_with, Canceller, JoinError,
+    JoinHandle, SpawnOptions, UnjoinedTask,
 };
 pub use wait::{
     fiber_wait, fiber_wake, wait_until, Cancelled, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter,

@@ -10,9 +10,19 @@ use crate::wait::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitR
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// The park token of one fiber: (token available, parked waiter).
+/// The park token of one fiber (`park` / `unpark`): whether the token is
+/// available, and the fiber parked waiting for it. Opaque: a layer that
+/// spawns with [`try_spawn_unjoined`](crate::try_spawn_unjoined) keeps one
+/// in its per-fiber block and hands it out through
+/// [`UnjoinedTask::park_token`](crate::UnjoinedTask::park_token).
 #[derive(Default)]
-pub(crate) struct ParkToken(Mutex<(bool, Option<Waiter>)>);
+pub struct ParkToken(Mutex<(bool, Option<Waiter>)>);
+
+impl fmt::Debug for ParkToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("ParkToken { .. }")
+    }
+}
 
 impl ParkToken {
     fn unpark(&self) {

@@ -18,9 +18,9 @@ pub(crate) trait TaskControl: Send + Sync {
     fn park_token(&self) -> &crate::park::ParkToken;
     /// Make `scope` the task's root cancellation scope (a layer's job for
     /// this fiber): `JoinHandle::cancel` then cancels it too. Returns
-    /// `true` if the task was already cancelled (the caller cancels the
-    /// scope itself).
-    fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> bool;
+    /// `Some(true)` if the task was already cancelled (the caller cancels
+    /// the scope itself), `None` if this kind of task takes no root scope.
+    fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> Option<bool>;
     /// Take the root scope back (the fiber's body has ended).
     fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>>;
 }
@@ -224,10 +224,10 @@ impl<T: Send> TaskControl for Task<T> {
         &self.park
     }
 
-    fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> bool {
+    fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> Option<bool> {
         let mut joiners = lock(&self.joiners);
         joiners.root_scope = Some(scope);
-        self.cancel.load(Ordering::Relaxed)
+        Some(self.cancel.load(Ordering::Relaxed))
     }
 
     fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>> {
@@ -642,6 +642,116 @@ where
     frame.state.transition_to_runnable_from_init();
     sched.schedule(Runnable::new(frame, Actor::Spawner));
     Ok(JoinHandle { task })
+}
+
+/// The per-fiber block of a layer that spawns fibers it joins by its own
+/// means ([`try_spawn_unjoined`]): a scope's child, whose outcome travels
+/// through the scope's own handle. The core needs only the fiber's park
+/// token from it.
+pub trait UnjoinedTask: Send + Sync + 'static {
+    /// The fiber's `park` / `unpark` token (see [`ParkToken`](crate::ParkToken)).
+    fn park_token(&self) -> &crate::park::ParkToken;
+}
+
+impl<U: UnjoinedTask> TaskControl for U {
+    fn is_cancel_requested(&self) -> bool {
+        // No `JoinHandle` can cancel such a fiber: its layer cancels it
+        // through the cancellation scope it runs in.
+        false
+    }
+
+    fn park_token(&self) -> &crate::park::ParkToken {
+        UnjoinedTask::park_token(self)
+    }
+
+    fn install_root_scope(&self, _: Arc<dyn crate::CancelScope>) -> Option<bool> {
+        // Its layer runs the body in a scope of its own.
+        None
+    }
+
+    fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>> {
+        None
+    }
+}
+
+/// Spawn `f` as a fiber of `sched` that no [`JoinHandle`] tracks: the
+/// caller carries its outcome (and its cancellation) itself, and `task` is
+/// its per-fiber block. Saves the core's join block, and lets `f` borrow.
+/// Returns the fiber's id.
+///
+/// The fiber's body is `f`; when the runtime is shutting down before it
+/// starts, `f` is dropped unrun, on the fiber's stack (or with its frame).
+///
+/// # Safety
+///
+/// Whatever `f` borrows must stay valid until `f` has returned or been
+/// dropped; the caller must learn of that from `f` itself (it signals, as
+/// its last act or from its destructor) and wait for it before the borrows
+/// end, as `std::thread::scope` waits for its threads.
+#[track_caller]
+pub unsafe fn try_spawn_unjoined<'a, U, F>(
+    sched: &Arc<dyn Schedule>,
+    options: SpawnOptions,
+    task: Arc<U>,
+    f: F,
+) -> io::Result<FiberId>
+where
+    U: UnjoinedTask,
+    F: FnOnce() + Send + 'a,
+{
+    let location = Location::caller();
+    if sched.frames().phase() != crate::pool::Phase::Open && !runs_on(sched.frames()) {
+        return Err(io::Error::other(
+            "fiber spawn refused: the runtime is shutting down (or was dropped)",
+        ));
+    }
+    let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
+    let id = crate::fiber::next_fiber_id();
+    let body = move || -> Exit {
+        let fiber = current::get();
+        // SAFETY: this body runs on the fiber's own stack, so `current` is
+        // this fiber's frame and the running fiber owns its slots.
+        if unsafe { (*fiber).phase() } != crate::pool::Phase::Open {
+            // Never started: `f` is dropped here, on the fiber's stack.
+            drop_quietly(f);
+            return Exit::Cancelled;
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(f));
+        // SAFETY: as above.
+        let cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).is_cancel_requested() };
+        let _ = catch_unwind(crate::fiber::drop_fiber_locals);
+        drop_quietly(crate::fiber::swap_cancel_scope(None));
+        match outcome {
+            Ok(()) if !cancel_seen => Exit::Done,
+            Ok(()) => Exit::Cancelled,
+            Err(payload) => {
+                drop_quietly(payload);
+                Exit::Cancelled
+            }
+        }
+    };
+    let task: Arc<dyn TaskControl> = task;
+    // SAFETY: the frame came from the pool in INIT and is ours; the pool's
+    // `all` list keeps it alive for as long as the coroutine exists; `f`'s
+    // borrows outlive its run or drop (this function's contract).
+    unsafe {
+        Fiber::prepare(&frame, id, sched.clone(), task, location, stack, body);
+    }
+    if crate::kind::fiber_spans() {
+        let span = tracing::info_span!(
+            target: "fiber",
+            "fiber",
+            id = id.0,
+            name = options.name.as_deref().unwrap_or("")
+        );
+        // SAFETY: the frame is still INIT and ours (not scheduled yet).
+        unsafe { frame.set_span(span) };
+    }
+    frame.set_name(options.name);
+    frame.set_pinned(options.pinned || sched.pins_fibers());
+    frame.state.transition_to_runnable_from_init();
+    sched.schedule(Runnable::new(frame, Actor::Spawner));
+    Ok(id)
 }
 
 /// Is the caller a fiber whose runtime owns `pool`?

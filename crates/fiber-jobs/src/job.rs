@@ -143,6 +143,93 @@ struct Sync_ {
     fibers: smallvec::SmallVec<[fiber_core::FiberRef; 1]>,
     #[cfg(loom)]
     fibers: Vec<Arc<fiber_core::FiberRef>>,
+    /// A scoped child's outcome, waiting for its handle.
+    outcome: OutcomeSlot,
+}
+
+/// A scoped child's outcome (`scope.rs`'s `Outcome<T>`), type-erased so
+/// that the job, allocated once per child, carries it too: a second
+/// allocation per child (a separate slot shared by the child and its handle)
+/// cost a malloc and, when the child ran on another worker, a cross-thread
+/// free. Guarded by the job lock. Small outcomes live inline, larger ones
+/// in a box.
+///
+/// Every access names the outcome type; all accesses to one job name the
+/// same type (the child and its handle are made together, with one `T`).
+/// A value still here when the job is dropped (its handle was leaked with
+/// `mem::forget`) is leaked, never dropped: it may borrow from a scope that
+/// has ended.
+struct OutcomeSlot {
+    data: std::mem::MaybeUninit<[usize; OUTCOME_INLINE_WORDS]>,
+    /// A value is stored (inline, or as a box pointer in `data`).
+    present: bool,
+    /// The handle is gone: the child keeps (and drops) its own outcome.
+    handle_gone: bool,
+}
+
+const OUTCOME_INLINE_WORDS: usize = 4;
+
+impl Default for OutcomeSlot {
+    fn default() -> Self {
+        OutcomeSlot {
+            data: std::mem::MaybeUninit::uninit(),
+            present: false,
+            handle_gone: false,
+        }
+    }
+}
+
+impl OutcomeSlot {
+    const fn inline<V>() -> bool {
+        std::mem::size_of::<V>() <= std::mem::size_of::<[usize; OUTCOME_INLINE_WORDS]>()
+            && std::mem::align_of::<V>() <= std::mem::align_of::<usize>()
+    }
+
+    /// Store `value`, or give it back if the handle is gone.
+    ///
+    /// # Safety
+    ///
+    /// Every access to this slot names the same `V`, and `V` is `Send`
+    /// (the value moves from the child's thread to the handle's).
+    unsafe fn store<V>(&mut self, value: V) -> Option<V> {
+        if self.handle_gone {
+            return Some(value);
+        }
+        debug_assert!(!self.present, "a child stores its outcome once");
+        let at = self.data.as_mut_ptr().cast::<u8>();
+        if Self::inline::<V>() {
+            // SAFETY: `data` is big and aligned enough for a `V` (checked
+            // above) and holds no value (`present` is false).
+            unsafe { at.cast::<V>().write(value) };
+        } else {
+            // SAFETY: as above, for the box pointer.
+            unsafe { at.cast::<*mut V>().write(Box::into_raw(Box::new(value))) };
+        }
+        self.present = true;
+        None
+    }
+
+    /// The handle takes the outcome (if the child left one) and is gone.
+    ///
+    /// # Safety
+    ///
+    /// Every access to this slot names the same `V`, and `V` is `Send`
+    /// (the value moves from the child's thread to the handle's).
+    unsafe fn take<V>(&mut self) -> Option<V> {
+        self.handle_gone = true;
+        if !std::mem::replace(&mut self.present, false) {
+            return None;
+        }
+        let at = self.data.as_ptr().cast::<u8>();
+        if Self::inline::<V>() {
+            // SAFETY: `present` said `data` holds a `V` (same `V` as the
+            // store: the caller's contract); it is moved out once.
+            Some(unsafe { at.cast::<V>().read() })
+        } else {
+            // SAFETY: as above, `data` holds the pointer of a boxed `V`.
+            Some(*unsafe { Box::from_raw(at.cast::<*mut V>().read()) })
+        }
+    }
 }
 
 /// One job.
@@ -158,6 +245,17 @@ pub(crate) struct JobCore {
     /// This job's slot in its parent's `ChildSet` (fixed at creation).
     index_in_parent: usize,
     sync: Mutex<Sync_>,
+    /// The park token of the fiber a scope spawns for this job (the job is
+    /// that fiber's per-fiber block: see `fiber_core::UnjoinedTask`).
+    #[cfg(not(loom))]
+    park: fiber_core::ParkToken,
+}
+
+#[cfg(not(loom))]
+impl fiber_core::UnjoinedTask for JobCore {
+    fn park_token(&self) -> &fiber_core::ParkToken {
+        &self.park
+    }
 }
 
 /// A slab of the active children of a job.
@@ -268,7 +366,10 @@ impl JobCore {
                     failure: None,
                     reason: None,
                     fibers: Default::default(),
+                    outcome: OutcomeSlot::default(),
                 }),
+                #[cfg(not(loom))]
+                park: fiber_core::ParkToken::default(),
             })
         };
         let Some(parent) = parent else {
@@ -487,6 +588,46 @@ impl JobCore {
             };
             parent.on_child_terminal(self, reported, failure_for_parent);
         }
+    }
+
+    /// A scoped child's body ended with `outcome`: leave it for the handle
+    /// and mark the body done, under one lock. With the handle gone, the
+    /// outcome comes back and the body is not marked done: the child drops
+    /// the outcome, then calls [`body_done`](Self::body_done).
+    ///
+    /// # Safety
+    ///
+    /// Every outcome access on this job names the same `V`, and `V` is
+    /// `Send`.
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn finish_with_outcome<V>(self: &Arc<Self>, outcome: V) -> Option<V> {
+        let finalize = {
+            let mut sync = lock(&self.sync);
+            // SAFETY: the caller's contract.
+            if let Some(unwanted) = unsafe { sync.outcome.store(outcome) } {
+                return Some(unwanted);
+            }
+            sync.body_done = true;
+            sync.active_children == 0
+        };
+        if finalize {
+            self.finalize();
+        }
+        None
+    }
+
+    /// The handle takes the child's outcome, if it left one; from now on
+    /// the child drops its own.
+    ///
+    /// # Safety
+    ///
+    /// Every outcome access on this job names the same `V`, and `V` is
+    /// `Send`.
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn take_outcome<V>(&self) -> Option<V> {
+        let mut sync = lock(&self.sync);
+        // SAFETY: the caller's contract.
+        unsafe { sync.outcome.take() }
     }
 
     /// Take the recorded failure (the scope re-raises or returns it).

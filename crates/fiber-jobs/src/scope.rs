@@ -222,32 +222,6 @@ enum Outcome<T> {
     Cancelled,
 }
 
-/// Where a child leaves its outcome for its handle.
-struct Slot<T> {
-    state: Mutex<SlotState<T>>,
-}
-
-struct SlotState<T> {
-    outcome: Option<Outcome<T>>,
-    /// The `ScopedJoinHandle` still exists; once it is gone the child drops
-    /// its own outcome before it tells the scope it is done.
-    handle_alive: bool,
-}
-
-impl<T> Slot<T> {
-    /// Leave `outcome` for the handle, or give it back when the handle is
-    /// gone (the child then drops it itself).
-    fn store(&self, outcome: Outcome<T>) -> Option<Outcome<T>> {
-        let mut state = lock(&self.state);
-        if state.handle_alive {
-            state.outcome = Some(outcome);
-            None
-        } else {
-            Some(outcome)
-        }
-    }
-}
-
 /// A scoped child's body and its obligations: whatever happens to it (run,
 /// dropped unrun because the runtime shut down or the spawn failed), it
 /// drops everything it owns and only then tells the scope it is done, so
@@ -255,7 +229,9 @@ impl<T> Slot<T> {
 struct ChildBody<F, T, E> {
     f: Option<F>,
     job: Arc<JobCore>,
-    slot: Arc<Slot<T>>,
+    /// The outcome type, which travels through the job (`JobCore`'s
+    /// outcome slot) to the handle.
+    _outcome: PhantomData<fn() -> T>,
     /// `try_scope`'s first error (`None` for plain scopes, whose children
     /// cannot fail with an error).
     error: Option<Arc<Mutex<Option<E>>>>,
@@ -304,14 +280,17 @@ impl<F, T, E> ChildBody<F, T, E> {
 
     fn finish(&mut self, outcome: Outcome<T>) {
         self.done = true;
-        if let Some(unjoined) = self.slot.store(outcome) {
+        // SAFETY: this child's job carries `Outcome<T>` only (its handle
+        // names the same `T`: both are made by `spawn_child`, which requires
+        // `T: Send`).
+        if let Some(unjoined) = unsafe { self.job.finish_with_outcome(outcome) } {
             // Nobody will join: drop the value here, before `body_done`.
             if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(unjoined))) {
                 let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
                 self.job.fail(Failure::Panic(shared), CancelReason::ChildFailed);
             }
+            self.job.body_done();
         }
-        self.job.body_done();
     }
 }
 
@@ -350,10 +329,10 @@ impl fmt::Debug for Scope<'_, '_> {
 /// A handle to join a child of a scope.
 pub struct ScopedJoinHandle<'scope, T> {
     job: Arc<JobCore>,
-    slot: Arc<Slot<T>>,
     id: FiberId,
     name: Option<Arc<str>>,
     _scope: PhantomData<&'scope ()>,
+    _outcome: PhantomData<fn() -> T>,
 }
 
 impl<T> fmt::Debug for ScopedJoinHandle<'_, T> {
@@ -366,11 +345,9 @@ impl<T> fmt::Debug for ScopedJoinHandle<'_, T> {
 
 impl<T> Drop for ScopedJoinHandle<'_, T> {
     fn drop(&mut self) {
-        let unjoined = {
-            let mut state = lock(&self.slot.state);
-            state.handle_alive = false;
-            state.outcome.take()
-        };
+        // SAFETY: the job carries `Outcome<T>`, `T: Send` (see
+        // `spawn_child`).
+        let unjoined = unsafe { self.job.take_outcome::<Outcome<T>>() };
         // An outcome the child already left is dropped by the handle's
         // owner, inside the scope.
         drop(unjoined);
@@ -396,20 +373,12 @@ impl<T> ScopedJoinHandle<'_, T> {
         // SAFETY: `this` is never used or dropped after these reads: each
         // field is moved out exactly once, and `ManuallyDrop` keeps the
         // handle's `Drop` from running on the moved-from fields.
-        let (job, slot, name) = unsafe {
-            (
-                std::ptr::read(&this.job),
-                std::ptr::read(&this.slot),
-                std::ptr::read(&this.name),
-            )
-        };
+        let (job, name) = unsafe { (std::ptr::read(&this.job), std::ptr::read(&this.name)) };
         let id = this.id;
-        let outcome = {
-            let mut slot_state = lock(&slot.state);
-            slot_state.handle_alive = false;
-            slot_state.outcome.take()
-        };
-        drop((job, slot));
+        // SAFETY: the job carries `Outcome<T>`, `T: Send` (see
+        // `spawn_child`).
+        let outcome = unsafe { job.take_outcome::<Outcome<T>>() };
+        drop(job);
         let Some(state) = state else {
             // The joining fiber was cancelled while it waited; the child's
             // value (if it has one by now) is dropped here.
@@ -494,36 +463,29 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         E: Send + 'scope,
     {
         let child = JobCore::new(Some(self.job.clone()), false, true);
-        let slot = Arc::new(Slot {
-            state: Mutex::new(SlotState {
-                outcome: None,
-                handle_alive: true,
-            }),
-        });
         let body = ChildBody {
             f: Some(f),
             job: child.clone(),
-            slot: slot.clone(),
+            _outcome: PhantomData,
             error,
             done: false,
         };
-        let body: Box<dyn FnOnce() + Send + 'scope> = Box::new(move || body.run());
+        let name = options.name.clone();
         // SAFETY: the scope joins every child (`join_children`, also when its
         // body panics) before it returns, and a child drops everything it
         // owns (closure, value, locals) before `body_done` releases that
         // join, whether it ran or was dropped unrun (`ChildBody`); so nothing
         // the closure borrows for 'scope is used after the scope ends. This
-        // is std::thread::scope's argument.
-        let body: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(body) };
-        let name = options.name.clone();
-        // On an error the body was dropped unrun, so the child is done.
-        let handle = fiber_core::try_spawn_with(&self.sched, options, body)?;
+        // is std::thread::scope's argument. The child's job is its per-fiber
+        // block (its park token) and carries its outcome. On an
+        // error the body was dropped unrun, so the child is done.
+        let id = unsafe { fiber_core::try_spawn_unjoined(&self.sched, options, child.clone(), move || body.run())? };
         Ok(ScopedJoinHandle {
             job: child,
-            slot,
-            id: handle.id(),
+            id,
             name,
             _scope: PhantomData,
+            _outcome: PhantomData,
         })
     }
 

@@ -407,3 +407,40 @@ fn park_and_unpark_like_std_thread() {
         assert_eq!(waiting.join().unwrap(), 1);
     });
 }
+
+#[test]
+fn scoped_children_park_and_unpark_through_their_own_token() {
+    fiber::run(|| {
+        let (tx, rx) = bounded(1);
+        let woke = fiber::scope(|s| {
+            let parked = s.spawn(move || {
+                tx.send(fiber::current()).unwrap();
+                // A spurious return is allowed: park until the flag says so.
+                fiber::park();
+                "unparked"
+            });
+            let handle = rx.recv().unwrap();
+            assert_eq!(handle.id(), parked.id());
+            handle.unpark();
+            parked.join().unwrap()
+        });
+        assert_eq!(woke, "unparked");
+
+        // A token made available before the child parks is consumed at once,
+        // and a cancelled child's park returns.
+        let outcome = fiber::scope(|s| {
+            let child = s.spawn(|| {
+                fiber::current().unpark();
+                fiber::park();
+                fiber::Job::current().cancel();
+                fiber::park();
+                fiber::is_cancelled()
+            });
+            child.join()
+        });
+        assert!(
+            outcome.unwrap_err().is_cancelled(),
+            "a job cancelled before it ended ends cancelled"
+        );
+    });
+}
