@@ -572,10 +572,12 @@ impl JobCore {
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Every waiter taken here is woken once (a waker that finds it
         // still PARKING leaves WAKE_PENDING, which wakes it just the same).
-        COUNTERS.waiters_woken.fetch_add(
-            waiters.iter().flatten().count() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        let woken = waiters.iter().flatten().count() as u64;
+        if woken > 0 {
+            COUNTERS
+                .waiters_woken
+                .fetch_add(woken, std::sync::atomic::Ordering::Relaxed);
+        }
         for waiter in waiters.iter().flatten() {
             fiber_wake(waiter);
             crate::trace_event!("JOB_WAIT_WAKE", self.id);
@@ -590,8 +592,9 @@ impl JobCore {
         }
     }
 
-    /// A scoped child's body ended with `outcome`: leave it for the handle
-    /// and mark the body done, under one lock. With the handle gone, the
+    /// A scoped child's body ended with `outcome`: unregister its `fiber`,
+    /// leave the outcome for the handle and mark the body done, under one
+    /// lock. With the handle gone, the
     /// outcome comes back and the body is not marked done: the child drops
     /// the outcome, then calls [`body_done`](Self::body_done).
     ///
@@ -600,9 +603,17 @@ impl JobCore {
     /// Every outcome access on this job names the same `V`, and `V` is
     /// `Send`.
     #[cfg(not(loom))]
-    pub(crate) unsafe fn finish_with_outcome<V>(self: &Arc<Self>, outcome: V) -> Option<V> {
+    pub(crate) unsafe fn finish_with_outcome<V>(
+        self: &Arc<Self>,
+        outcome: V,
+        fiber: Option<fiber_core::FiberId>,
+    ) -> Option<V> {
         let finalize = {
             let mut sync = lock(&self.sync);
+            // The body's fiber leaves the job here, under the same lock.
+            if let Some(fiber) = fiber {
+                sync.fibers.retain(|f| f.id() != fiber);
+            }
             // SAFETY: the caller's contract.
             if let Some(unwanted) = unsafe { sync.outcome.store(outcome) } {
                 return Some(unwanted);
@@ -752,6 +763,14 @@ impl Waitable for Join {
     }
 
     fn unpublish(&self, waiter: &Waiter, io: &mut WaitSlot) -> Option<WaitResult> {
+        // Terminal (Acquire, pairs with the transition's Release): the
+        // finalize that made it so took every waiter in the same locked
+        // section, ours included (we published under the lock, before it),
+        // so there is no record left to remove.
+        if self.0.state().is_terminal() {
+            io.index = None;
+            return Some(WaitResult::Ok);
+        }
         let mut sync = lock(&self.0.sync);
         if let Some(index) = io.index.take() {
             sync.waiters.remove(index, waiter);

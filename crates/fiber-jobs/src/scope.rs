@@ -182,17 +182,26 @@ pub fn check_cancelled() -> Result<(), Cancelled> {
 /// Run `f` on the running fiber as the body of `job`: the fiber's waits see
 /// the job's cancellation, and the job can interrupt them.
 fn run_in_job<R>(job: &Arc<JobCore>, f: impl FnOnce() -> R) -> std::thread::Result<R> {
+    let me = run_in_job_registered(job, f);
+    if let Some(me) = me.1 {
+        job.remove_fiber(me);
+    }
+    me.0
+}
+
+/// [`run_in_job`], leaving the fiber registered with the job: the caller
+/// unregisters it (a scoped child does, under the lock it takes anyway to
+/// leave its outcome). Returns the fiber's id with the outcome.
+fn run_in_job_registered<R>(job: &Arc<JobCore>, f: impl FnOnce() -> R) -> (std::thread::Result<R>, Option<FiberId>) {
     let me = fiber_core::current_fiber();
-    if let Some(me) = &me {
-        job.add_fiber(me.clone());
+    let id = me.as_ref().map(|me| me.id());
+    if let Some(me) = me {
+        job.add_fiber(me);
     }
     let previous = fiber_core::swap_cancel_scope(Some(job.clone() as Arc<dyn CancelScope>));
     let outcome = catch_unwind(AssertUnwindSafe(f));
     fiber_core::swap_cancel_scope(previous);
-    if let Some(me) = &me {
-        job.remove_fiber(me.id());
-    }
-    outcome
+    (outcome, id)
 }
 
 #[track_caller]
@@ -236,6 +245,9 @@ struct ChildBody<F, T, E> {
     /// cannot fail with an error).
     error: Option<Arc<Mutex<Option<E>>>>,
     done: bool,
+    /// The fiber that ran the body, still registered with the job (to
+    /// interrupt on cancel) until `finish` leaves the outcome.
+    registered: Option<FiberId>,
 }
 
 impl<F, T, E> ChildBody<F, T, E>
@@ -251,7 +263,9 @@ where
                 Err(payload) => self.panicked(payload),
             }
         } else {
-            match run_in_job(&self.job, f) {
+            let (outcome, me) = run_in_job_registered(&self.job, f);
+            self.registered = me;
+            match outcome {
                 Ok(Ok(value)) => Outcome::Value(value),
                 Ok(Err(e)) => {
                     if let Some(error) = &self.error {
@@ -283,7 +297,7 @@ impl<F, T, E> ChildBody<F, T, E> {
         // SAFETY: this child's job carries `Outcome<T>` only (its handle
         // names the same `T`: both are made by `spawn_child`, which requires
         // `T: Send`).
-        if let Some(unjoined) = unsafe { self.job.finish_with_outcome(outcome) } {
+        if let Some(unjoined) = unsafe { self.job.finish_with_outcome(outcome, self.registered.take()) } {
             // Nobody will join: drop the value here, before `body_done`.
             if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(unjoined))) {
                 let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
@@ -469,6 +483,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             _outcome: PhantomData,
             error,
             done: false,
+            registered: None,
         };
         let name = options.name.clone();
         // SAFETY: the scope joins every child (`join_children`, also when its
