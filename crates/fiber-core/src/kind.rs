@@ -138,6 +138,13 @@ pub fn fiber_spans() -> bool {
 pub trait IoPoll: Send + Sync {
     /// Take the ready events, wake their fibers; returns how many events.
     fn poll_ready(&self) -> usize;
+
+    /// A worker found nothing to run and is about to sleep: from now on it
+    /// takes no events, so the I/O layer makes sure someone waits for
+    /// them (fiber-net's poller thread may be resting while busy workers
+    /// take the events themselves). Called on every worker sleep: cheap
+    /// when there is nothing to do.
+    fn before_sleep(&self) {}
 }
 
 static IO_POLL: std::sync::OnceLock<&'static dyn IoPoll> = std::sync::OnceLock::new();

@@ -11,6 +11,7 @@
 //! any waiter with an error), then the fd is closed.
 
 use crate::readiness::Readiness;
+use crate::rest::PollerRest;
 use crate::sync::{lock, Arc, Mutex};
 use mio::event::Source;
 use mio::{Events, Interest, Poll, Registry, Token};
@@ -31,6 +32,9 @@ pub struct PollStats {
     pub poller_events: u64,
     /// Events workers took themselves.
     pub worker_events: u64,
+    /// Times the poller thread rested (stayed out of `epoll_wait` for up
+    /// to a millisecond) because workers were taking the events.
+    pub poller_rests: u64,
 }
 
 /// The counters of [`PollStats`] now.
@@ -39,6 +43,7 @@ pub fn poll_stats() -> PollStats {
     PollStats {
         poller_events: POLLER_EVENTS.load(Relaxed),
         worker_events: WORKER_EVENTS.load(Relaxed),
+        poller_rests: RESTS.load(Relaxed),
     }
 }
 
@@ -132,6 +137,16 @@ fn start() -> io::Result<Driver> {
 /// Events a worker takes per non-blocking harvest.
 const EVENTS_PER_HARVEST: usize = 256;
 
+/// The poller thread's rest while workers take the events themselves
+/// (the protocol is in `rest.rs`).
+static REST_STATE: PollerRest = PollerRest::new();
+static POLLER_THREAD: OnceLock<std::thread::Thread> = OnceLock::new();
+/// The longest rest: how late readiness can be when a worker that was
+/// harvesting stays busy without harvesting (one long CPU-bound fiber).
+const REST: std::time::Duration = std::time::Duration::from_millis(1);
+/// How often the poller rested (diagnostics).
+static RESTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The workers' side of the driver (fiber-core's `IoPoll` hook): a
 /// non-blocking `epoll_wait` on the poller's epoll instance. Edge-triggered
 /// events go to exactly one of the threads waiting on an epoll instance,
@@ -154,6 +169,7 @@ impl fiber_core::IoPoll for WorkerPoll {
         if n <= 0 {
             return 0;
         }
+        REST_STATE.note_harvest();
         WORKER_EVENTS.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         let mut batch: smallvec::SmallVec<[(Arc<Readiness>, bool, bool); 16]> = smallvec::SmallVec::new();
         {
@@ -175,13 +191,40 @@ impl fiber_core::IoPoll for WorkerPoll {
         }
         n as usize
     }
+
+    fn before_sleep(&self) {
+        if REST_STATE.worker_sleeping() {
+            if let Some(poller) = POLLER_THREAD.get() {
+                poller.unpark();
+            }
+        }
+    }
+}
+
+/// Rest instead of waiting in `epoll_wait` while workers take the events
+/// (`rest.rs`); `true` if the poller rested (or decided to and then saw a
+/// worker go to sleep).
+fn rest_while_workers_harvest() -> bool {
+    let Some(park) = REST_STATE.begin() else {
+        return false;
+    };
+    if park {
+        RESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::thread::park_timeout(REST);
+    }
+    REST_STATE.end();
+    true
 }
 
 /// The poller thread: runs for the life of the process.
 fn run(mut poll: Poll) {
+    let _ = POLLER_THREAD.set(std::thread::current());
     let mut events = Events::with_capacity(EVENTS_PER_POLL);
     let mut batch: Vec<(Arc<Readiness>, bool, bool)> = Vec::with_capacity(EVENTS_PER_POLL);
     loop {
+        if rest_while_workers_harvest() {
+            continue;
+        }
         if let Err(e) = poll.poll(&mut events, None) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;

@@ -114,6 +114,7 @@ macro_rules! stream_io {
 pub(crate) use stream_io;
 
 mod readiness;
+mod rest;
 
 #[cfg(not(loom))]
 mod driver;

@@ -874,6 +874,11 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     }
     slot.heartbeat.fetch_add(1, Ordering::Relaxed);
     shared.counters.sleeps.fetch_add(1, Ordering::Relaxed);
+    // This worker stops taking I/O events: the I/O layer's poller takes
+    // over if it was resting.
+    if let Some(io) = fiber_core::io_poll() {
+        io.before_sleep();
+    }
     // An extra worker (more than the minimum stay) retires after its idle
     // timeout, unless pinned fibers call it home.
     let extra =

@@ -1,5 +1,7 @@
 #[cfg(loom)]
 mod loom_readiness;
+#[cfg(loom)]
+mod loom_rest;
 
 #[cfg(not(loom))]
 mod readiness;
