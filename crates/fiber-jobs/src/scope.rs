@@ -494,7 +494,19 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // is std::thread::scope's argument. The child's job is its per-fiber
         // block (its park token) and carries its outcome. On an
         // error the body was dropped unrun, so the child is done.
-        let id = unsafe { fiber_core::try_spawn_unjoined(&self.sched, options, child.clone(), move || body.run())? };
+        let spawned =
+            unsafe { fiber_core::try_spawn_unjoined(&self.sched, options, child.clone(), move || body.run()) };
+        let id = match spawned {
+            Ok(id) => id,
+            Err(e) => {
+                // The body was dropped unrun and left `Cancelled` for a
+                // handle that will never exist: take it back (a boxed
+                // outcome would leak otherwise).
+                // SAFETY: the job carries `Outcome<T>`, `T: Send`.
+                drop(unsafe { child.take_outcome::<Outcome<T>>() });
+                return Err(e);
+            }
+        };
         Ok(ScopedJoinHandle {
             job: child,
             id,

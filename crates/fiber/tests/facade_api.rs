@@ -276,3 +276,33 @@ fn handle_spawn_after_shutdown_is_an_error() {
     let err = handle.try_spawn(|| ()).unwrap_err();
     assert!(err.to_string().contains("shutting down"), "{err}");
 }
+
+#[test]
+fn a_scoped_spawn_that_fails_drops_its_closure_once_and_the_scope_returns() {
+    struct Guard<'a>(&'a std::sync::atomic::AtomicUsize);
+    impl Drop for Guard<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    fiber::run(|| {
+        let drops = std::sync::atomic::AtomicUsize::new(0);
+        let err = fiber::scope(|s| {
+            let guard = Guard(&drops);
+            // Above the 1 GiB limit: refused before the fiber exists.
+            fiber::Builder::new()
+                .stack_size(2 << 30)
+                .spawn_scoped(s, move || {
+                    let _guard = guard;
+                    [0u64; 64]
+                })
+                .unwrap_err()
+        });
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        assert_eq!(
+            drops.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "the unrun closure was dropped once"
+        );
+    });
+}
