@@ -25,7 +25,7 @@
 //!   reads the flag (fiber-core's Dekker pair), so no cancel is lost.
 
 use crate::stats::COUNTERS;
-use crate::sync::{lock, AtomicU8, Mutex, Ordering};
+use crate::sync::{lock, AtomicU8, AtomicUsize, Mutex, Ordering};
 use fiber_core::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::any::Any;
 use std::fmt;
@@ -242,8 +242,11 @@ pub(crate) struct JobCore {
     /// by unwinding or return value in the fiber that runs them).
     propagates: bool,
     pub(crate) parent: Option<Arc<JobCore>>,
-    /// This job's slot in its parent's `ChildSet` (fixed at creation).
-    index_in_parent: usize,
+    /// This job's slot in its parent's `ChildSet`: written once, under the
+    /// parent's lock, when the job is attached; read under that lock (so
+    /// Relaxed: the lock orders it). The job is allocated before the lock
+    /// is taken, which keeps the parent's critical section short.
+    index_in_parent: AtomicUsize,
     sync: Mutex<Sync_>,
     /// The park token of the fiber a scope spawns for this job (the job is
     /// that fiber's per-fiber block: see `fiber_core::UnjoinedTask`).
@@ -256,6 +259,13 @@ impl fiber_core::UnjoinedTask for JobCore {
     fn park_token(&self) -> &fiber_core::ParkToken {
         &self.park
     }
+}
+
+/// What a finalize does after it releases the job lock.
+struct Finalized {
+    state: JobState,
+    waiters: Taken,
+    failure_for_parent: Option<Failure>,
 }
 
 /// A slab of the active children of a job.
@@ -350,14 +360,14 @@ impl JobCore {
         // The job counters join the runtime's shutdown report (FIBER_STATS=1).
         static REPORTER: std::sync::Once = std::sync::Once::new();
         REPORTER.call_once(|| fiber_core::register_stats_reporter(crate::stats::report));
-        let fresh = |parent: Option<Arc<JobCore>>, index_in_parent: usize| {
+        let fresh = |parent: Option<Arc<JobCore>>| {
             Arc::new(JobCore {
                 id: next_job_id(),
                 state: AtomicU8::new(JobState::Active as u8),
                 supervisor,
                 propagates,
                 parent,
-                index_in_parent,
+                index_in_parent: AtomicUsize::new(usize::MAX),
                 sync: Mutex::new(Sync_ {
                     children: ChildSet::default(),
                     active_children: 0,
@@ -373,20 +383,23 @@ impl JobCore {
             })
         };
         let Some(parent) = parent else {
-            let job = fresh(None, usize::MAX);
+            let job = fresh(None);
             COUNTERS.jobs_created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             crate::trace_event!("JOB_CREATE", job.id, parent = None::<u64>);
             return job;
         };
         // Created under the parent's lock so that its slot index is fixed
         // before anyone can see it.
-        let (job, cancelling) = {
+        let job = fresh(Some(parent.clone()));
+        let attached = job.clone();
+        let cancelling = {
             let mut sync = lock(&parent.sync);
             let index = sync.children.vacant();
-            let job = fresh(Some(parent.clone()), index);
-            sync.children.put(index, job.clone());
+            // Relaxed: read only under this lock (see the field).
+            attached.index_in_parent.store(index, Ordering::Relaxed);
+            sync.children.put(index, attached);
             sync.active_children += 1;
-            (job, parent.state() != JobState::Active)
+            parent.state() != JobState::Active
         };
         COUNTERS.jobs_created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         crate::trace_event!("JOB_CREATE", job.id, parent = Some(parent.id));
@@ -496,13 +509,17 @@ impl JobCore {
     /// The body returned (successfully or not); finalize if no child is
     /// active.
     pub(crate) fn body_done(self: &Arc<Self>) {
-        let finalize = {
+        let finalized = {
             let mut sync = lock(&self.sync);
             sync.body_done = true;
-            sync.active_children == 0
+            if sync.active_children == 0 {
+                self.finalize_locked(&mut sync)
+            } else {
+                None
+            }
         };
-        if finalize {
-            self.finalize();
+        if let Some(finalized) = finalized {
+            self.after_finalize(finalized);
         }
     }
 
@@ -516,7 +533,8 @@ impl JobCore {
         }
         let (finalize, waiters) = {
             let mut sync = lock(&self.sync);
-            sync.children.remove(child.index_in_parent);
+            // Relaxed: written under this lock (see the field).
+            sync.children.remove(child.index_in_parent.load(Ordering::Relaxed));
             sync.active_children -= 1;
             if sync.active_children == 0 {
                 sync.children.reset();
@@ -536,11 +554,23 @@ impl JobCore {
     }
 
     fn finalize(self: &Arc<Self>) {
-        let (final_state, waiters, failure_for_parent) = {
+        let finalized = {
             let mut sync = lock(&self.sync);
+            self.finalize_locked(&mut sync)
+        };
+        if let Some(finalized) = finalized {
+            self.after_finalize(finalized);
+        }
+    }
+
+    /// The locked half of [`finalize`](Self::finalize): the transition,
+    /// and what to do once the lock is released. `None` if the job is
+    /// already terminal.
+    fn finalize_locked(&self, sync: &mut Sync_) -> Option<Finalized> {
+        {
             let current = self.state();
             if current.is_terminal() {
-                return;
+                return None;
             }
             debug_assert_eq!(
                 sync.active_children, 0,
@@ -562,8 +592,22 @@ impl JobCore {
             let hand_up =
                 to == JobState::Failed && self.propagates && self.parent.as_ref().is_some_and(|p| !p.supervisor);
             let failure = if hand_up { sync.failure.take() } else { None };
-            (to, sync.waiters.take_all(), failure)
-        };
+            Some(Finalized {
+                state: to,
+                waiters: sync.waiters.take_all(),
+                failure_for_parent: failure,
+            })
+        }
+    }
+
+    /// The unlocked half of [`finalize`](Self::finalize): count, wake the
+    /// waiters, report to the parent.
+    fn after_finalize(self: &Arc<Self>, finalized: Finalized) {
+        let Finalized {
+            state: final_state,
+            waiters,
+            failure_for_parent,
+        } = finalized;
         let counter = match final_state {
             JobState::Completed => &COUNTERS.jobs_completed,
             JobState::Failed => &COUNTERS.jobs_failed,
@@ -619,10 +663,15 @@ impl JobCore {
                 return Some(unwanted);
             }
             sync.body_done = true;
-            sync.active_children == 0
+            // No child left: finalize under this same lock.
+            if sync.active_children == 0 {
+                self.finalize_locked(&mut sync)
+            } else {
+                None
+            }
         };
-        if finalize {
-            self.finalize();
+        if let Some(finalized) = finalize {
+            self.after_finalize(finalized);
         }
         None
     }
