@@ -24,7 +24,7 @@
 //!   fibers are interrupted; a parking fiber stores PARKING, fences, then
 //!   reads the flag (fiber-core's Dekker pair), so no cancel is lost.
 
-use crate::stats::COUNTERS;
+use crate::stats::{bump, Counter};
 use crate::sync::{lock, AtomicU8, AtomicUsize, Mutex, Ordering};
 use fiber_core::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::any::Any;
@@ -384,7 +384,7 @@ impl JobCore {
         };
         let Some(parent) = parent else {
             let job = fresh(None);
-            COUNTERS.jobs_created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            bump(Counter::JobsCreated, 1);
             crate::trace_event!("JOB_CREATE", job.id, parent = None::<u64>);
             return job;
         };
@@ -401,7 +401,7 @@ impl JobCore {
             sync.active_children += 1;
             parent.state() != JobState::Active
         };
-        COUNTERS.jobs_created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        bump(Counter::JobsCreated, 1);
         crate::trace_event!("JOB_CREATE", job.id, parent = Some(parent.id));
         crate::trace_event!("JOB_CHILD_ATTACH", job.id, parent = parent.id);
         if cancelling {
@@ -468,9 +468,7 @@ impl JobCore {
                     debug_assert!(moved, "state changes only under the job lock");
                     // Counted once per job: only the request that changed
                     // the state.
-                    COUNTERS
-                        .cancellations_requested
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    bump(Counter::CancellationsRequested, 1);
                 }
                 JobState::Cancelling => {
                     // Timeout loses to an explicit reason, never the reverse.
@@ -609,18 +607,16 @@ impl JobCore {
             failure_for_parent,
         } = finalized;
         let counter = match final_state {
-            JobState::Completed => &COUNTERS.jobs_completed,
-            JobState::Failed => &COUNTERS.jobs_failed,
-            _ => &COUNTERS.jobs_cancelled,
+            JobState::Completed => Counter::JobsCompleted,
+            JobState::Failed => Counter::JobsFailed,
+            _ => Counter::JobsCancelled,
         };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        bump(counter, 1);
         // Every waiter taken here is woken once (a waker that finds it
         // still PARKING leaves WAKE_PENDING, which wakes it just the same).
         let woken = waiters.iter().flatten().count() as u64;
         if woken > 0 {
-            COUNTERS
-                .waiters_woken
-                .fetch_add(woken, std::sync::atomic::Ordering::Relaxed);
+            bump(Counter::WaitersWoken, woken);
         }
         for waiter in waiters.iter().flatten() {
             fiber_wake(waiter);
@@ -803,9 +799,7 @@ impl Waitable for Join {
         io.index = Some(sync.waiters.insert(waiter.clone()));
         if !io.counted {
             io.counted = true;
-            COUNTERS
-                .waiters_registered
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            bump(Counter::WaitersRegistered, 1);
             crate::trace_event!("JOB_WAIT_REGISTER", self.0.id);
         }
         Publish::Published

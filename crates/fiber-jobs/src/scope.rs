@@ -377,9 +377,6 @@ impl<T> ScopedJoinHandle<'_, T> {
     /// child's value is dropped).
     #[track_caller]
     pub fn join(self) -> Result<T, JoinError> {
-        crate::stats::COUNTERS
-            .joins
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let state = self.job.join();
         // Take the outcome and retire the handle under one lock (what
         // `Drop` would do again otherwise).

@@ -1,34 +1,99 @@
-//! Job counters: each bumped exactly once per event (Relaxed; diagnostics).
+//! Job counters: each bumped exactly once per event, in per-thread blocks
+//! summed on read (diagnostics).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-/// A counter alone on its cache line: jobs are created on one core and
-/// end on another, and counters sharing a line would bounce it between
-/// them at every job.
-pub(crate) type Counter = crossbeam_utils::CachePadded<AtomicU64>;
-
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) jobs_created: Counter,
-    pub(crate) cancellations_requested: Counter,
-    pub(crate) jobs_completed: Counter,
-    pub(crate) jobs_failed: Counter,
-    pub(crate) jobs_cancelled: Counter,
-    pub(crate) waiters_registered: Counter,
-    pub(crate) waiters_woken: Counter,
-    pub(crate) joins: Counter,
+/// The counters, by index into a thread's block.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Counter {
+    JobsCreated,
+    CancellationsRequested,
+    JobsCompleted,
+    JobsFailed,
+    JobsCancelled,
+    WaitersRegistered,
+    WaitersWoken,
 }
 
-pub(crate) static COUNTERS: Counters = Counters {
-    jobs_created: Counter::new(AtomicU64::new(0)),
-    cancellations_requested: Counter::new(AtomicU64::new(0)),
-    jobs_completed: Counter::new(AtomicU64::new(0)),
-    jobs_failed: Counter::new(AtomicU64::new(0)),
-    jobs_cancelled: Counter::new(AtomicU64::new(0)),
-    waiters_registered: Counter::new(AtomicU64::new(0)),
-    waiters_woken: Counter::new(AtomicU64::new(0)),
-    joins: Counter::new(AtomicU64::new(0)),
-};
+const COUNTERS: usize = 7;
+
+/// One thread's counts. Only its thread writes them (a load and a store,
+/// no read-modify-write: no locked instruction and no cache line shared
+/// between cores on the job path); readers sum every block. Relaxed
+/// throughout: diagnostics, not a protocol.
+#[derive(Debug, Default)]
+struct Block {
+    counts: [AtomicU64; COUNTERS],
+}
+
+/// Every live thread's block, and the counts of threads that have exited
+/// (each folds its block in here, under the lock, as it exits).
+struct Registry {
+    live: Vec<Arc<Block>>,
+    retired: [u64; COUNTERS],
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    live: Vec::new(),
+    retired: [0; COUNTERS],
+});
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A thread's handle on its block: registered on first use, folded into
+/// `retired` when the thread exits.
+struct Mine(Arc<Block>);
+
+impl Mine {
+    fn new() -> Mine {
+        let block = Arc::new(Block::default());
+        registry().live.push(block.clone());
+        Mine(block)
+    }
+}
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        let mut registry = registry();
+        for (sum, count) in registry.retired.iter_mut().zip(&self.0.counts) {
+            *sum += count.load(Ordering::Relaxed);
+        }
+        registry.live.retain(|b| !Arc::ptr_eq(b, &self.0));
+    }
+}
+
+thread_local! {
+    static MINE: Mine = Mine::new();
+}
+
+/// Count `n` events of `counter` on this thread.
+#[inline]
+pub(crate) fn bump(counter: Counter, n: u64) {
+    let counted = MINE.try_with(|mine| {
+        let cell = &mine.0.counts[counter as usize];
+        // Only this thread writes its block.
+        cell.store(cell.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    });
+    if counted.is_err() {
+        // This thread's block is gone (a destructor running at thread
+        // exit): count straight into the retired sums.
+        registry().retired[counter as usize] += n;
+    }
+}
+
+fn sums() -> [u64; COUNTERS] {
+    let registry = registry();
+    let mut sums = registry.retired;
+    for block in &registry.live {
+        for (sum, count) in sums.iter_mut().zip(&block.counts) {
+            *sum += count.load(Ordering::Relaxed);
+        }
+    }
+    sums
+}
 
 /// Process-wide job counters at one instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -51,15 +116,15 @@ pub struct JobStats {
 
 /// The job counters now.
 pub fn stats() -> JobStats {
-    let c = &COUNTERS;
+    let c = sums();
     JobStats {
-        jobs_created: c.jobs_created.load(Ordering::Relaxed),
-        cancellations_requested: c.cancellations_requested.load(Ordering::Relaxed),
-        jobs_completed: c.jobs_completed.load(Ordering::Relaxed),
-        jobs_failed: c.jobs_failed.load(Ordering::Relaxed),
-        jobs_cancelled: c.jobs_cancelled.load(Ordering::Relaxed),
-        waiters_registered: c.waiters_registered.load(Ordering::Relaxed),
-        waiters_woken: c.waiters_woken.load(Ordering::Relaxed),
+        jobs_created: c[Counter::JobsCreated as usize],
+        cancellations_requested: c[Counter::CancellationsRequested as usize],
+        jobs_completed: c[Counter::JobsCompleted as usize],
+        jobs_failed: c[Counter::JobsFailed as usize],
+        jobs_cancelled: c[Counter::JobsCancelled as usize],
+        waiters_registered: c[Counter::WaitersRegistered as usize],
+        waiters_woken: c[Counter::WaitersWoken as usize],
     }
 }
 
