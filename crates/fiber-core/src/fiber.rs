@@ -261,6 +261,30 @@ impl Fiber {
             .expect("a live fiber has a scheduler")
     }
 
+    /// The scheduler this fiber runs on, borrowed from its slot.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Fiber::scheduler`]; the borrow must end before the slot can
+    /// change (the running fiber's own slot does not change while it runs).
+    pub(crate) unsafe fn scheduler_ref(&self) -> Option<&dyn Schedule> {
+        // SAFETY: see the function's contract.
+        self.sched.with(|s| unsafe { (*s).as_deref() })
+    }
+
+    /// Does this fiber's scheduler slot hold `sched`?
+    ///
+    /// # Safety
+    ///
+    /// As for [`Fiber::scheduler`].
+    pub(crate) unsafe fn scheduler_ptr_eq(&self, sched: &dyn Schedule) -> bool {
+        // SAFETY: see the function's contract.
+        self.sched.with(|s| unsafe {
+            (*s).as_deref()
+                .is_some_and(|mine| std::ptr::addr_eq(mine as *const dyn Schedule, sched as *const dyn Schedule))
+        })
+    }
+
     /// Has cancellation been requested for the task this fiber runs?
     ///
     /// # Safety

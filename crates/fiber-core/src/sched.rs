@@ -83,6 +83,10 @@ impl Runnable {
         self.fiber.id()
     }
 
+    pub(crate) fn fiber_ref(&self) -> &Fiber {
+        &self.fiber
+    }
+
     pub(crate) fn into_fiber(self) -> Arc<Fiber> {
         self.fiber
     }
