@@ -57,6 +57,7 @@ pub(crate) enum NodeState {
 }
 
 impl NodeState {
+    #[inline]
     fn from_u8(bits: u8) -> NodeState {
         match bits {
             0 => NodeState::Idle,
@@ -372,13 +373,21 @@ impl<T> Drop for Node<T> {
     fn drop(&mut self) {
         // A node can only be queued while its owner waits; if the owner is
         // unwound mid-wait (shutdown), unlink it here.
-        if !self.queued.get() {
-            return;
+        if self.queued.get() {
+            // SAFETY: `chan` points to the channel this node was made for;
+            // the owner holds a handle (Sender/Receiver) to it for the
+            // node's life.
+            let chan = unsafe { &*self.chan };
+            let _ = chan.unregister(self, false);
         }
-        // SAFETY: `chan` points to the channel this node was made for; the
-        // owner holds a handle (Sender/Receiver) to it for the node's life.
-        let chan = unsafe { &*self.chan };
-        let _ = chan.unregister(self, false);
+        // Under loom the node's end counts as a write of its cells (its
+        // memory goes away with the owner's frame), so a peer that still
+        // touches them after the owner could return is a reported race.
+        #[cfg(loom)]
+        {
+            self.slot.with_mut(|_| ());
+            self.waiter.with_mut(|_| ());
+        }
     }
 }
 
@@ -627,6 +636,34 @@ impl<T> Chan<T> {
         }
     }
 
+    /// The record of the first queued receiver (a clone; the node stays
+    /// queued): loom models wake it from a third party, as a cancellation
+    /// or a deadline wakes a fiber.
+    #[cfg(loom)]
+    pub(crate) fn first_receiver_record(&self) -> Option<Waiter> {
+        self.first_record(false)
+    }
+
+    /// As `first_receiver_record`, for the first queued sender.
+    #[cfg(loom)]
+    pub(crate) fn first_sender_record(&self) -> Option<Waiter> {
+        self.first_record(true)
+    }
+
+    #[cfg(loom)]
+    fn first_record(&self, sender: bool) -> Option<Waiter> {
+        let inner = self.lock();
+        let node = if sender {
+            inner.sendq.front()
+        } else {
+            inner.recvq.front()
+        }?;
+        // SAFETY: under the lock; a queued node is alive.
+        let node = unsafe { node.get() };
+        // SAFETY: as in `Node::state`: the lock guards a queued node.
+        node.waiter.with(|w| unsafe { (*w).clone() })
+    }
+
     /// Queued (receivers, senders), for tests and diagnostics.
     pub(crate) fn waiting(&self) -> (usize, usize) {
         let inner = self.lock();
@@ -638,11 +675,17 @@ impl<T> Chan<T> {
         self.wakes.load(Ordering::Relaxed)
     }
 
+    /// Count the wakes collected since `before`. Called under the channel
+    /// lock only (every caller holds it), so the lock orders the writers
+    /// and a load and a store count exactly, without a read-modify-write
+    /// on the hand-off path.
+    #[inline]
     fn note(&self, wakes: &Wakes, before: usize) {
         let n = wakes.count() - before;
         if n > 0 {
-            // Relaxed: a statistic.
-            self.wakes.fetch_add(n, Ordering::Relaxed);
+            // Relaxed: a statistic, written under the lock only.
+            let now = self.wakes.load(Ordering::Relaxed);
+            self.wakes.store(now + n, Ordering::Relaxed);
         }
     }
 

@@ -803,12 +803,19 @@ impl<'a> Select<'a> {
                 let start = if self.biased {
                     0
                 } else {
-                    (self.next_random() % n as u64) as usize
+                    // Uniform in 0..n by multiply-and-shift (no division:
+                    // a 64-bit divide costs more than the rest of a ready
+                    // select's first pass).
+                    ((u128::from(self.next_random()) * n as u128) >> 64) as usize
                 };
-                for k in 0..n {
-                    let i = (start + k) % n;
+                let mut i = start;
+                for _ in 0..n {
                     if self.ops[i].try_now(&self.group, ready_only) {
                         return Some(i);
+                    }
+                    i += 1;
+                    if i == n {
+                        i = 0;
                     }
                 }
             }

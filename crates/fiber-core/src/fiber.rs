@@ -187,10 +187,12 @@ impl Fiber {
         }
     }
 
+    #[inline]
     pub(crate) fn id(&self) -> FiberId {
         FiberId(self.id.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    #[inline]
     pub(crate) fn last_worker(&self) -> Option<usize> {
         match self.last_worker.load(Ordering::Relaxed) {
             NO_WORKER => None,
@@ -340,6 +342,7 @@ impl Fiber {
         self.pinned.store(pinned, std::sync::atomic::Ordering::Relaxed);
     }
 
+    #[inline]
     pub(crate) fn is_pinned(&self) -> bool {
         self.pinned.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -403,6 +406,7 @@ impl Fiber {
     }
 
     /// The park is over (diagnostics).
+    #[inline]
     pub(crate) fn note_unpark(&self) {
         self.wait_kind.store(0, std::sync::atomic::Ordering::Relaxed);
     }
@@ -517,6 +521,7 @@ impl Fiber {
     }
 
     /// Where the current incarnation was spawned.
+    #[inline]
     pub(crate) fn spawned_at(&self) -> &'static Location<'static> {
         let at = self.spawned_at.load(std::sync::atomic::Ordering::Relaxed);
         // SAFETY: the slot only ever holds `&'static Location`s.
@@ -524,6 +529,7 @@ impl Fiber {
     }
 
     /// Record what the fiber is about to wait on (diagnostics).
+    #[inline]
     pub(crate) fn set_waiting_on(&self, name: Option<fn() -> &'static str>) {
         let ptr = name.map_or(std::ptr::null_mut(), |f| f as *mut ());
         self.waiting_on.store(ptr, std::sync::atomic::Ordering::Relaxed);

@@ -221,6 +221,7 @@ impl Waiter {
     /// `Arc`, for as long as the record is used), and the record is never
     /// moved out of its `ManuallyDrop`.
     #[cfg(not(loom))]
+    #[inline]
     pub(crate) unsafe fn lent_for_fiber(fiber: &Fiber, ticket: u64) -> std::mem::ManuallyDrop<Waiter> {
         let ptr: *const Fiber = fiber;
         // SAFETY: every frame lives in an `Arc` (see `frame_arc`); this
