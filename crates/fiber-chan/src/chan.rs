@@ -423,7 +423,11 @@ struct Inner<T> {
 /// (the caller's select) stay queued; nodes whose select already won are
 /// dropped from the queue; a node of a select is claimed by winning its
 /// group.
+#[inline]
 fn pop_claim<T>(queue: &mut VecDeque<NodeRef<T>>, own: *const SelectGroup) -> Option<NodeRef<T>> {
+    if queue.is_empty() {
+        return None;
+    }
     let mut i = 0;
     while i < queue.len() {
         // SAFETY: we hold the channel lock (every caller does).
@@ -925,6 +929,9 @@ impl<T> Chan<T> {
         own: *const SelectGroup,
         wakes: &mut Wakes,
     ) -> Option<T> {
+        if inner.recvq.is_empty() {
+            return Some(value);
+        }
         let before = wakes.count();
         let mut value = Some(value);
         while let Some(node) = pop_claim(&mut inner.recvq, own) {
