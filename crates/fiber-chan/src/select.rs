@@ -665,10 +665,35 @@ impl<'a> Select<'a> {
         }
     }
 
+    /// Append an operation. While there is room, it is written in place:
+    /// building an `Op` and moving it in copies the whole struct with wide
+    /// loads of values just written with narrow stores (its 32-byte
+    /// outcome slot holds nothing yet), a store-forwarding stall per add
+    /// that showed in every select.
+    #[inline]
+    fn push_op(&mut self, handle: Handle<'a>) -> usize {
+        let index = self.ops.len();
+        if index < self.ops.capacity() {
+            // SAFETY: `index < capacity`, so the element at `index` is
+            // allocated and unused; both fields that need a value are
+            // written before `set_len` makes it part of the vector, and the
+            // slot is `MaybeUninit` storage that holds nothing until an
+            // outcome is put in it.
+            unsafe {
+                let op = self.ops.as_mut_ptr().add(index);
+                std::ptr::addr_of_mut!((*op).handle).write(handle);
+                std::ptr::addr_of_mut!((*op).status).write(Status::Empty);
+                self.ops.set_len(index + 1);
+            }
+        } else {
+            self.ops.push(Op::new(handle));
+        }
+        index
+    }
+
     /// Add a receive; returns its index.
     pub fn recv<T>(&mut self, receiver: &'a Receiver<T>) -> usize {
-        self.ops.push(Op::new(Handle::Recv(receiver)));
-        self.ops.len() - 1
+        self.push_op(Handle::Recv(receiver))
     }
 
     /// Add a send; returns its index. When it is selected, a receiver or a
@@ -676,8 +701,7 @@ impl<'a> Select<'a> {
     /// [`SelectedOperation::send`] (so it is produced only if this
     /// operation is selected).
     pub fn send<T>(&mut self, sender: &'a Sender<T>) -> usize {
-        self.ops.push(Op::new(Handle::Send(sender)));
-        self.ops.len() - 1
+        self.push_op(Handle::Send(sender))
     }
 
     /// Remove an operation (by index); the indices of the others do not
