@@ -912,11 +912,15 @@ const REMOVED: usize = 1;
 /// completing the operation"), as in crossbeam: a received value it holds
 /// is dropped, and a reservation it holds for a send is given back first,
 /// so no peer waits for it. (While the thread is already panicking, it
-/// only gives back.)
+/// only gives back; so does a `recv` or `send` that panics because it was
+/// given the wrong handle.)
+///
+/// Two words, so that it is returned and passed in registers: a third
+/// field (a completion flag) made every `select` hand it back through
+/// memory, with a store-forwarding stall on the way.
 pub struct SelectedOperation<'s, 'a> {
     select: &'s mut Select<'a>,
     index: usize,
-    completed: bool,
 }
 
 impl fmt::Debug for SelectedOperation<'_, '_> {
@@ -927,9 +931,8 @@ impl fmt::Debug for SelectedOperation<'_, '_> {
 
 impl Drop for SelectedOperation<'_, '_> {
     fn drop(&mut self) {
-        if self.completed {
-            return;
-        }
+        // Not completed (`recv` and `send` forget `self` once they consumed
+        // the outcome).
         self.select.ops[self.index].release();
         if !std::thread::panicking() {
             panic!("dropped `SelectedOperation` without completing the operation");
@@ -939,11 +942,7 @@ impl Drop for SelectedOperation<'_, '_> {
 
 impl<'s, 'a> SelectedOperation<'s, 'a> {
     fn new(select: &'s mut Select<'a>, index: usize) -> Self {
-        SelectedOperation {
-            select,
-            index,
-            completed: false,
-        }
+        SelectedOperation { select, index }
     }
 
     /// The index of the selected operation.
@@ -957,7 +956,14 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
     ///
     /// Panics if `receiver` is not the receiver of the selected operation.
     pub fn recv<T: 'a>(mut self, receiver: &Receiver<T>) -> Result<T, RecvError> {
-        self.completed = true;
+        let result = self.take_recv(receiver);
+        // Completed: the outcome is consumed, nothing for `Drop` to give
+        // back.
+        std::mem::forget(self);
+        result
+    }
+
+    fn take_recv<T: 'a>(&mut self, receiver: &Receiver<T>) -> Result<T, RecvError> {
         let op = &mut self.select.ops[self.index];
         let never = matches!(receiver.flavor, Flavor::Never);
         assert!(
@@ -997,7 +1003,13 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
     ///
     /// Panics if `sender` is not the sender of the selected operation.
     pub fn send<T: 'a>(mut self, sender: &Sender<T>, value: T) -> Result<(), SendError<T>> {
-        self.completed = true;
+        let result = self.give_send(sender, value);
+        // Completed: as in `recv`.
+        std::mem::forget(self);
+        result
+    }
+
+    fn give_send<T: 'a>(&mut self, sender: &Sender<T>, value: T) -> Result<(), SendError<T>> {
         let op = &mut self.select.ops[self.index];
         assert!(
             op.is_send() && op.addr() == Arc::as_ptr(&sender.chan) as *const () as usize,
