@@ -951,6 +951,7 @@ impl<T> Chan<T> {
     }
 
     /// Receive without blocking.
+    #[inline]
     pub(crate) fn try_recv(&self) -> Try<T> {
         if let Some(ring) = &self.ring {
             let mut spins = 0;
@@ -979,6 +980,10 @@ impl<T> Chan<T> {
         if self.hints.load(Ordering::Acquire) & RECV_HINT == 0 {
             return Try::WouldBlock;
         }
+        self.try_recv_locked()
+    }
+
+    fn try_recv_locked(&self) -> Try<T> {
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
         self.recv_locked(&mut inner, std::ptr::null(), &mut wakes)
@@ -1525,12 +1530,18 @@ impl<T> Chan<T> {
     ///
     /// `fiber_may_yield`: false when called from a `publish` (the fiber is
     /// PARKING and must not yield) or from a node's drop.
+    #[inline]
     pub(crate) fn unregister(&self, node: &Node<T>, fiber_may_yield: bool) -> Option<WaitResult> {
         // The common end of a wait: a peer completed the node and woke us.
         // No lock needed to learn it (see `Node::complete`).
         if let Some(result) = node.finish_unlocked() {
             return Some(result);
         }
+        self.unregister_locked(node, fiber_may_yield)
+    }
+
+    #[inline(never)]
+    fn unregister_locked(&self, node: &Node<T>, fiber_may_yield: bool) -> Option<WaitResult> {
         loop {
             let mut inner = self.lock();
             if node.state() == NodeState::Reserved {
