@@ -164,10 +164,38 @@ enum Target {
 /// A waiter record: who waits, and for which publication (the wait ticket,
 /// spec section 8). Cheap to clone; holding one keeps the frame's memory
 /// alive, never the fiber itself.
-#[derive(Clone)]
 pub struct Waiter {
     target: Target,
     ticket: u64,
+}
+
+impl Clone for Waiter {
+    /// A record of the same wait. A clone made by the waiting fiber itself
+    /// (a waitable's `publish` keeping the record) takes the count its frame
+    /// kept from its last park, if any, instead of incrementing.
+    fn clone(&self) -> Waiter {
+        let target = match &self.target {
+            #[cfg(not(loom))]
+            Target::Fiber(fiber) => {
+                let frame: *const Fiber = Arc::as_ptr(fiber);
+                let spare = if current::get() == frame {
+                    // SAFETY: `frame` is the fiber running on this thread,
+                    // so its owner-only spare slot is ours to take (nobody
+                    // else touches it while the fiber runs: its worker
+                    // fills it only after the fiber switched away to park).
+                    unsafe { fiber.take_spare() }
+                } else {
+                    None
+                };
+                Target::Fiber(spare.unwrap_or_else(|| fiber.clone()))
+            }
+            Target::Thread(parker) => Target::Thread(parker.clone()),
+        };
+        Waiter {
+            target,
+            ticket: self.ticket,
+        }
+    }
 }
 
 impl Waiter {
