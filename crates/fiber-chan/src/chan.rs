@@ -1,6 +1,6 @@
 //! The channel core: one lock per channel guarding the buffer, the close
 //! state and the two wait queues. Waiting goes through fiber-core's
-//! `fiber_wait` / `fiber_wake` only.
+//! `fiber_wait` / `fiber_wake` only (`Waiter::wake` is `fiber_wake` by value).
 //!
 //! # Wait nodes
 //!
@@ -34,13 +34,14 @@
 //! never claims a node of its own group.
 
 use crate::ring::{Claim, Head, NoRoom, Pop, Ring};
-use crate::sync::{backoff, depth, fence, lock, spin, AtomicUsize, Mutex, MutexGuard, Ordering, UnsafeCell};
-use fiber_core::{fiber_wait, fiber_wake, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use crate::sync::{backoff, depth, fence, lock, spin, AtomicU8, AtomicUsize, Mutex, MutexGuard, Ordering, UnsafeCell};
+use fiber_core::{fiber_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::collections::VecDeque;
 use std::time::Instant;
 
 /// What happened to a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum NodeState {
     /// Not queued.
     Idle,
@@ -53,6 +54,20 @@ pub(crate) enum NodeState {
     /// A receiver node claimed by a select's send arm, which is evaluating
     /// the value it will hand over: out of the queue, committed.
     Reserved,
+}
+
+impl NodeState {
+    #[inline]
+    fn from_u8(bits: u8) -> NodeState {
+        match bits {
+            0 => NodeState::Idle,
+            1 => NodeState::Waiting,
+            2 => NodeState::Done,
+            3 => NodeState::Closed,
+            4 => NodeState::Reserved,
+            other => unreachable!("a node state word holds {other}"),
+        }
+    }
 }
 
 /// The group of a select: the first claim wins.
@@ -122,21 +137,27 @@ impl Wakes {
         usize::from(self.one.is_some()) + self.more.len()
     }
 
+    #[inline]
     pub(crate) fn flush(&mut self) {
-        if self.one.is_none() {
-            return;
-        }
-        depth::assert_unlocked("fiber-chan: a wake flush");
         if let Some(w) = self.one.take() {
-            fiber_wake(&w);
+            Self::flush_all(w, &mut self.more);
         }
-        for w in self.more.drain(..) {
-            fiber_wake(&w);
+    }
+
+    fn flush_all(first: Waiter, more: &mut Vec<Waiter>) {
+        depth::assert_unlocked("fiber-chan: a wake flush");
+        // By value: each record's frame reference moves into the run queue.
+        first.wake();
+        if !more.is_empty() {
+            for w in more.drain(..) {
+                w.wake();
+            }
         }
     }
 }
 
 impl Drop for Wakes {
+    #[inline]
     fn drop(&mut self) {
         self.flush();
     }
@@ -165,7 +186,11 @@ pub(crate) enum Reg {
 /// A waiting operation (on its owner's stack).
 pub(crate) struct Node<T> {
     waiter: UnsafeCell<Option<Waiter>>,
-    state: UnsafeCell<NodeState>,
+    /// A `NodeState`. Written under the channel lock, except by the owner
+    /// once the wait is over (`finish_unlocked`), and read without the lock
+    /// only by the owner, to end its wait without locking (see
+    /// `Node::complete`).
+    state: AtomicU8,
     /// Send: the value to hand over. Receive: where the value arrives.
     slot: UnsafeCell<Option<T>>,
     /// A node that only waits for readiness (a select's send arm, or
@@ -183,7 +208,7 @@ impl<T> Node<T> {
     pub(crate) fn new(chan: &Chan<T>, value: Option<T>) -> Node<T> {
         Node {
             waiter: UnsafeCell::new(None),
-            state: UnsafeCell::new(NodeState::Idle),
+            state: AtomicU8::new(NodeState::Idle as u8),
             slot: UnsafeCell::new(value),
             probe: false,
             select: None,
@@ -195,7 +220,7 @@ impl<T> Node<T> {
     pub(crate) fn for_select(chan: &Chan<T>, probe: bool, group: &SelectGroup, index: usize) -> Node<T> {
         Node {
             waiter: UnsafeCell::new(None),
-            state: UnsafeCell::new(NodeState::Idle),
+            state: AtomicU8::new(NodeState::Idle as u8),
             slot: UnsafeCell::new(None),
             probe,
             select: Some((group, index)),
@@ -252,28 +277,74 @@ impl<T> Node<T> {
 
     /// Under the channel lock: the node's state.
     fn state(&self) -> NodeState {
-        // SAFETY: called with the channel lock held, which guards queued
-        // nodes' fields (module docs).
-        self.state.with(|s| unsafe { *s })
+        // Relaxed: the channel lock orders every write made under it.
+        NodeState::from_u8(self.state.load(Ordering::Relaxed))
     }
 
+    /// Under the channel lock: a state that does not end the wait (Done
+    /// and Closed go through `complete`).
     fn set_state(&self, state: NodeState) {
-        // SAFETY: as in `state`.
-        self.state.with_mut(|s| unsafe { *s = state })
+        debug_assert!(!matches!(state, NodeState::Done | NodeState::Closed));
+        // Relaxed: the channel lock orders it for every reader but the
+        // owner's lock-free look in `finish_unlocked`, which acts only on
+        // Done and Closed.
+        self.state.store(state as u8, Ordering::Relaxed);
     }
 
-    fn waiter(&self) -> Option<Waiter> {
-        // SAFETY: as in `state`.
-        self.waiter.with(|w| unsafe { (*w).clone() })
+    /// Under the lock, by the party that took this node out of its queue
+    /// (or completes its reservation): end the node's wait with `state`
+    /// (Done or Closed) and return the record to wake its owner with.
+    ///
+    /// This store is that party's LAST access to the node: every other
+    /// step (moving the value in or out, taking the waiter record) comes
+    /// before it. The owner may see it without the lock
+    /// (`finish_unlocked`), return from its wait and free the node at once.
+    #[must_use]
+    fn complete(&self, state: NodeState) -> Option<Waiter> {
+        debug_assert!(matches!(state, NodeState::Done | NodeState::Closed));
+        let waiter = self.take_waiter();
+        // Release: pairs with the Acquire load in `finish_unlocked`; the
+        // owner that sees the final state sees the value handed over (or
+        // taken) and the record taken out.
+        self.state.store(state as u8, Ordering::Release);
+        waiter
     }
 
-    /// Under the lock: hand `value` to this (claimed) receiver node.
-    fn deliver(&self, value: T) {
+    /// By the owner after its wake, without the lock: if a peer completed
+    /// the node (`complete`), the wait is over and nobody else touches the
+    /// node any more; return the result. `None`: look under the lock.
+    fn finish_unlocked(&self) -> Option<WaitResult> {
+        // Acquire: pairs with the Release store in `complete`.
+        let result = match NodeState::from_u8(self.state.load(Ordering::Acquire)) {
+            NodeState::Done => WaitResult::Ok,
+            NodeState::Closed => WaitResult::Closed,
+            NodeState::Idle | NodeState::Waiting | NodeState::Reserved => return None,
+        };
+        self.queued.set(false);
+        // Relaxed: owner-only now (the node is in no queue and no party
+        // holds a reservation on it).
+        self.state.store(NodeState::Idle as u8, Ordering::Relaxed);
+        Some(result)
+    }
+
+    /// Under the lock, by the party that took this node out of its queue
+    /// (or that completes its reservation): the record to wake it with.
+    /// Moved out, not cloned: a node leaves the queue once per `publish`,
+    /// and the next `enqueue` stores a fresh record.
+    fn take_waiter(&self) -> Option<Waiter> {
+        // SAFETY: as in `state`.
+        self.waiter.with_mut(|w| unsafe { (*w).take() })
+    }
+
+    /// Under the lock: hand `value` to this (claimed) receiver node and
+    /// complete it; the record to wake its owner with.
+    #[must_use]
+    fn deliver(&self, value: T) -> Option<Waiter> {
         // SAFETY: the node is claimed (out of the queue) and we hold the
-        // lock; its owner reads the slot only after seeing `Done` under the
-        // lock.
+        // lock; its owner reads the slot only after seeing `Done` (its
+        // Acquire in `finish_unlocked`, or under the lock).
         self.slot.with_mut(|s| unsafe { *s = Some(value) });
-        self.set_state(NodeState::Done);
+        self.complete(NodeState::Done)
     }
 
     /// Under the lock: take the value of this (claimed) sender node.
@@ -302,13 +373,21 @@ impl<T> Drop for Node<T> {
     fn drop(&mut self) {
         // A node can only be queued while its owner waits; if the owner is
         // unwound mid-wait (shutdown), unlink it here.
-        if !self.queued.get() {
-            return;
+        if self.queued.get() {
+            // SAFETY: `chan` points to the channel this node was made for;
+            // the owner holds a handle (Sender/Receiver) to it for the
+            // node's life.
+            let chan = unsafe { &*self.chan };
+            let _ = chan.unregister(self, false);
         }
-        // SAFETY: `chan` points to the channel this node was made for; the
-        // owner holds a handle (Sender/Receiver) to it for the node's life.
-        let chan = unsafe { &*self.chan };
-        let _ = chan.unregister(self, false);
+        // Under loom the node's end counts as a write of its cells (its
+        // memory goes away with the owner's frame), so a peer that still
+        // touches them after the owner could return is a reported race.
+        #[cfg(loom)]
+        {
+            self.slot.with_mut(|_| ());
+            self.waiter.with_mut(|_| ());
+        }
     }
 }
 
@@ -344,7 +423,11 @@ struct Inner<T> {
 /// (the caller's select) stay queued; nodes whose select already won are
 /// dropped from the queue; a node of a select is claimed by winning its
 /// group.
+#[inline]
 fn pop_claim<T>(queue: &mut VecDeque<NodeRef<T>>, own: *const SelectGroup) -> Option<NodeRef<T>> {
+    if queue.is_empty() {
+        return None;
+    }
     let mut i = 0;
     while i < queue.len() {
         // SAFETY: we hold the channel lock (every caller does).
@@ -362,7 +445,7 @@ fn pop_claim<T>(queue: &mut VecDeque<NodeRef<T>>, own: *const SelectGroup) -> Op
                 continue;
             }
         }
-        return queue.remove(i);
+        return if i == 0 { queue.pop_front() } else { queue.remove(i) };
     }
     None
 }
@@ -447,14 +530,23 @@ pub(crate) struct Chan<T> {
     pub(crate) receivers: AtomicUsize,
     /// Wakes issued (diagnostics and tests: each wake counted once).
     wakes: AtomicUsize,
-    /// 1 when a receive might find something (a buffered value, a parked
-    /// sender or probe, or the close), else 0: written on every unlock, so
-    /// `try_recv` skips the lock of an empty open channel (a select's
-    /// readiness pass over many channels).
-    recv_hint: AtomicUsize,
+    /// [`RECV_HINT`]: a receive might find something (a buffered value, a
+    /// parked sender or probe, or the close); [`SEND_HINT`] (channels
+    /// without a ring): a send might complete or fail at once (a parked
+    /// receiver, room in the buffer, or the close). Written on every
+    /// unlock, so `try_recv` skips the lock of an empty open channel (a
+    /// select's readiness pass over many channels), and a blocking send's
+    /// first attempt skips the lock when it would only fail and park
+    /// (its `publish` makes the same attempt under the lock).
+    hints: AtomicUsize,
 }
 
-/// The channel lock held; on release it refreshes `Chan::recv_hint`.
+/// `Chan::hints`: a receive may complete without waiting.
+const RECV_HINT: usize = 1;
+/// `Chan::hints`: a send may complete without waiting.
+const SEND_HINT: usize = 2;
+
+/// The channel lock held; on release it refreshes `Chan::hints`.
 struct Locked<'c, T> {
     chan: &'c Chan<T>,
     guard: MutexGuard<'c, Inner<T>>,
@@ -476,11 +568,16 @@ impl<T> std::ops::DerefMut for Locked<'_, T> {
 impl<T> Drop for Locked<'_, T> {
     fn drop(&mut self) {
         let inner = &*self.guard;
-        let maybe = !inner.buf.is_empty() || !inner.sendq.is_empty() || inner.closed;
+        let recv = !inner.buf.is_empty() || !inner.sendq.is_empty() || inner.closed;
+        let send = inner.closed
+            || inner.receivers_gone
+            || !inner.recvq.is_empty()
+            || (self.chan.ring.is_none() && self.chan.cap.is_none_or(|cap| inner.buf.len() + inner.reserved < cap));
+        let hints = if recv { RECV_HINT } else { 0 } | if send { SEND_HINT } else { 0 };
         // Release (still under the lock, before the unlock): pairs with the
-        // Acquire load in `try_recv`; a reader that happens after this
-        // critical section sees its state.
-        self.chan.recv_hint.store(usize::from(maybe), Ordering::Release);
+        // Acquire loads in `try_recv` and `may_send`; a reader that happens
+        // after this critical section sees its state.
+        self.chan.hints.store(hints, Ordering::Release);
         // Relaxed: only lock holders write it, and it is exact whenever the
         // lock is free; the handshake's ordering comes from `announce`
         // (SeqCst store and fence) and from the readers' SeqCst CAS and
@@ -521,7 +618,7 @@ impl<T> Chan<T> {
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
             wakes: AtomicUsize::new(0),
-            recv_hint: AtomicUsize::new(0),
+            hints: AtomicUsize::new(if cap == Some(0) { 0 } else { SEND_HINT }),
         }
     }
 
@@ -543,6 +640,34 @@ impl<T> Chan<T> {
         }
     }
 
+    /// The record of the first queued receiver (a clone; the node stays
+    /// queued): loom models wake it from a third party, as a cancellation
+    /// or a deadline wakes a fiber.
+    #[cfg(loom)]
+    pub(crate) fn first_receiver_record(&self) -> Option<Waiter> {
+        self.first_record(false)
+    }
+
+    /// As `first_receiver_record`, for the first queued sender.
+    #[cfg(loom)]
+    pub(crate) fn first_sender_record(&self) -> Option<Waiter> {
+        self.first_record(true)
+    }
+
+    #[cfg(loom)]
+    fn first_record(&self, sender: bool) -> Option<Waiter> {
+        let inner = self.lock();
+        let node = if sender {
+            inner.sendq.front()
+        } else {
+            inner.recvq.front()
+        }?;
+        // SAFETY: under the lock; a queued node is alive.
+        let node = unsafe { node.get() };
+        // SAFETY: as in `Node::state`: the lock guards a queued node.
+        node.waiter.with(|w| unsafe { (*w).clone() })
+    }
+
     /// Queued (receivers, senders), for tests and diagnostics.
     pub(crate) fn waiting(&self) -> (usize, usize) {
         let inner = self.lock();
@@ -554,11 +679,17 @@ impl<T> Chan<T> {
         self.wakes.load(Ordering::Relaxed)
     }
 
+    /// Count the wakes collected since `before`. Called under the channel
+    /// lock only (every caller holds it), so the lock orders the writers
+    /// and a load and a store count exactly, without a read-modify-write
+    /// on the hand-off path.
+    #[inline]
     fn note(&self, wakes: &Wakes, before: usize) {
         let n = wakes.count() - before;
         if n > 0 {
-            // Relaxed: a statistic.
-            self.wakes.fetch_add(n, Ordering::Relaxed);
+            // Relaxed: a statistic, written under the lock only.
+            let now = self.wakes.load(Ordering::Relaxed);
+            self.wakes.store(now + n, Ordering::Relaxed);
         }
     }
 
@@ -667,14 +798,12 @@ impl<T> Chan<T> {
                 // SAFETY: claimed under the lock; alive while queued.
                 let n = unsafe { node.get() };
                 if n.probe {
-                    n.set_state(NodeState::Done);
-                    wakes.push(n.waiter());
+                    wakes.push(n.complete(NodeState::Done));
                     progress = true;
                     continue;
                 }
                 if let Some(value) = pop_value(ring) {
-                    n.deliver(value);
-                    wakes.push(n.waiter());
+                    wakes.push(n.deliver(value));
                     progress = true;
                     continue;
                 }
@@ -684,8 +813,7 @@ impl<T> Chan<T> {
                 } else {
                     // The select is won already: it wakes without a value
                     // and tries again (`ParkedRecv::finish`).
-                    n.set_state(NodeState::Done);
-                    wakes.push(n.waiter());
+                    wakes.push(n.complete(NodeState::Done));
                 }
                 break;
             }
@@ -696,16 +824,14 @@ impl<T> Chan<T> {
                 // SAFETY: claimed under the lock; alive while queued.
                 let n = unsafe { node.get() };
                 if n.probe {
-                    n.set_state(NodeState::Done);
-                    wakes.push(n.waiter());
+                    wakes.push(n.complete(NodeState::Done));
                     progress = true;
                     continue;
                 }
                 match ring.claim(true) {
                     Ok(claim) => {
                         ring.write(claim, Some(n.take_sent()));
-                        n.set_state(NodeState::Done);
-                        wakes.push(n.waiter());
+                        wakes.push(n.complete(NodeState::Done));
                         progress = true;
                     }
                     Err(_) => {
@@ -741,9 +867,17 @@ impl<T> Chan<T> {
         while let Some(node) = pop_claim(&mut inner.recvq, std::ptr::null()) {
             // SAFETY: claimed under the lock.
             let node = unsafe { node.get() };
-            node.set_state(NodeState::Closed);
-            wakes.push(node.waiter());
+            wakes.push(node.complete(NodeState::Closed));
         }
+    }
+
+    /// Might a send complete (or fail) without waiting? `false` only on a
+    /// channel without a ring whose last critical section left no parked
+    /// receiver, no room and no close: a blocking send then goes straight
+    /// to its `publish`, which decides under the lock.
+    fn may_send(&self) -> bool {
+        // Acquire: pairs with the Release store in `Locked::drop`.
+        self.ring.is_some() || self.hints.load(Ordering::Acquire) & SEND_HINT != 0
     }
 
     /// Send without blocking; `Err(value)` with why.
@@ -795,6 +929,9 @@ impl<T> Chan<T> {
         own: *const SelectGroup,
         wakes: &mut Wakes,
     ) -> Option<T> {
+        if inner.recvq.is_empty() {
+            return Some(value);
+        }
         let before = wakes.count();
         let mut value = Some(value);
         while let Some(node) = pop_claim(&mut inner.recvq, own) {
@@ -803,12 +940,10 @@ impl<T> Chan<T> {
             if node.probe {
                 // A select waiting for receive readiness (`Select::ready`):
                 // tell it, and keep looking for a real receiver.
-                node.set_state(NodeState::Done);
-                wakes.push(node.waiter());
+                wakes.push(node.complete(NodeState::Done));
                 continue;
             }
-            node.deliver(value.take().expect("the value is still ours"));
-            wakes.push(node.waiter());
+            wakes.push(node.deliver(value.take().expect("the value is still ours")));
             break;
         }
         self.note(wakes, before);
@@ -816,6 +951,7 @@ impl<T> Chan<T> {
     }
 
     /// Receive without blocking.
+    #[inline]
     pub(crate) fn try_recv(&self) -> Try<T> {
         if let Some(ring) = &self.ring {
             let mut spins = 0;
@@ -841,9 +977,13 @@ impl<T> Chan<T> {
             }
         }
         // Acquire: pairs with the Release store in `Locked::drop`.
-        if self.recv_hint.load(Ordering::Acquire) == 0 {
+        if self.hints.load(Ordering::Acquire) & RECV_HINT == 0 {
             return Try::WouldBlock;
         }
+        self.try_recv_locked()
+    }
+
+    fn try_recv_locked(&self) -> Try<T> {
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
         self.recv_locked(&mut inner, std::ptr::null(), &mut wakes)
@@ -893,14 +1033,15 @@ impl<T> Chan<T> {
         while let Some(node) = pop_claim(&mut inner.sendq, own) {
             // SAFETY: claimed under the lock.
             let node = unsafe { node.get() };
-            node.set_state(NodeState::Done);
-            wakes.push(node.waiter());
             if node.probe {
                 // A select's send arm or readiness probe: it wakes, reserves
                 // a receiver, and hands its value then. Keep looking.
+                wakes.push(node.complete(NodeState::Done));
                 continue;
             }
-            return Try::Done(node.take_sent());
+            let value = node.take_sent();
+            wakes.push(node.complete(NodeState::Done));
+            return Try::Done(value);
         }
         if inner.closed && inner.reserved == 0 {
             return Try::Disconnected;
@@ -917,10 +1058,11 @@ impl<T> Chan<T> {
             };
             // SAFETY: claimed under the lock.
             let node = unsafe { node.get() };
-            node.set_state(NodeState::Done);
-            wakes.push(node.waiter());
-            if !node.probe {
+            if node.probe {
+                wakes.push(node.complete(NodeState::Done));
+            } else {
                 let value = node.take_sent();
+                wakes.push(node.complete(NodeState::Done));
                 inner.buf.push_back(value);
                 return;
             }
@@ -936,8 +1078,7 @@ impl<T> Chan<T> {
         while let Some(node) = pop_claim(&mut inner.recvq, std::ptr::null()) {
             // SAFETY: claimed under the lock.
             let node = unsafe { node.get() };
-            node.set_state(NodeState::Closed);
-            wakes.push(node.waiter());
+            wakes.push(node.complete(NodeState::Closed));
         }
     }
 
@@ -968,8 +1109,7 @@ impl<T> Chan<T> {
             let n = unsafe { node.get() };
             if n.probe {
                 if n.win() {
-                    n.set_state(NodeState::Closed);
-                    wakes.push(n.waiter());
+                    wakes.push(n.complete(NodeState::Closed));
                 } else {
                     n.set_state(NodeState::Idle);
                 }
@@ -1000,14 +1140,12 @@ impl<T> Chan<T> {
             while let Some(node) = pop_claim(&mut inner.sendq, std::ptr::null()) {
                 // SAFETY: claimed under the lock.
                 let node = unsafe { node.get() };
-                node.set_state(NodeState::Closed);
-                wakes.push(node.waiter());
+                wakes.push(node.complete(NodeState::Closed));
             }
             while let Some(node) = pop_claim(&mut inner.recvq, std::ptr::null()) {
                 // SAFETY: claimed under the lock.
                 let node = unsafe { node.get() };
-                node.set_state(NodeState::Closed);
-                wakes.push(node.waiter());
+                wakes.push(node.complete(NodeState::Closed));
             }
             self.note(&wakes, before);
             let mut dropped = std::mem::take(&mut inner.buf);
@@ -1100,8 +1238,7 @@ impl<T> Chan<T> {
             // SAFETY: claimed under the lock.
             let n = unsafe { node.get() };
             if n.probe {
-                n.set_state(NodeState::Done);
-                wakes.push(n.waiter());
+                wakes.push(n.complete(NodeState::Done));
                 continue;
             }
             n.set_state(NodeState::Reserved);
@@ -1147,8 +1284,7 @@ impl<T> Chan<T> {
                 // until its state leaves `Reserved`, so it is alive; we hold
                 // the lock.
                 let node = unsafe { &*node };
-                node.deliver(value);
-                wakes.push(node.waiter());
+                wakes.push(node.deliver(value));
                 Ok(())
             }
             Reservation::Ring(_) => unreachable!("handled above"),
@@ -1191,8 +1327,9 @@ impl<T> Chan<T> {
             Reservation::Receiver(node) => {
                 // SAFETY: as in `complete_reservation`.
                 let node = unsafe { &*node };
+                let waiter = node.take_waiter();
                 node.set_state(NodeState::Idle);
-                wakes.push(node.waiter());
+                wakes.push(waiter);
             }
             Reservation::Ring(_) => unreachable!("handled above"),
             Reservation::Slot => {
@@ -1275,8 +1412,7 @@ impl<T> Chan<T> {
             // SAFETY: as above.
             let n = unsafe { node.get() };
             if n.win() {
-                n.set_state(NodeState::Done);
-                wakes.push(n.waiter());
+                wakes.push(n.complete(NodeState::Done));
             } else {
                 n.set_state(NodeState::Idle);
             }
@@ -1376,8 +1512,7 @@ impl<T> Chan<T> {
                     // SAFETY: as above.
                     let n = unsafe { probe.get() };
                     if n.win() {
-                        n.set_state(NodeState::Done);
-                        wakes.push(n.waiter());
+                        wakes.push(n.complete(NodeState::Done));
                     } else {
                         n.set_state(NodeState::Idle);
                     }
@@ -1395,7 +1530,18 @@ impl<T> Chan<T> {
     ///
     /// `fiber_may_yield`: false when called from a `publish` (the fiber is
     /// PARKING and must not yield) or from a node's drop.
+    #[inline]
     pub(crate) fn unregister(&self, node: &Node<T>, fiber_may_yield: bool) -> Option<WaitResult> {
+        // The common end of a wait: a peer completed the node and woke us.
+        // No lock needed to learn it (see `Node::complete`).
+        if let Some(result) = node.finish_unlocked() {
+            return Some(result);
+        }
+        self.unregister_locked(node, fiber_may_yield)
+    }
+
+    #[inline(never)]
+    fn unregister_locked(&self, node: &Node<T>, fiber_may_yield: bool) -> Option<WaitResult> {
         loop {
             let mut inner = self.lock();
             if node.state() == NodeState::Reserved {
@@ -1439,6 +1585,11 @@ impl<T> Waitable for SendWait<'_, T> {
     }
 
     fn try_complete(&self, node: &mut Node<T>) -> Option<WaitResult> {
+        if !self.0.may_send() {
+            // Nothing to complete with now (a hint, not a decision:
+            // `publish` tries again under the lock before it queues).
+            return None;
+        }
         let value = node.take_value()?;
         match self.0.try_send(value) {
             Ok(()) => Some(WaitResult::Ok),

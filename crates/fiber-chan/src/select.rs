@@ -665,10 +665,35 @@ impl<'a> Select<'a> {
         }
     }
 
+    /// Append an operation. While there is room, it is written in place:
+    /// building an `Op` and moving it in copies the whole struct with wide
+    /// loads of values just written with narrow stores (its 32-byte
+    /// outcome slot holds nothing yet), a store-forwarding stall per add
+    /// that showed in every select.
+    #[inline]
+    fn push_op(&mut self, handle: Handle<'a>) -> usize {
+        let index = self.ops.len();
+        if index < self.ops.capacity() {
+            // SAFETY: `index < capacity`, so the element at `index` is
+            // allocated and unused; both fields that need a value are
+            // written before `set_len` makes it part of the vector, and the
+            // slot is `MaybeUninit` storage that holds nothing until an
+            // outcome is put in it.
+            unsafe {
+                let op = self.ops.as_mut_ptr().add(index);
+                std::ptr::addr_of_mut!((*op).handle).write(handle);
+                std::ptr::addr_of_mut!((*op).status).write(Status::Empty);
+                self.ops.set_len(index + 1);
+            }
+        } else {
+            self.ops.push(Op::new(handle));
+        }
+        index
+    }
+
     /// Add a receive; returns its index.
     pub fn recv<T>(&mut self, receiver: &'a Receiver<T>) -> usize {
-        self.ops.push(Op::new(Handle::Recv(receiver)));
-        self.ops.len() - 1
+        self.push_op(Handle::Recv(receiver))
     }
 
     /// Add a send; returns its index. When it is selected, a receiver or a
@@ -676,8 +701,7 @@ impl<'a> Select<'a> {
     /// [`SelectedOperation::send`] (so it is produced only if this
     /// operation is selected).
     pub fn send<T>(&mut self, sender: &'a Sender<T>) -> usize {
-        self.ops.push(Op::new(Handle::Send(sender)));
-        self.ops.len() - 1
+        self.push_op(Handle::Send(sender))
     }
 
     /// Remove an operation (by index); the indices of the others do not
@@ -803,12 +827,19 @@ impl<'a> Select<'a> {
                 let start = if self.biased {
                     0
                 } else {
-                    (self.next_random() % n as u64) as usize
+                    // Uniform in 0..n by multiply-and-shift (no division:
+                    // a 64-bit divide costs more than the rest of a ready
+                    // select's first pass).
+                    ((u128::from(self.next_random()) * n as u128) >> 64) as usize
                 };
-                for k in 0..n {
-                    let i = (start + k) % n;
+                let mut i = start;
+                for _ in 0..n {
                     if self.ops[i].try_now(&self.group, ready_only) {
                         return Some(i);
+                    }
+                    i += 1;
+                    if i == n {
+                        i = 0;
                     }
                 }
             }
@@ -881,11 +912,15 @@ const REMOVED: usize = 1;
 /// completing the operation"), as in crossbeam: a received value it holds
 /// is dropped, and a reservation it holds for a send is given back first,
 /// so no peer waits for it. (While the thread is already panicking, it
-/// only gives back.)
+/// only gives back; so does a `recv` or `send` that panics because it was
+/// given the wrong handle.)
+///
+/// Two words, so that it is returned and passed in registers: a third
+/// field (a completion flag) made every `select` hand it back through
+/// memory, with a store-forwarding stall on the way.
 pub struct SelectedOperation<'s, 'a> {
     select: &'s mut Select<'a>,
     index: usize,
-    completed: bool,
 }
 
 impl fmt::Debug for SelectedOperation<'_, '_> {
@@ -896,9 +931,8 @@ impl fmt::Debug for SelectedOperation<'_, '_> {
 
 impl Drop for SelectedOperation<'_, '_> {
     fn drop(&mut self) {
-        if self.completed {
-            return;
-        }
+        // Not completed (`recv` and `send` forget `self` once they consumed
+        // the outcome).
         self.select.ops[self.index].release();
         if !std::thread::panicking() {
             panic!("dropped `SelectedOperation` without completing the operation");
@@ -908,11 +942,7 @@ impl Drop for SelectedOperation<'_, '_> {
 
 impl<'s, 'a> SelectedOperation<'s, 'a> {
     fn new(select: &'s mut Select<'a>, index: usize) -> Self {
-        SelectedOperation {
-            select,
-            index,
-            completed: false,
-        }
+        SelectedOperation { select, index }
     }
 
     /// The index of the selected operation.
@@ -926,7 +956,14 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
     ///
     /// Panics if `receiver` is not the receiver of the selected operation.
     pub fn recv<T: 'a>(mut self, receiver: &Receiver<T>) -> Result<T, RecvError> {
-        self.completed = true;
+        let result = self.take_recv(receiver);
+        // Completed: the outcome is consumed, nothing for `Drop` to give
+        // back.
+        std::mem::forget(self);
+        result
+    }
+
+    fn take_recv<T: 'a>(&mut self, receiver: &Receiver<T>) -> Result<T, RecvError> {
         let op = &mut self.select.ops[self.index];
         let never = matches!(receiver.flavor, Flavor::Never);
         assert!(
@@ -966,7 +1003,13 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
     ///
     /// Panics if `sender` is not the sender of the selected operation.
     pub fn send<T: 'a>(mut self, sender: &Sender<T>, value: T) -> Result<(), SendError<T>> {
-        self.completed = true;
+        let result = self.give_send(sender, value);
+        // Completed: as in `recv`.
+        std::mem::forget(self);
+        result
+    }
+
+    fn give_send<T: 'a>(&mut self, sender: &Sender<T>, value: T) -> Result<(), SendError<T>> {
         let op = &mut self.select.ops[self.index];
         assert!(
             op.is_send() && op.addr() == Arc::as_ptr(&sender.chan) as *const () as usize,

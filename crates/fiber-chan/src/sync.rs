@@ -3,7 +3,7 @@
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
     /// A small spin lock for the channel's short critical sections (a few
     /// pointer moves). Fibers must not block their worker thread in the
@@ -107,6 +107,8 @@ mod imp {
             Self(std::cell::UnsafeCell::new(value))
         }
 
+        // Part of loom's cell API, which this stand-in mirrors.
+        #[allow(dead_code)]
         #[inline(always)]
         pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
             f(self.0.get())
@@ -122,7 +124,7 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
-    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
     pub(crate) use loom::sync::{Mutex, MutexGuard};
 }
 

@@ -254,3 +254,26 @@ fn cancelled_timer_and_never_receives_park_and_return() {
         })
     });
 }
+
+/// A selected send completed with the wrong sender panics, and gives its
+/// reservation back on the way out: the reserved buffer slot does not stay
+/// taken for good (it did while a completion flag was set before the
+/// handle check).
+#[test]
+fn a_selected_send_given_the_wrong_sender_gives_its_reservation_back() {
+    let (tx, rx) = fiber_chan::bounded::<u32>(1);
+    let (other_tx, _other_rx) = fiber_chan::bounded::<u32>(1);
+    let mut sel = fiber_chan::Select::new();
+    sel.send(&tx);
+    let oper = sel.select();
+    let misuse = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| oper.send(&other_tx, 1)));
+    let message = misuse.expect_err("the wrong sender is refused");
+    let message = message
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| message.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    assert!(message.contains("not the one of the selected operation"), "{message}");
+    assert_eq!(tx.try_send(2), Ok(()), "the reserved slot was given back");
+    assert_eq!(rx.try_recv(), Ok(2));
+}

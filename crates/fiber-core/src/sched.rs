@@ -79,8 +79,13 @@ impl Runnable {
     }
 
     /// The fiber's id.
+    #[inline]
     pub fn id(&self) -> FiberId {
         self.fiber.id()
+    }
+
+    pub(crate) fn fiber_ref(&self) -> &Fiber {
+        &self.fiber
     }
 
     pub(crate) fn into_fiber(self) -> Arc<Fiber> {
@@ -88,6 +93,7 @@ impl Runnable {
     }
 
     /// The worker that last ran this fiber (soft-affinity hint), if any.
+    #[inline]
     pub fn last_worker(&self) -> Option<usize> {
         self.fiber.last_worker()
     }
@@ -95,6 +101,7 @@ impl Runnable {
     /// Give up the token as a raw pointer, to keep it in a lock-free slot.
     /// The fiber stays RUNNABLE and owned by whoever turns the pointer back
     /// into a token ([`Runnable::from_raw`]), exactly once.
+    #[inline]
     pub fn into_raw(self) -> std::ptr::NonNull<()> {
         let ptr = Arc::into_raw(self.fiber) as *mut ();
         // SAFETY: `Arc::into_raw` never returns null.
@@ -108,6 +115,7 @@ impl Runnable {
     /// `ptr` came from `into_raw` and is turned back into a token exactly
     /// once (a second token for the same fiber would let two workers run
     /// it).
+    #[inline]
     pub unsafe fn from_raw(ptr: std::ptr::NonNull<()>) -> Runnable {
         // SAFETY: see the function's contract: the pointer is an
         // `Arc<Fiber>` from `into_raw`, reclaimed once.
@@ -117,6 +125,7 @@ impl Runnable {
 
     /// The worker this fiber must resume on: `Some` for a pinned fiber
     /// that has run (hard affinity), `None` when any worker may run it.
+    #[inline]
     pub fn home(&self) -> Option<usize> {
         if self.fiber.is_pinned() {
             self.fiber.last_worker()
@@ -149,16 +158,19 @@ impl Running {
     }
 
     /// The fiber's id.
+    #[inline]
     pub fn id(&self) -> FiberId {
         self.fiber.id()
     }
 
     /// Where the fiber was spawned (diagnostics: stall and deadlock reports).
+    #[inline]
     pub fn spawn_location(&self) -> &'static std::panic::Location<'static> {
         self.fiber.spawned_at()
     }
 
     /// Is the fiber pinned (hard affinity to the worker it first runs on)?
+    #[inline]
     pub fn is_pinned(&self) -> bool {
         self.fiber.is_pinned()
     }
@@ -169,6 +181,7 @@ impl Running {
     }
 
     /// Has the fiber run before (on any worker)?
+    #[inline]
     pub fn has_run(&self) -> bool {
         self.fiber.last_worker().is_some()
     }

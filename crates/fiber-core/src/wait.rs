@@ -164,10 +164,38 @@ enum Target {
 /// A waiter record: who waits, and for which publication (the wait ticket,
 /// spec section 8). Cheap to clone; holding one keeps the frame's memory
 /// alive, never the fiber itself.
-#[derive(Clone)]
 pub struct Waiter {
     target: Target,
     ticket: u64,
+}
+
+impl Clone for Waiter {
+    /// A record of the same wait. A clone made by the waiting fiber itself
+    /// (a waitable's `publish` keeping the record) takes the count its frame
+    /// kept from its last park, if any, instead of incrementing.
+    fn clone(&self) -> Waiter {
+        let target = match &self.target {
+            #[cfg(not(loom))]
+            Target::Fiber(fiber) => {
+                let frame: *const Fiber = Arc::as_ptr(fiber);
+                let spare = if current::get() == frame {
+                    // SAFETY: `frame` is the fiber running on this thread,
+                    // so its owner-only spare slot is ours to take (nobody
+                    // else touches it while the fiber runs: its worker
+                    // fills it only after the fiber switched away to park).
+                    unsafe { fiber.take_spare() }
+                } else {
+                    None
+                };
+                Target::Fiber(spare.unwrap_or_else(|| fiber.clone()))
+            }
+            Target::Thread(parker) => Target::Thread(parker.clone()),
+        };
+        Waiter {
+            target,
+            ticket: self.ticket,
+        }
+    }
 }
 
 impl Waiter {
@@ -207,6 +235,32 @@ impl Waiter {
             Target::Fiber(f) => &f.state,
             Target::Thread(t) => &t.state,
         }
+    }
+
+    /// The waiting fiber's own record for one wait, without a reference
+    /// count of its own: `fiber_wait` lends it to `publish` / `unpublish`
+    /// by reference, and whoever keeps it (a waitable's queue, a timer)
+    /// clones it, which takes a real count. Two atomic read-modify-writes
+    /// less per park than an owned record.
+    ///
+    /// # Safety
+    ///
+    /// `fiber` is the running fiber's frame (alive, inside the pool's
+    /// `Arc`, for as long as the record is used), and the record is never
+    /// moved out of its `ManuallyDrop`.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) unsafe fn lent_for_fiber(fiber: &Fiber, ticket: u64) -> std::mem::ManuallyDrop<Waiter> {
+        let ptr: *const Fiber = fiber;
+        // SAFETY: every frame lives in an `Arc` (see `frame_arc`); this
+        // `Arc` is never dropped (`ManuallyDrop`), so it does not need a
+        // count of its own, and it lives no longer than the caller's borrow
+        // of the running frame (see the function's contract).
+        let fiber = unsafe { Arc::from_raw(ptr) };
+        std::mem::ManuallyDrop::new(Waiter {
+            target: Target::Fiber(fiber),
+            ticket,
+        })
     }
 
     #[cfg(not(loom))]
@@ -256,17 +310,65 @@ pub fn fiber_wake(record: &Waiter) -> bool {
         Claim::Claimed => {
             match &record.target {
                 #[cfg(not(loom))]
-                Target::Fiber(fiber) => {
-                    // SAFETY: we won the wake claim, so we own the fiber
-                    // until `schedule` takes the token.
-                    let sched = unsafe { fiber.scheduler() };
-                    sched.schedule(Runnable::new(fiber.clone(), Actor::Waker));
-                }
+                Target::Fiber(fiber) => schedule_claimed(fiber.clone()),
                 Target::Thread(parker) => parker.thread.unpark(),
             }
             true
         }
         Claim::Pending | Claim::Stale => false,
+    }
+}
+
+impl Waiter {
+    /// [`fiber_wake`] that consumes the record: the same claim and the
+    /// same outcome, but the record's reference to the waiter's frame moves
+    /// into the run queue's token instead of being cloned and dropped (one
+    /// reference-count round trip less per wake, like `Waker::wake` next to
+    /// `Waker::wake_by_ref`).
+    pub fn wake(self) -> bool {
+        match self.state().wake(self.ticket) {
+            Claim::Claimed => {
+                match self.target {
+                    #[cfg(not(loom))]
+                    Target::Fiber(fiber) => schedule_claimed(fiber),
+                    Target::Thread(parker) => parker.thread.unpark(),
+                }
+                true
+            }
+            Claim::Pending | Claim::Stale => false,
+        }
+    }
+}
+
+/// Hand a fiber whose wake claim we won to its scheduler.
+///
+/// The scheduler is borrowed, not cloned, when the caller is a fiber of the
+/// same scheduler (a fiber waking its partner, the common case): the
+/// running fiber's own slot holds a reference to that scheduler for as long
+/// as this call runs (the running fiber cannot finish or be recycled under
+/// its own call), while the woken fiber's slot may be cleared as soon as
+/// `schedule` has published it (it may run and finish on another worker
+/// before `schedule` returns). Otherwise the reference is cloned from the
+/// woken fiber's slot, which we own until `schedule` takes the token.
+#[cfg(not(loom))]
+fn schedule_claimed(fiber: Arc<Fiber>) {
+    let runnable = Runnable::new(fiber, Actor::Waker);
+    let me = current::get();
+    // SAFETY: a non-null current pointer is the frame of the fiber running
+    // on this thread (alive, and its scheduler slot is set and unchanging
+    // while it runs; see `current_id`). The woken fiber is ours (claim won)
+    // until `schedule` takes the token, so reading its slot is exclusive.
+    unsafe {
+        if !me.is_null() {
+            if let Some(sched) = (*me).scheduler_ref() {
+                if runnable.fiber_ref().scheduler_ptr_eq(sched) {
+                    sched.schedule(runnable);
+                    return;
+                }
+            }
+        }
+        let sched = runnable.fiber_ref().scheduler();
+        sched.schedule(runnable);
     }
 }
 
@@ -363,7 +465,6 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
     options: WaitOptions,
     site: &'static std::panic::Location<'static>,
 ) -> WaitResult {
-    let this = frame_arc(fiber);
     let cancellable = options.interrupt == Interrupt::Cancellable;
     // A non-cancellable wait still ends at teardown (unwinding the fiber).
     let interruptible = || {
@@ -379,7 +480,10 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             // SAFETY: as above.
             return unsafe { cancelled_wait(fiber) };
         };
-        let waiter = Waiter::for_fiber(this.clone(), ticket);
+        // SAFETY: `fiber` is the running fiber's frame, alive for this whole
+        // call; the record is dropped below only through `ManuallyDrop`, so
+        // the reference count it did not take is never given back.
+        let waiter = unsafe { Waiter::lent_for_fiber(fiber, ticket) };
         // A panicking `publish` must not leave the fiber PARKING.
         let guard = BackToRunning(&fiber.state);
         let published = waitable.publish(&waiter, io);
@@ -390,7 +494,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
         }
         if let Some(deadline) = options.deadline {
             // SAFETY: the running fiber reads its own scheduler slot.
-            unsafe { fiber.scheduler() }.wake_at(deadline, waiter.clone());
+            unsafe { fiber.scheduler() }.wake_at(deadline, Waiter::clone(&waiter));
         }
         fiber.set_waiting_on(Some(std::any::type_name::<W>));
         fiber.note_park(waitable.kind(), site, waitable.wait_on());

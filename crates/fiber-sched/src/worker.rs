@@ -112,8 +112,20 @@ pub(crate) struct Slot {
 pub(crate) struct RunnextSlot(std::sync::atomic::AtomicPtr<()>);
 
 impl RunnextSlot {
-    /// Put `fiber` in, returning the one it displaced.
+    /// Put `fiber` in, returning the one it displaced. Owner only.
     pub(crate) fn put(&self, fiber: Runnable) -> Option<Runnable> {
+        // Only the owner fills the slot; others can only empty it. So an
+        // empty slot stays empty until this store, and a plain store (no
+        // read-modify-write) is exact: the common case of a worker that
+        // runs its runnext fiber before it wakes the next one.
+        // Relaxed: nothing to take from a null slot.
+        if self.0.load(std::sync::atomic::Ordering::Relaxed).is_null() {
+            // Release: hands the fiber to whoever takes it (their Acquire
+            // swap in `take`).
+            self.0
+                .store(fiber.into_raw().as_ptr(), std::sync::atomic::Ordering::Release);
+            return None;
+        }
         // AcqRel: Release hands the fiber to whoever takes it (their
         // Acquire swap); Acquire takes the displaced one from its putter.
         let old = self

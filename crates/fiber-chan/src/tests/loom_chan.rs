@@ -249,3 +249,51 @@ fn loom_ring_sender_parks_vs_recv() {
         assert_eq!(rx.try_recv(), Ok(2));
     });
 }
+
+/// A receiver woken by a third party (what a cancellation or a deadline
+/// does to a fiber) while a sender completes its node: after the wake it
+/// learns the outcome without the channel lock (`Node::finish_unlocked`)
+/// and reads the value the sender put in the node. Without the Release
+/// store of the final state in `Node::complete` (or the Acquire load that
+/// reads it) the read of the value races with the sender's write; the value
+/// is delivered exactly once either way.
+#[test]
+fn loom_woken_receiver_reads_a_completed_node_without_the_lock() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let receiver = thread::spawn(move || rx.recv().ok());
+        let interrupter = {
+            let chan = tx.chan.clone();
+            thread::spawn(move || {
+                if let Some(record) = chan.first_receiver_record() {
+                    fiber_core::fiber_wake(&record);
+                }
+            })
+        };
+        assert_eq!(tx.send(5), Ok(()));
+        interrupter.join().unwrap();
+        assert_eq!(receiver.join().unwrap(), Some(5));
+    });
+}
+
+/// The mirror case: a parked sender woken by a third party while a
+/// receiver takes its value out of its node. The receiver must take the
+/// value before it completes the node (`Node::complete` is its last
+/// access): the sender may see the final state at once and drop the node.
+/// Completing first makes the two touch the node's value concurrently.
+#[test]
+fn loom_woken_sender_sees_its_value_taken_without_the_lock() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let chan = tx.chan.clone();
+        let sender = thread::spawn(move || tx.send(5));
+        let interrupter = thread::spawn(move || {
+            if let Some(record) = chan.first_sender_record() {
+                fiber_core::fiber_wake(&record);
+            }
+        });
+        assert_eq!(rx.recv(), Ok(5));
+        interrupter.join().unwrap();
+        assert_eq!(sender.join().unwrap(), Ok(()));
+    });
+}
