@@ -935,6 +935,20 @@ pub fn install_root_scope(scope: Arc<dyn CancelScope>) -> Result<bool, Arc<dyn C
     }
 }
 
+/// Would [`install_root_scope`] accept a scope now: the caller is a fiber,
+/// outside any cancellation scope, whose task takes a root scope (a fiber
+/// spawned with a `JoinHandle`; not one a layer spawned with
+/// `try_spawn_unjoined`, after its body). Lets a layer skip making a scope
+/// it could not install.
+pub fn accepts_root_scope() -> bool {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return false;
+    }
+    // SAFETY: the running fiber reads its own slots.
+    unsafe { (*fiber).cancel_scope().is_none() && (*fiber).task().is_some_and(|t| t.takes_root_scope()) }
+}
+
 /// Has the running fiber been asked to stop: its task cancelled
 /// (`JoinHandle::cancel`), the job it runs in cancelled, or its runtime
 /// shutting down? `false` on a plain thread.

@@ -23,6 +23,10 @@ pub(crate) trait TaskControl: Send + Sync {
     fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> Option<bool>;
     /// Take the root scope back (the fiber's body has ended).
     fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>>;
+    /// Does `install_root_scope` accept a scope (`Some`) for this task?
+    fn takes_root_scope(&self) -> bool {
+        true
+    }
 }
 
 /// Why a join did not produce the fiber's value.
@@ -671,6 +675,10 @@ impl<U: UnjoinedTask> TaskControl for U {
 
     fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>> {
         None
+    }
+
+    fn takes_root_scope(&self) -> bool {
+        false
     }
 }
 

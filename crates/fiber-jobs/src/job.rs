@@ -266,6 +266,8 @@ struct Finalized {
     state: JobState,
     waiters: Taken,
     failure_for_parent: Option<Failure>,
+    /// A failure that ends here, dropped once the lock is released.
+    discard: Option<Failure>,
 }
 
 /// A slab of the active children of a job.
@@ -590,10 +592,21 @@ impl JobCore {
             let hand_up =
                 to == JobState::Failed && self.propagates && self.parent.as_ref().is_some_and(|p| !p.supervisor);
             let failure = if hand_up { sync.failure.take() } else { None };
+            // A child's failure that stays with it (a supervisor's child)
+            // is not kept in the job: its panic payload would be dropped
+            // with the job's last reference, which can be a frame being
+            // recycled on a bare worker. It is dropped by the finishing
+            // fiber instead (its handle holds its own reference).
+            let discard = if self.propagates && !hand_up {
+                sync.failure.take()
+            } else {
+                None
+            };
             Some(Finalized {
                 state: to,
                 waiters: sync.waiters.take_all(),
                 failure_for_parent: failure,
+                discard,
             })
         }
     }
@@ -605,7 +618,15 @@ impl JobCore {
             state: final_state,
             waiters,
             failure_for_parent,
+            discard,
         } = finalized;
+        // A panicking payload destructor must not stop the report to the
+        // parent below (the scope would wait for this child forever).
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(discard))) {
+            if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload))) {
+                std::mem::forget(again);
+            }
+        }
         let counter = match final_state {
             JobState::Completed => Counter::JobsCompleted,
             JobState::Failed => Counter::JobsFailed,

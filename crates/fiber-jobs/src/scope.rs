@@ -127,7 +127,7 @@ fn current_job() -> Option<Arc<JobCore>> {
             // A checked downcast: a scope of any other type is not a job.
             scope.downcast::<JobCore>().ok()
         }
-        None if fiber_core::in_fiber() => {
+        None if fiber_core::accepts_root_scope() => {
             let root = JobCore::new(None, false, false);
             match fiber_core::install_root_scope(root.clone()) {
                 Ok(already_cancelled) => {
@@ -182,17 +182,6 @@ pub fn check_cancelled() -> Result<(), Cancelled> {
 /// Run `f` on the running fiber as the body of `job`: the fiber's waits see
 /// the job's cancellation, and the job can interrupt them.
 fn run_in_job<R>(job: &Arc<JobCore>, f: impl FnOnce() -> R) -> std::thread::Result<R> {
-    let me = run_in_job_registered(job, f);
-    if let Some(me) = me.1 {
-        job.remove_fiber(me);
-    }
-    me.0
-}
-
-/// [`run_in_job`], leaving the fiber registered with the job: the caller
-/// unregisters it (a scoped child does, under the lock it takes anyway to
-/// leave its outcome). Returns the fiber's id with the outcome.
-fn run_in_job_registered<R>(job: &Arc<JobCore>, f: impl FnOnce() -> R) -> (std::thread::Result<R>, Option<FiberId>) {
     let me = fiber_core::current_fiber();
     let id = me.as_ref().map(|me| me.id());
     if let Some(me) = me {
@@ -201,7 +190,10 @@ fn run_in_job_registered<R>(job: &Arc<JobCore>, f: impl FnOnce() -> R) -> (std::
     let previous = fiber_core::swap_cancel_scope(Some(job.clone() as Arc<dyn CancelScope>));
     let outcome = catch_unwind(AssertUnwindSafe(f));
     fiber_core::swap_cancel_scope(previous);
-    (outcome, id)
+    if let Some(id) = id {
+        job.remove_fiber(id);
+    }
+    outcome
 }
 
 #[track_caller]
@@ -256,6 +248,10 @@ where
 {
     fn run(mut self) {
         let f = self.f.take().expect("a child body runs once");
+        // The child's job is the fiber's scope from here until the child
+        // has dropped everything it owns (`finish`): user destructors of
+        // its closure or its value see the job they belong to.
+        let previous = fiber_core::swap_cancel_scope(Some(self.job.clone() as Arc<dyn CancelScope>));
         let outcome = if self.job.is_cancelled() {
             // Cancelled before it started: its closure is dropped unrun.
             match catch_unwind(AssertUnwindSafe(move || drop(f))) {
@@ -263,8 +259,12 @@ where
                 Err(payload) => self.panicked(payload),
             }
         } else {
-            let (outcome, me) = run_in_job_registered(&self.job, f);
-            self.registered = me;
+            let me = fiber_core::current_fiber();
+            self.registered = me.as_ref().map(|me| me.id());
+            if let Some(me) = me {
+                self.job.add_fiber(me);
+            }
+            let outcome = catch_unwind(AssertUnwindSafe(f));
             match outcome {
                 Ok(Ok(value)) => Outcome::Value(value),
                 Ok(Err(e)) => {
@@ -282,6 +282,7 @@ where
             }
         };
         self.finish(outcome);
+        drop(fiber_core::swap_cancel_scope(previous));
     }
 }
 
@@ -313,13 +314,16 @@ impl<F, T, E> Drop for ChildBody<F, T, E> {
         if self.done {
             return;
         }
-        // Dropped unrun: drop the closure first, then report.
+        // Dropped unrun: drop the closure first, then report; on the
+        // child's fiber (at shutdown) inside its job, as in `run`.
+        let previous = fiber_core::swap_cancel_scope(Some(self.job.clone() as Arc<dyn CancelScope>));
         let f = self.f.take();
         let outcome = match catch_unwind(AssertUnwindSafe(move || drop(f))) {
             Ok(()) => Outcome::Cancelled,
             Err(payload) => self.panicked(payload),
         };
         self.finish(outcome);
+        drop(fiber_core::swap_cancel_scope(previous));
     }
 }
 

@@ -69,8 +69,11 @@ thread_local! {
     static MINE: Mine = Mine::new();
 }
 
-/// Count `n` events of `counter` on this thread.
-#[inline]
+/// Count `n` events of `counter` on this thread. Never inlined: it reads
+/// a thread-local, and a fiber may resume on another thread, so the
+/// thread-local's address must not be computed once and kept across a
+/// fiber switch in an inlining caller (PITFALLS 1).
+#[inline(never)]
 pub(crate) fn bump(counter: Counter, n: u64) {
     let counted = MINE.try_with(|mine| {
         let cell = &mine.0.counts[counter as usize];
