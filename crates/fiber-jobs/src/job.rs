@@ -30,6 +30,7 @@ use fiber_core::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitRe
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Job states: `Active -> Completed | Failed | Cancelling`,
 /// `Cancelling -> Cancelled | Failed`; terminal states never change.
@@ -245,6 +246,12 @@ pub(crate) struct JobCore {
     /// This job's slot in its parent's `ChildSet` (fixed at creation).
     index_in_parent: usize,
     sync: Mutex<Sync_>,
+    /// The earliest `with_timeout` deadline of this job or an ancestor
+    /// (inherited at creation). Fibers running in the job see it as a
+    /// cancellation as soon as it passes, even before the timeout's
+    /// watchdog fiber gets a worker to cancel the job (spec/jobs.md,
+    /// "Timeouts").
+    deadline: Option<Instant>,
     /// The park token of the fiber a scope spawns for this job (the job is
     /// that fiber's per-fiber block: see `fiber_core::UnjoinedTask`).
     #[cfg(not(loom))]
@@ -347,6 +354,22 @@ impl JobCore {
 
     /// A new ACTIVE job, attached to `parent` unless `detached`.
     pub(crate) fn new(parent: Option<Arc<JobCore>>, supervisor: bool, propagates: bool) -> Arc<JobCore> {
+        JobCore::with_deadline(parent, supervisor, propagates, None)
+    }
+
+    /// [`JobCore::new`] with a deadline of its own (`with_timeout`'s job);
+    /// the job keeps the earlier of it and its parent's.
+    pub(crate) fn with_deadline(
+        parent: Option<Arc<JobCore>>,
+        supervisor: bool,
+        propagates: bool,
+        deadline: Option<Instant>,
+    ) -> Arc<JobCore> {
+        let inherited = parent.as_ref().and_then(|p| p.deadline);
+        let deadline = match (deadline, inherited) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         // The job counters join the runtime's shutdown report (FIBER_STATS=1).
         static REPORTER: std::sync::Once = std::sync::Once::new();
         REPORTER.call_once(|| fiber_core::register_stats_reporter(crate::stats::report));
@@ -358,6 +381,7 @@ impl JobCore {
                 propagates,
                 parent,
                 index_in_parent,
+                deadline,
                 sync: Mutex::new(Sync_ {
                     children: ChildSet::default(),
                     active_children: 0,
@@ -814,8 +838,14 @@ impl Waitable for Children {
 
 #[cfg(not(loom))]
 impl fiber_core::CancelScope for JobCore {
+    /// Cancelled, or past a `with_timeout` deadline: a body that only polls
+    /// (`fiber::is_cancelled` in a loop with no wait) sees its timeout even
+    /// when the watchdog fiber that cancels the job cannot get a worker
+    /// (every worker busy, e.g. one worker spinning in that very body).
+    /// Only reads: the job itself is cancelled by the watchdog or when
+    /// `with_timeout`'s body returns.
     fn is_cancelled(&self) -> bool {
-        JobCore::is_cancelled(self)
+        JobCore::is_cancelled(self) || self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
     /// `JoinHandle::cancel` of the fiber whose root job this is.

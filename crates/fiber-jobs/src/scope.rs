@@ -738,7 +738,7 @@ impl fiber_core::Waitable for Done {
 pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, TimedOut> {
     require_fiber("with_timeout");
     let deadline = Instant::now().checked_add(timeout);
-    let job = JobCore::new(current_job(), false, false);
+    let job = JobCore::with_deadline(current_job(), false, false, deadline);
     let done = Arc::new(Done(Mutex::new((false, None))));
     let watchdog = {
         let (job, done) = (job.clone(), done.clone());

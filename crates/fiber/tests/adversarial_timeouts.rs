@@ -385,6 +385,10 @@ fn tcp_read_timeout_max_waits_for_data_and_zero_is_invalid_input() {
             );
             c.set_read_timeout(Some(Duration::MAX)).unwrap();
             c.set_write_timeout(Some(Duration::MAX)).unwrap();
+            assert!(
+                c.read_timeout().unwrap().is_some(),
+                "std: a set timeout reads back as Some"
+            );
             let mut buf = [0u8; 4];
             c.read_exact(&mut buf).unwrap();
             assert_eq!(&buf, b"late");
@@ -449,6 +453,103 @@ fn connect_timeout_of_duration_max_and_zero() {
             assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
             let c = fiber::net::TcpStream::connect_timeout(&addr, Duration::MAX).unwrap();
             assert_eq!(c.peer_addr().unwrap(), addr);
+        })
+    })
+}
+
+/// A fiber parked in `op`, cancelled: what `op` returned, as text.
+fn cancelled_result(op: impl FnOnce() -> String + Send + 'static) -> String {
+    let (report, reports) = chan::unbounded::<String>();
+    let h = fiber::spawn(move || report.send(op()).unwrap());
+    fiber::sleep(ms(10)).unwrap();
+    h.cancel();
+    let _ = h.join();
+    reports
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the cancelled wait returned")
+}
+
+#[test]
+fn a_cancelled_timed_wait_reports_timeout_for_duration_max_as_for_any_timeout() {
+    // Documented: a fiber cancelled while it waits in recv_deadline /
+    // send_deadline / select_timeout / ready_timeout gets a timeout. An
+    // infinite timeout (whose deadline overflows) must not turn that into
+    // `Disconnected` on a channel that is still connected, or into the
+    // blocking form's failed first arm.
+    within(20, || {
+        rt().block_on(|| {
+            for timeout in [Duration::from_secs(3600), Duration::MAX] {
+                let (tx, rx) = chan::bounded::<u8>(0);
+                let r = {
+                    let rx = rx.clone();
+                    cancelled_result(move || format!("{:?}", rx.recv_timeout(timeout)))
+                };
+                assert_eq!(r, "Err(Timeout)", "recv_timeout({timeout:?}) cancelled");
+                let r = {
+                    let tx = tx.clone();
+                    cancelled_result(move || format!("{:?}", tx.send_timeout(1, timeout)))
+                };
+                assert_eq!(r, "Err(Timeout(..))", "send_timeout({timeout:?}) cancelled");
+                for timer in [chan::never::<Instant>(), chan::after(Duration::MAX)] {
+                    let r = cancelled_result(move || format!("{:?}", timer.recv_timeout(timeout)));
+                    assert_eq!(r, "Err(Timeout)", "timer/never recv_timeout({timeout:?}) cancelled");
+                }
+                let r = {
+                    let rx = rx.clone();
+                    cancelled_result(move || {
+                        let mut sel = chan::Select::new();
+                        sel.recv(&rx);
+                        let r = match sel.select_timeout(timeout) {
+                            Ok(op) => format!("op {:?}", op.recv(&rx)),
+                            Err(e) => format!("{e:?}"),
+                        };
+                        r
+                    })
+                };
+                assert_eq!(r, "SelectTimeoutError", "select_timeout({timeout:?}) cancelled");
+                let r = {
+                    let rx = rx.clone();
+                    cancelled_result(move || {
+                        let mut sel = chan::Select::new();
+                        sel.recv(&rx);
+                        format!("{:?}", sel.ready_timeout(timeout))
+                    })
+                };
+                assert_eq!(r, "Err(ReadyTimeoutError)", "ready_timeout({timeout:?}) cancelled");
+                let r = {
+                    let rx = rx.clone();
+                    cancelled_result(move || {
+                        fiber::select! {
+                            recv(rx) -> v => format!("arm {v:?}"),
+                            default(timeout) => "default".to_string(),
+                        }
+                    })
+                };
+                assert_eq!(r, "default", "select! default({timeout:?}) cancelled");
+                drop((tx, rx));
+            }
+        })
+    })
+}
+
+#[test]
+fn select_timeout_max_with_every_operation_removed_waits_instead_of_panicking() {
+    // select_deadline with no live operation waits until its deadline; an
+    // infinite timeout waits until cancelled (it must not become the
+    // blocking form, which panics on an empty set).
+    within(20, || {
+        rt().block_on(|| {
+            let r = cancelled_result(|| {
+                let (_tx, rx) = chan::bounded::<u8>(0);
+                let mut sel = chan::Select::new();
+                let i = sel.recv(&rx);
+                sel.remove(i);
+                match std::panic::catch_unwind(AssertUnwindSafe(|| sel.select_timeout(Duration::MAX).is_err())) {
+                    Ok(timed_out) => format!("timed out: {timed_out}"),
+                    Err(_) => "panicked".to_string(),
+                }
+            });
+            assert_eq!(r, "timed out: true");
         })
     })
 }
