@@ -375,8 +375,19 @@ impl<T> ScopedJoinHandle<'_, T> {
     /// its `try_scope` took. The wait is a cancellable point: if the joining
     /// fiber's job is cancelled first, it returns `Cancelled` (and the
     /// child's value is dropped).
+    ///
+    /// # Panics
+    ///
+    /// Panics if called by the child this handle joins (it would wait for
+    /// itself forever), as `std::thread::JoinHandle::join` does.
     #[track_caller]
     pub fn join(self) -> Result<T, JoinError> {
+        if fiber_core::current_id() == Some(self.id) && !self.is_finished() {
+            panic!(
+                "ScopedJoinHandle::join called by the child it joins ({}): a fiber cannot wait for its own end",
+                self.id
+            );
+        }
         crate::stats::COUNTERS
             .joins
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
