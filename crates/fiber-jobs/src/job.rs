@@ -853,13 +853,20 @@ impl fiber_core::CancelScope for JobCore {
         JobCore::cancel(self, CancelReason::Cancelled);
     }
 
-    /// The root job of a fiber ends with its body: failed if it panicked.
+    /// The root job of a fiber ends with its body: failed if it panicked,
+    /// cancelled if the fiber was cancelled from outside the job (its
+    /// runtime shutting down, its task cancelled), as its `JoinHandle`
+    /// reports, otherwise completed.
     fn fiber_finished(self: Arc<Self>, panicked: bool) {
+        // Read on the fiber, while this job is still its scope.
+        let cancelled = fiber_core::is_cancel_requested();
         if let Some(me) = fiber_core::current_id() {
             self.remove_fiber(me);
         }
         if panicked {
             self.fail(Failure::Panic(Arc::new(Mutex::new(None))), CancelReason::Cancelled);
+        } else if cancelled {
+            self.cancel(CancelReason::Cancelled);
         }
         self.body_done();
     }
