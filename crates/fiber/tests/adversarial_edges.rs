@@ -402,3 +402,46 @@ fn spawning_from_inside_fiber_blocking_works_or_names_the_misuse() {
         })
     })
 }
+
+#[test]
+fn completing_a_selected_operation_with_the_wrong_handle_panics_and_frees_the_reservation() {
+    // crossbeam: passing another receiver/sender than the selected one
+    // panics. Here the select already reserved a buffer slot (send) or took
+    // a value (recv): the panic must not leak the slot or confuse types.
+    within(20, || {
+        let check = || {
+            let (tx1, rx1) = chan::bounded::<u8>(1);
+            let (tx2, _rx2) = chan::bounded::<u8>(1);
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let mut sel = chan::Select::new();
+                sel.send(&tx1);
+                let op = sel.select();
+                let _ = op.send(&tx2, 5);
+            }));
+            let msg = r.expect_err("a wrong sender must panic");
+            let msg = msg
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| msg.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            assert!(msg.contains("sender"), "{msg}");
+            assert_eq!(tx1.try_send(6), Ok(()), "the reserved slot was given back");
+            assert_eq!(rx1.try_recv(), Ok(6));
+            // A receive completed with a receiver of another element type.
+            let (tx3, rx3) = chan::bounded::<u64>(1);
+            let (_tx4, rx4) = chan::bounded::<String>(1);
+            tx3.send(u64::MAX).unwrap();
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let mut sel = chan::Select::new();
+                sel.recv(&rx3);
+                let op = sel.select();
+                let _ = op.recv(&rx4);
+            }));
+            assert!(r.is_err(), "a wrong receiver must panic, never read a u64 as a String");
+            assert_eq!(tx3.try_send(1), Ok(()), "the channel still works");
+            assert_eq!(rx3.try_recv(), Ok(1));
+        };
+        check();
+        rt().block_on(check);
+    })
+}

@@ -225,3 +225,55 @@ fn shutdown_with_nested_parked_scopes_and_timeouts_unwinds_everything_once() {
     assert_eq!(expected, 7, "every fiber started before the shutdown");
     assert_eq!(drops.load(Ordering::SeqCst), 7, "each destructor ran exactly once");
 }
+
+#[test]
+fn a_lock_deadlock_at_shutdown_is_torn_down_with_locals_and_fiber_locals_dropped_once() {
+    // Two fibers deadlocked on fiber::sync mutexes (`lock` is not a
+    // cancellation point, as in std): shutdown's cancel cannot end them, so
+    // the teardown unwinds them; their stack values and fiber-locals drop
+    // exactly once, on the right fiber.
+    fiber::fiber_local! {
+        static LOCAL: std::cell::RefCell<Option<Counted>> = std::cell::RefCell::new(None);
+    }
+    in_child(
+        "a_lock_deadlock_at_shutdown_is_torn_down_with_locals_and_fiber_locals_dropped_once",
+        40,
+        || {
+            let drops = Arc::new(AtomicUsize::new(0));
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .shutdown_timeout(ms(200))
+                .build()
+                .unwrap();
+            let d = drops.clone();
+            rt.block_on(move || {
+                let a = Arc::new(fiber::sync::Mutex::new(()));
+                let b = Arc::new(fiber::sync::Mutex::new(()));
+                let barrier = Arc::new(fiber::sync::Barrier::new(2));
+                for (first, second) in [(a.clone(), b.clone()), (b, a)] {
+                    let (d, barrier) = (d.clone(), barrier.clone());
+                    fiber::spawn(move || {
+                        let _stack = Counted(d.clone());
+                        LOCAL.with(|l| *l.borrow_mut() = Some(Counted(d)));
+                        let _g1 = first.lock().unwrap();
+                        barrier.wait();
+                        let _g2 = second.lock().unwrap(); // deadlock
+                    });
+                }
+                fiber::sleep(ms(20)).unwrap();
+            });
+            let start = Instant::now();
+            drop(rt);
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "shutdown took {:?}",
+                start.elapsed()
+            );
+            assert_eq!(
+                drops.load(Ordering::SeqCst),
+                4,
+                "2 stack values and 2 fiber-locals, once each"
+            );
+        },
+    );
+}
