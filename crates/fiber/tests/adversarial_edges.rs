@@ -445,3 +445,19 @@ fn completing_a_selected_operation_with_the_wrong_handle_panics_and_frees_the_re
         rt().block_on(check);
     })
 }
+
+#[test]
+fn a_thread_name_with_a_nul_byte_is_a_build_error_not_a_panic() {
+    // README: build() returns an InvalidInput error naming a bad setting.
+    within(20, || {
+        let r = std::panic::catch_unwind(|| fiber::Runtime::builder().workers(1).thread_name("bad\0name").build());
+        let r = r.unwrap_or_else(|_| panic!("build() panicked on a NUL in thread_name instead of returning an error"));
+        match r {
+            Err(e) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+                assert!(e.to_string().contains("thread_name"), "names the setting: {e}");
+            }
+            Ok(rt) => drop(rt),
+        }
+    })
+}

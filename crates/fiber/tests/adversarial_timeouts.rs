@@ -553,3 +553,89 @@ fn select_timeout_max_with_every_operation_removed_waits_instead_of_panicking() 
         })
     })
 }
+
+#[test]
+fn every_fiber_env_variable_with_absurd_values_resolves_or_names_itself() {
+    use fiber::runtime::Config;
+    let vars = [
+        "FIBER_WORKERS",
+        "FIBER_MAX_WORKERS",
+        "FIBER_STACK_SIZE",
+        "FIBER_SHUTDOWN_TIMEOUT_MS",
+        "FIBER_IDLE_TIMEOUT_MS",
+        "FIBER_STATS",
+        "FIBER_DEBUG_STALL",
+        "FIBER_DUMP_SIGNAL",
+        "FIBER_DEADLOCK_ABORT",
+        "FIBER_UNGUARDED",
+        "FIBER_BACKTRACE",
+        "FIBER_IO_HARVEST",
+        "FIBER_TRACE_SPANS",
+        "FIBER_MAX_BLOCKING",
+    ];
+    let values = [
+        "0",
+        "-1",
+        "18446744073709551616",
+        "99999999999999999g",
+        "18446744073709551615k",
+        "1k",
+        "abc",
+        " 5 ",
+        "",
+        "SIGKILL",
+        "1e3",
+        "\u{0}",
+        "２",
+    ];
+    for var in vars {
+        for value in values {
+            let r = std::panic::catch_unwind(|| {
+                Config::resolve_with(&Default::default(), |k| (k == var).then(|| value.to_string()))
+            });
+            let r = r.unwrap_or_else(|_| panic!("{var}={value:?} panicked instead of resolving or erroring"));
+            if let Err(e) = r {
+                assert!(e.to_string().contains(var), "the error names {var}: {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_zero_shutdown_timeout_still_unwinds_parked_fibers_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let drops = Arc::new(AtomicUsize::new(0));
+    let d = drops.clone();
+    within(20, move || {
+        let rt = fiber::Runtime::builder()
+            .workers(2)
+            .shutdown_timeout(Duration::ZERO)
+            .idle_timeout(Duration::ZERO)
+            .build()
+            .unwrap();
+        rt.block_on(move || {
+            for _ in 0..4 {
+                let d = d.clone();
+                fiber::spawn(move || {
+                    let _c = Counted(d.clone());
+                    fiber::scope(|s| {
+                        s.spawn(move || {
+                            let _c = Counted(d);
+                            let _ = fiber::sleep(Duration::MAX);
+                        });
+                    });
+                });
+            }
+            fiber::sleep(ms(10)).unwrap();
+        });
+        drop(rt);
+    });
+    assert_eq!(drops.load(Ordering::SeqCst), 8);
+}
