@@ -277,3 +277,23 @@ fn a_lock_deadlock_at_shutdown_is_torn_down_with_locals_and_fiber_locals_dropped
         },
     );
 }
+
+#[test]
+fn a_panicking_on_thread_stop_hook_does_not_hang_or_abort_shutdown() {
+    in_child(
+        "a_panicking_on_thread_stop_hook_does_not_hang_or_abort_shutdown",
+        30,
+        || {
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .shutdown_timeout(ms(100))
+                .on_thread_stop(|| panic!("on_thread_stop hook"))
+                .build()
+                .unwrap();
+            assert_eq!(rt.block_on(|| fiber::spawn(|| 1).join().unwrap()), 1);
+            let start = Instant::now();
+            drop(rt);
+            assert!(start.elapsed() < Duration::from_secs(20));
+        },
+    );
+}
