@@ -410,3 +410,57 @@ fn with_timeout_drops_a_late_panicking_result_as_an_ordinary_panic() {
         })
     })
 }
+
+#[test]
+fn a_panicking_fiber_local_initialiser_leaves_the_key_usable() {
+    // std thread_local!: a panicking initialiser propagates its panic; the
+    // key is not poisoned into UB, a later access initialises again.
+    static INITS: AtomicUsize = AtomicUsize::new(0);
+    fiber::fiber_local! {
+        static FLAKY: u32 = {
+            if INITS.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("first init fails");
+            }
+            7
+        };
+    }
+    within(20, || {
+        rt().block_on(|| {
+            let h = fiber::spawn(|| {
+                let first = std::panic::catch_unwind(|| FLAKY.with(|v| *v));
+                assert!(first.is_err(), "the first initialiser panicked");
+                FLAKY.with(|v| *v)
+            });
+            assert_eq!(h.join().unwrap(), 7);
+            runtime_still_works();
+        })
+    })
+}
+
+#[test]
+fn a_fiber_local_initialiser_that_parks_and_migrates_keeps_one_value() {
+    fiber::fiber_local! {
+        static SLOW: u64 = {
+            fiber::sleep(Duration::from_millis(2)).unwrap();
+            fiber::current().id().0
+        };
+    }
+    within(20, || {
+        rt().block_on(|| {
+            let hs: Vec<_> = (0..16)
+                .map(|_| {
+                    fiber::spawn(|| {
+                        let a = SLOW.with(|v| *v);
+                        fiber::yield_now().unwrap();
+                        let b = SLOW.with(|v| *v);
+                        (a, b, fiber::current().id().0)
+                    })
+                })
+                .collect();
+            for h in hs {
+                let (a, b, me) = h.join().unwrap();
+                assert_eq!((a, b), (me, me), "each fiber keeps its own value across a park");
+            }
+        })
+    })
+}
