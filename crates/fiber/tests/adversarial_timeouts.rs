@@ -639,3 +639,86 @@ fn a_zero_shutdown_timeout_still_unwinds_parked_fibers_once() {
     });
     assert_eq!(drops.load(Ordering::SeqCst), 8);
 }
+
+/// Durations whose deadline is representable as an `Instant` but whose
+/// length in milliseconds or nanoseconds does not fit a `u64`.
+fn huge_but_representable() -> Vec<Duration> {
+    [u64::MAX / 4, 1 << 62, 1 << 40, 1 << 35, 18_446_744_073_709_552]
+        .into_iter()
+        .map(Duration::from_secs)
+        .filter(|d| Instant::now().checked_add(*d).is_some())
+        .collect()
+}
+
+#[test]
+fn huge_representable_timeouts_never_fire_early_in_fibers() {
+    within(30, || {
+        rt().block_on(|| {
+            let durations = huge_but_representable();
+            assert!(!durations.is_empty());
+            for d in durations {
+                let sleeper = fiber::spawn(move || fiber::sleep(d));
+                let (_tx, rx) = chan::bounded::<u8>(0);
+                let receiver = fiber::spawn(move || rx.recv_timeout(d));
+                let (tx2, _rx2) = chan::bounded::<u8>(0);
+                let sender = fiber::spawn(move || tx2.send_timeout(1, d).is_ok());
+                let selector = fiber::spawn(move || {
+                    fiber::select! {
+                        recv(chan::never::<u8>()) -> _ => "never",
+                        recv(chan::after(d)) -> _ => "after",
+                        recv(chan::tick(d)) -> _ => "tick",
+                        recv(chan::at(Instant::now() + d)) -> _ => "at",
+                        default(d) => "default",
+                    }
+                });
+                let timed = fiber::spawn(move || fiber::with_timeout(d, || fiber::sleep(ms(30))).is_ok());
+                fiber::sleep(ms(50)).unwrap();
+                assert!(!sleeper.is_finished(), "sleep({d:?}) ended early");
+                assert!(!receiver.is_finished(), "recv_timeout({d:?}) ended early");
+                assert!(!sender.is_finished(), "send_timeout({d:?}) ended early");
+                assert!(!selector.is_finished(), "select with {d:?} timers ended early");
+                assert!(timed.join().unwrap(), "with_timeout({d:?}) cut a 30 ms body short");
+                for h in [
+                    sleeper.canceller(),
+                    receiver.canceller(),
+                    sender.canceller(),
+                    selector.canceller(),
+                ] {
+                    h.cancel();
+                }
+                let _ = (sleeper.join(), receiver.join(), sender.join(), selector.join());
+            }
+        })
+    })
+}
+
+#[test]
+fn huge_representable_timeouts_never_fire_early_on_plain_threads() {
+    within(30, || {
+        for d in huge_but_representable() {
+            let (_tx, rx) = chan::bounded::<u8>(0);
+            let start = Instant::now();
+            let r = fiber::select! {
+                recv(rx) -> _ => "recv",
+                recv(chan::after(d)) -> _ => "after",
+                recv(chan::tick(d)) -> _ => "tick",
+                default(ms(30)) => "default",
+            };
+            assert_eq!(r, "default", "a {d:?} timer fired early");
+            assert!(start.elapsed() >= ms(30));
+            let pair = (fiber::sync::Mutex::new(false), fiber::sync::Condvar::new());
+            let t = std::thread::scope(|s| {
+                let h = s.spawn(|| {
+                    let g = pair.0.lock().unwrap();
+                    let (_g, res) = pair.1.wait_timeout_while(g, d, |ready| !*ready).unwrap();
+                    res.timed_out()
+                });
+                std::thread::sleep(ms(30));
+                *pair.0.lock().unwrap() = true;
+                pair.1.notify_all();
+                h.join().unwrap()
+            });
+            assert!(!t, "Condvar::wait_timeout({d:?}) timed out instead of being notified");
+        }
+    })
+}
