@@ -335,3 +335,121 @@ fn blocking_reraises_the_closures_panic_and_keeps_its_value_when_cancelled() {
         assert_eq!(runs.load(Ordering::SeqCst), 1, "the closure ran exactly once");
     })
 }
+
+/// On one worker: while fiber A waits for something a plain thread holds,
+/// fiber B must still run (A parks, it does not block the worker). The
+/// thread releases only after seeing B's progress.
+type Waiter = Box<dyn FnOnce() + Send>;
+
+fn waiting_parks_not_blocks(hold: impl FnOnce(Arc<std::sync::atomic::AtomicBool>) -> Waiter + Send + 'static) {
+    use std::sync::atomic::AtomicBool;
+    within(30, move || {
+        let rt = fiber::Runtime::builder().workers(1).max_workers(1).build().unwrap();
+        let progressed = Arc::new(AtomicBool::new(false));
+        let wait = hold(progressed.clone());
+        rt.block_on(move || {
+            let a = fiber::spawn(wait);
+            fiber::sleep(ms(5)).unwrap();
+            // B: runs on the only worker while A waits.
+            let b = fiber::spawn(move || progressed.store(true, Ordering::SeqCst));
+            b.join().unwrap();
+            a.join().unwrap();
+        });
+    })
+}
+
+/// Spin a plain thread until `flag` is set (or 20 s), then run `release`.
+fn release_after(flag: Arc<std::sync::atomic::AtomicBool>, release: impl FnOnce() + Send + 'static) {
+    std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        while !flag.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(ms(1));
+        }
+        assert!(
+            flag.load(Ordering::SeqCst),
+            "the other fiber never ran while one waited"
+        );
+        release();
+    });
+}
+
+#[test]
+fn a_fiber_waiting_for_a_mutex_held_by_a_thread_parks_instead_of_blocking_its_worker() {
+    waiting_parks_not_blocks(|flag| {
+        let m = Arc::new(Mutex::new(0u32));
+        let (locked_tx, locked_rx) = mpsc::channel();
+        let m2 = m.clone();
+        std::thread::spawn(move || {
+            let g = m2.lock().unwrap();
+            locked_tx.send(()).unwrap();
+            let start = std::time::Instant::now();
+            while !flag.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(ms(1));
+            }
+            assert!(
+                flag.load(Ordering::SeqCst),
+                "the other fiber never ran while one waited"
+            );
+            drop(g);
+        });
+        locked_rx.recv().unwrap();
+        Box::new(move || *m.lock().unwrap() += 1)
+    });
+}
+
+#[test]
+fn a_fiber_waiting_on_a_thread_initialised_once_lock_or_rwlock_parks() {
+    waiting_parks_not_blocks(|flag| {
+        let l = Arc::new(fiber::sync::RwLock::new(0u32));
+        let (locked_tx, locked_rx) = mpsc::channel();
+        let l2 = l.clone();
+        std::thread::spawn(move || {
+            let g = l2.write().unwrap();
+            locked_tx.send(()).unwrap();
+            let start = std::time::Instant::now();
+            while !flag.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(ms(1));
+            }
+            drop(g);
+        });
+        locked_rx.recv().unwrap();
+        Box::new(move || assert_eq!(*l.read().unwrap(), 0))
+    });
+    waiting_parks_not_blocks(|flag| {
+        let cell = Arc::new(fiber::sync::OnceLock::<u32>::new());
+        let (started_tx, started_rx) = mpsc::channel();
+        let c2 = cell.clone();
+        std::thread::spawn(move || {
+            c2.get_or_init(|| {
+                started_tx.send(()).unwrap();
+                let start = std::time::Instant::now();
+                while !flag.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(20) {
+                    std::thread::sleep(ms(1));
+                }
+                1
+            });
+        });
+        started_rx.recv().unwrap();
+        Box::new(move || assert_eq!(*cell.get_or_init(|| 2), 1))
+    });
+    waiting_parks_not_blocks(|flag| {
+        let sem = Arc::new(Semaphore::new(0));
+        let s2 = sem.clone();
+        release_after(flag, move || s2.add_permits(1));
+        Box::new(move || drop(sem.acquire().unwrap()))
+    });
+}
+
+#[test]
+fn cancel_and_join_of_the_callers_own_job_returns_cancelled_at_once() {
+    // Kotlin: cancelAndJoin() on the coroutine's own job cancels it, and
+    // the join then fails with CancellationException instead of waiting.
+    on_runtime(|| {
+        let h = fiber::spawn(|| fiber::Job::current().cancel_and_join());
+        let r = h.join();
+        match r {
+            Ok(inner) => assert!(inner.is_err(), "{inner:?}"),
+            Err(e) => assert!(e.is_cancelled()),
+        }
+    })
+}
