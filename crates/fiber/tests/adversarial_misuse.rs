@@ -253,3 +253,34 @@ fn a_channel_shared_by_a_thread_and_a_fiber_survives_the_runtime() {
         );
     })
 }
+
+#[test]
+fn fiber_run_with_a_bad_fiber_env_value_panics_naming_the_variable() {
+    const CHILD: &str = "FIBER_ADVERSARIAL_MISUSE_ENV_CHILD";
+    let scenario = "fiber_run_with_a_bad_fiber_env_value_panics_naming_the_variable";
+    if std::env::var(CHILD).is_ok() {
+        fiber::run(|| ());
+        return;
+    }
+    for (var, value) in [
+        ("FIBER_WORKERS", "abc"),
+        ("FIBER_STACK_SIZE", "99999999999999999999g"),
+        ("FIBER_SHUTDOWN_TIMEOUT_MS", "-5"),
+    ] {
+        let out = within(30, move || {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", scenario, "--nocapture", "--test-threads=1"])
+                .env(CHILD, "1")
+                .env(var, value)
+                .output()
+                .unwrap()
+        });
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{var}={value} was accepted");
+        assert!(stderr.contains(var), "the panic names {var}: {stderr}");
+        assert!(
+            !stderr.contains("SIGABRT") && out.status.code().is_some(),
+            "a panic, not an abort: {stderr}"
+        );
+    }
+}
