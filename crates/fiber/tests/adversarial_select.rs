@@ -329,3 +329,43 @@ fn many_timed_selects_in_a_loop_leave_no_timers_behind() {
         })
     })
 }
+
+#[test]
+fn two_selects_pair_with_each_other_over_rendezvous_channels() {
+    // Go: two goroutines, each `select { case a <- x: case <-b: }` with the
+    // mirror image, always make progress: one select's send pairs with the
+    // other's receive. Neither may wait forever for a plain send/recv.
+    within(30, || {
+        let rt = rt();
+        for round in 0..200 {
+            let (a_tx, a_rx) = chan::bounded::<u32>(0);
+            let (b_tx, b_rx) = chan::bounded::<u32>(0);
+            let x = move || {
+                fiber::select! {
+                    send(a_tx, 1) -> r => { r.unwrap(); "x sent" }
+                    recv(b_rx) -> v => { assert_eq!(v, Ok(2)); "x received" }
+                }
+            };
+            let y = move || {
+                fiber::select! {
+                    send(b_tx, 2) -> r => { r.unwrap(); "y sent" }
+                    recv(a_rx) -> v => { assert_eq!(v, Ok(1)); "y received" }
+                }
+            };
+            // Fibers and a plain thread, alternating.
+            let (rx_, ry_) = if round % 2 == 0 {
+                let hx = rt.spawn(x);
+                let hy = rt.spawn(y);
+                (hx.join().unwrap(), hy.join().unwrap())
+            } else {
+                let hx = std::thread::spawn(x);
+                let hy = rt.spawn(y);
+                (hx.join().unwrap(), hy.join().unwrap())
+            };
+            assert!(
+                (rx_, ry_) == ("x sent", "y received") || (rx_, ry_) == ("x received", "y sent"),
+                "round {round}: {rx_} / {ry_}"
+            );
+        }
+    })
+}
