@@ -297,3 +297,55 @@ fn a_panicking_on_thread_stop_hook_does_not_hang_or_abort_shutdown() {
         },
     );
 }
+
+#[test]
+fn shutdown_while_a_borrowing_blocking_call_runs_keeps_the_borrow_alive() {
+    // `fiber::blocking(f)`: f may borrow the fiber's stack and its wait is
+    // not cancellable. A shutdown with a short grace must neither free the
+    // stack under f (teardown waits or leaks it) nor hang.
+    in_child(
+        "shutdown_while_a_borrowing_blocking_call_runs_keeps_the_borrow_alive",
+        40,
+        || {
+            static CHECKED: AtomicUsize = AtomicUsize::new(0);
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .shutdown_timeout(ms(50))
+                .build()
+                .unwrap();
+            let (started_tx, started_rx) = mpsc::channel();
+            rt.spawn(move || {
+                let mut buf = [0xA5u8; 4096];
+                let buf_ref = &mut buf;
+                fiber::blocking(move || {
+                    started_tx.send(()).unwrap();
+                    std::thread::sleep(ms(400));
+                    // Still our bytes: nobody reused the fiber's stack.
+                    assert!(buf_ref.iter().all(|&b| b == 0xA5), "the borrowed stack was reused");
+                    buf_ref.fill(0x5A);
+                    CHECKED.fetch_add(1, Ordering::SeqCst);
+                });
+                assert!(buf.iter().all(|&b| b == 0x5A));
+            });
+            started_rx.recv().unwrap();
+            let start = Instant::now();
+            drop(rt);
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "shutdown took {:?}",
+                start.elapsed()
+            );
+            // Let the blocking call finish before the process exits.
+            let wait = Instant::now();
+            while CHECKED.load(Ordering::SeqCst) == 0 && wait.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(ms(10));
+            }
+            std::thread::sleep(ms(50));
+            assert_eq!(
+                CHECKED.load(Ordering::SeqCst),
+                1,
+                "the blocking call completed its check"
+            );
+        },
+    );
+}
