@@ -545,3 +545,35 @@ fn tcp_behaves_like_std_net_eof_refused_and_cancel() {
         assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
     })
 }
+
+#[test]
+fn failed_jobs_end_failed_and_joining_them_returns_normally() {
+    // Kotlin: a job whose child failed ends in the failed (cancelled with a
+    // cause) state; join() on it returns normally, it does not rethrow.
+    on_runtime(|| {
+        let (tx, rx) = chan::unbounded::<fiber::Job>();
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            fiber::scope(|s| {
+                tx.send(s.job()).unwrap();
+                s.spawn(|| panic!("child failure"));
+            })
+        }));
+        assert!(r.is_err());
+        let scope_job = rx.recv().unwrap();
+        assert_eq!(scope_job.join(), Ok(fiber::JobState::Failed));
+        assert!(scope_job.is_cancelled(), "Kotlin: a failed job reports isCancelled");
+        assert_eq!(scope_job.cancel_reason(), Some(fiber::CancelReason::ChildFailed));
+        // In a supervisor scope the child's own job fails, the scope's does not.
+        fiber::supervisor_scope(|s| {
+            let t = tx.clone();
+            let h = s.spawn(move || {
+                t.send(fiber::Job::current()).unwrap();
+                panic!("supervised");
+            });
+            assert!(h.join().is_err());
+            let child_job = rx.recv().unwrap();
+            assert_eq!(child_job.join(), Ok(fiber::JobState::Failed));
+            assert!(s.job().is_active(), "the supervisor is untouched");
+        });
+    })
+}
