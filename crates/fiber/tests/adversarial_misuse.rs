@@ -183,8 +183,8 @@ fn a_plain_thread_joins_and_cancels_fibers_and_waits_on_fiber_sync() {
 
 #[test]
 fn dropping_a_runtime_inside_one_of_its_own_fibers_panics_naming_the_misuse() {
-    // A worker cannot join itself: the drop must either be refused with a
-    // message or finish (detaching), never deadlock.
+    // A worker cannot join itself: the drop is refused with a message
+    // (spec/reliability.md), never a deadlock.
     within(30, || {
         let rt = rt();
         let handle = rt.handle();
