@@ -164,17 +164,23 @@ impl<T> Sender<T> {
     /// Send, waiting at most `timeout`.
     #[track_caller]
     pub fn send_timeout(&self, value: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
-        match Instant::now().checked_add(timeout) {
-            Some(deadline) => self.send_deadline(value, deadline),
-            None => self.send(value).map_err(SendTimeoutError::from),
-        }
+        // A timeout past the end of `Instant` waits without a deadline, but
+        // keeps the timed form's errors (a cancelled wait is `Timeout`,
+        // never `Disconnected`).
+        self.send_until(value, Instant::now().checked_add(timeout))
     }
 
     /// Send, waiting until `deadline` at most. A fiber cancelled while it
     /// waits gets `Timeout` (with its value back; see [`Sender::send`]).
     #[track_caller]
     pub fn send_deadline(&self, value: T, deadline: Instant) -> Result<(), SendTimeoutError<T>> {
-        match self.chan.send(value, Some(deadline)) {
+        self.send_until(value, Some(deadline))
+    }
+
+    /// The timed send; `None`: no deadline.
+    #[track_caller]
+    fn send_until(&self, value: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+        match self.chan.send(value, deadline) {
             Ok(()) => Ok(()),
             Err((value, WaitResult::Closed)) => Err(SendTimeoutError::Disconnected(value)),
             Err((value, _)) => Err(SendTimeoutError::Timeout(value)),
@@ -304,7 +310,20 @@ impl<T> Receiver<T> {
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         match Instant::now().checked_add(timeout) {
             Some(deadline) => self.recv_deadline(deadline),
-            None => self.recv().map_err(RecvTimeoutError::from),
+            // Past the end of `Instant`: no deadline, but the timed form's
+            // errors (a cancelled wait is `Timeout`, never `Disconnected`).
+            None => match &self.flavor {
+                Flavor::Chan(chan) => chan.recv(None).map_err(|why| {
+                    if why == WaitResult::Closed {
+                        RecvTimeoutError::Disconnected
+                    } else {
+                        RecvTimeoutError::Timeout
+                    }
+                }),
+                // Timer and never channels never disconnect: their receive
+                // fails only when cancelled.
+                Flavor::Timer(..) | Flavor::Never => self.recv().map_err(|_| RecvTimeoutError::Timeout),
+            },
         }
     }
 

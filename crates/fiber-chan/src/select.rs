@@ -564,6 +564,9 @@ enum Mode {
     Try,
     Block,
     Until(Instant),
+    /// A timed form whose deadline is past the end of `Instant`: waits
+    /// like `Block`, but a cancellation (or an empty set) is a timeout.
+    Forever,
 }
 
 /// A dynamic set of channel operations to wait on (crossbeam's `Select`).
@@ -744,7 +747,10 @@ impl<'a> Select<'a> {
     pub fn select_timeout(&mut self, timeout: Duration) -> Result<SelectedOperation<'_, 'a>, SelectTimeoutError> {
         match Instant::now().checked_add(timeout) {
             Some(deadline) => self.select_deadline(deadline),
-            None => Ok(self.select()),
+            None => match self.run(Mode::Forever, false) {
+                Some(index) => Ok(SelectedOperation::new(self, index)),
+                None => Err(SelectTimeoutError),
+            },
         }
     }
 
@@ -777,7 +783,7 @@ impl<'a> Select<'a> {
     pub fn ready_timeout(&mut self, timeout: Duration) -> Result<usize, ReadyTimeoutError> {
         match Instant::now().checked_add(timeout) {
             Some(deadline) => self.ready_deadline(deadline),
-            None => Ok(self.ready()),
+            None => self.run(Mode::Forever, true).ok_or(ReadyTimeoutError),
         }
     }
 
@@ -845,7 +851,7 @@ impl<'a> Select<'a> {
             }
             let deadline = match mode {
                 Mode::Try => return None,
-                Mode::Block => None,
+                Mode::Block | Mode::Forever => None,
                 Mode::Until(d) if Instant::now() >= d => return None,
                 Mode::Until(d) => Some(d),
             };

@@ -409,8 +409,22 @@ impl<T: Send> JoinHandle<T> {
     /// waits, this returns an error whose `is_cancelled()` is true, and the
     /// joined fiber runs on, detached (check `fiber::is_cancelled()` to tell
     /// the two cancellations apart).
+    ///
+    /// # Panics
+    ///
+    /// Panics if called by the fiber this handle joins (it would wait for
+    /// itself forever), as `std::thread::JoinHandle::join` does for a
+    /// thread joining itself.
     #[track_caller]
     pub fn join(self) -> Result<T, JoinError> {
+        // A self-join can never see `finished`: check only when not
+        // finished, off the join-of-a-finished-fiber fast path.
+        if !self.is_finished() && crate::fiber::current_id() == Some(self.task.id) {
+            panic!(
+                "JoinHandle::join called by the fiber it joins ({}): a fiber cannot wait for its own end",
+                self.task.id
+            );
+        }
         // A cancellation point: a joiner cancelled while it waits gets
         // `Cancelled`, and the fiber it joined runs on, detached.
         let result = fiber_wait(&*self.task, &mut (), WaitOptions::new());

@@ -30,6 +30,7 @@ use fiber_core::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitRe
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Job states: `Active -> Completed | Failed | Cancelling`,
 /// `Cancelling -> Cancelled | Failed`; terminal states never change.
@@ -248,6 +249,12 @@ pub(crate) struct JobCore {
     /// is taken, which keeps the parent's critical section short.
     index_in_parent: AtomicUsize,
     sync: Mutex<Sync_>,
+    /// The earliest `with_timeout` deadline of this job or an ancestor
+    /// (inherited at creation). Fibers running in the job see it as a
+    /// cancellation as soon as it passes, even before the timeout's
+    /// watchdog fiber gets a worker to cancel the job (spec/jobs.md,
+    /// "Timeouts").
+    deadline: Option<Instant>,
     /// The park token of the fiber a scope spawns for this job (the job is
     /// that fiber's per-fiber block: see `fiber_core::UnjoinedTask`).
     #[cfg(not(loom))]
@@ -359,6 +366,22 @@ impl JobCore {
 
     /// A new ACTIVE job, attached to `parent` unless `detached`.
     pub(crate) fn new(parent: Option<Arc<JobCore>>, supervisor: bool, propagates: bool) -> Arc<JobCore> {
+        JobCore::with_deadline(parent, supervisor, propagates, None)
+    }
+
+    /// [`JobCore::new`] with a deadline of its own (`with_timeout`'s job);
+    /// the job keeps the earlier of it and its parent's.
+    pub(crate) fn with_deadline(
+        parent: Option<Arc<JobCore>>,
+        supervisor: bool,
+        propagates: bool,
+        deadline: Option<Instant>,
+    ) -> Arc<JobCore> {
+        let inherited = parent.as_ref().and_then(|p| p.deadline);
+        let deadline = match (deadline, inherited) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         // The job counters join the runtime's shutdown report (FIBER_STATS=1).
         static REPORTER: std::sync::Once = std::sync::Once::new();
         REPORTER.call_once(|| fiber_core::register_stats_reporter(crate::stats::report));
@@ -370,6 +393,7 @@ impl JobCore {
                 propagates,
                 parent,
                 index_in_parent: AtomicUsize::new(usize::MAX),
+                deadline,
                 sync: Mutex::new(Sync_ {
                     children: ChildSet::default(),
                     active_children: 0,
@@ -878,8 +902,14 @@ impl Waitable for Children {
 
 #[cfg(not(loom))]
 impl fiber_core::CancelScope for JobCore {
+    /// Cancelled, or past a `with_timeout` deadline: a body that only polls
+    /// (`fiber::is_cancelled` in a loop with no wait) sees its timeout even
+    /// when the watchdog fiber that cancels the job cannot get a worker
+    /// (every worker busy, e.g. one worker spinning in that very body).
+    /// Only reads: the job itself is cancelled by the watchdog or when
+    /// `with_timeout`'s body returns.
     fn is_cancelled(&self) -> bool {
-        JobCore::is_cancelled(self)
+        JobCore::is_cancelled(self) || self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
     /// `JoinHandle::cancel` of the fiber whose root job this is.
@@ -887,13 +917,20 @@ impl fiber_core::CancelScope for JobCore {
         JobCore::cancel(self, CancelReason::Cancelled);
     }
 
-    /// The root job of a fiber ends with its body: failed if it panicked.
+    /// The root job of a fiber ends with its body: failed if it panicked,
+    /// cancelled if the fiber was cancelled from outside the job (its
+    /// runtime shutting down, its task cancelled), as its `JoinHandle`
+    /// reports, otherwise completed.
     fn fiber_finished(self: Arc<Self>, panicked: bool) {
+        // Read on the fiber, while this job is still its scope.
+        let cancelled = fiber_core::is_cancel_requested();
         if let Some(me) = fiber_core::current_id() {
             self.remove_fiber(me);
         }
         if panicked {
             self.fail(Failure::Panic(Arc::new(Mutex::new(None))), CancelReason::Cancelled);
+        } else if cancelled {
+            self.cancel(CancelReason::Cancelled);
         }
         self.body_done();
     }

@@ -379,8 +379,19 @@ impl<T> ScopedJoinHandle<'_, T> {
     /// its `try_scope` took. The wait is a cancellable point: if the joining
     /// fiber's job is cancelled first, it returns `Cancelled` (and the
     /// child's value is dropped).
+    ///
+    /// # Panics
+    ///
+    /// Panics if called by the child this handle joins (it would wait for
+    /// itself forever), as `std::thread::JoinHandle::join` does.
     #[track_caller]
     pub fn join(self) -> Result<T, JoinError> {
+        if fiber_core::current_id() == Some(self.id) && !self.is_finished() {
+            panic!(
+                "ScopedJoinHandle::join called by the child it joins ({}): a fiber cannot wait for its own end",
+                self.id
+            );
+        }
         let state = self.job.join();
         // Take the outcome and retire the handle under one lock (what
         // `Drop` would do again otherwise).
@@ -751,7 +762,7 @@ impl fiber_core::Waitable for Done {
 pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, TimedOut> {
     require_fiber("with_timeout");
     let deadline = Instant::now().checked_add(timeout);
-    let job = JobCore::new(current_job(), false, false);
+    let job = JobCore::with_deadline(current_job(), false, false, deadline);
     let done = Arc::new(Done(Mutex::new((false, None))));
     let watchdog = {
         let (job, done) = (job.clone(), done.clone());

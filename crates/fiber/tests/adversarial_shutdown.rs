@@ -1,0 +1,351 @@
+//! Adversarial: runtime shutdown racing with spawns from other threads,
+//! destructors that block the OS thread, and parked scopes. Shutdown must
+//! end in bounded time, run each destructor once, and never resume a fiber
+//! that is still running on a stuck worker. Risky scenarios run in a child
+//! process so that a crash fails the test instead of the test binary.
+
+use fiber::chan;
+use std::panic::AssertUnwindSafe;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(AssertUnwindSafe(f));
+        let _ = tx.send(());
+        r
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(()) => match t.join().unwrap() {
+            Ok(v) => v,
+            Err(p) => std::panic::resume_unwind(p),
+        },
+        Err(_) => panic!("hang: the body did not finish within {secs} s"),
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+const CHILD_VAR: &str = "FIBER_ADVERSARIAL_SHUTDOWN_CHILD";
+
+fn in_child(scenario: &str, secs: u64, body: impl FnOnce()) {
+    if std::env::var(CHILD_VAR).as_deref() == Ok(scenario) {
+        body();
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", scenario, "--nocapture", "--test-threads=1"])
+        .env(CHILD_VAR, scenario)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("hang: child {scenario} did not exit within {secs} s");
+        }
+        std::thread::sleep(ms(20));
+    };
+    let mut stderr = String::new();
+    use std::io::Read;
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(status.success(), "child {scenario} failed ({status:?}):\n{stderr}");
+}
+
+struct Counted(Arc<AtomicUsize>);
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_destructor_that_blocks_its_worker_thread_at_shutdown_does_not_stop_the_teardown() {
+    in_child(
+        "a_destructor_that_blocks_its_worker_thread_at_shutdown_does_not_stop_the_teardown",
+        40,
+        || {
+            static RELEASE: AtomicBool = AtomicBool::new(false);
+            struct BlocksThread;
+            impl Drop for BlocksThread {
+                fn drop(&mut self) {
+                    // Blocks the OS thread (not fiber-aware) for a while.
+                    let start = Instant::now();
+                    while !RELEASE.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(8) {
+                        std::thread::sleep(ms(5));
+                    }
+                }
+            }
+            let drops = Arc::new(AtomicUsize::new(0));
+            let rt = fiber::Runtime::builder()
+                .workers(1)
+                .max_workers(1)
+                .shutdown_timeout(ms(200))
+                .build()
+                .unwrap();
+            let d = drops.clone();
+            rt.block_on(move || {
+                // B: parked in a receive, holding a counted value.
+                let (_tx, rx) = chan::bounded::<u8>(0);
+                let d2 = d.clone();
+                fiber::spawn(move || {
+                    let _c = Counted(d2);
+                    let _keep = _tx;
+                    let _ = rx.recv();
+                });
+                // A: returns when cancelled, and its destructor then blocks
+                // the only worker thread.
+                fiber::spawn(move || {
+                    let _c = Counted(d);
+                    let _b = BlocksThread;
+                    let _ = fiber::sleep(Duration::MAX);
+                });
+                fiber::sleep(ms(10)).unwrap();
+            });
+            let start = Instant::now();
+            drop(rt);
+            let took = start.elapsed();
+            RELEASE.store(true, Ordering::Release);
+            assert!(took < Duration::from_secs(20), "shutdown took {took:?}");
+            // B was torn down; A's destructors finish on the released
+            // worker. Each exactly once.
+            let wait = Instant::now();
+            while drops.load(Ordering::SeqCst) < 2 && wait.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(ms(5));
+            }
+            std::thread::sleep(ms(50));
+            assert_eq!(drops.load(Ordering::SeqCst), 2, "each destructor once");
+        },
+    );
+}
+
+#[test]
+fn spawns_from_other_threads_racing_with_shutdown_are_ok_or_errors() {
+    within(30, || {
+        for _ in 0..5 {
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .shutdown_timeout(ms(200))
+                .build()
+                .unwrap();
+            let handle = rt.handle();
+            let stop = Arc::new(AtomicBool::new(false));
+            let ran = Arc::new(AtomicUsize::new(0));
+            let spawner = {
+                let (stop, ran) = (stop.clone(), ran.clone());
+                std::thread::spawn(move || {
+                    let mut handles = Vec::new();
+                    let mut refused = 0;
+                    while !stop.load(Ordering::Acquire) {
+                        let ran = ran.clone();
+                        match handle.try_spawn(move || {
+                            ran.fetch_add(1, Ordering::SeqCst);
+                            fiber::sleep(ms(1))
+                        }) {
+                            Ok(h) => handles.push(h),
+                            Err(_) => {
+                                refused += 1;
+                                if refused > 10 {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    // Every accepted spawn's join returns: a value or Cancelled.
+                    for h in handles {
+                        match h.join() {
+                            Ok(_) => {}
+                            Err(e) => assert!(e.is_cancelled(), "{e:?}"),
+                        }
+                    }
+                })
+            };
+            std::thread::sleep(ms(10));
+            drop(rt);
+            stop.store(true, Ordering::Release);
+            spawner.join().unwrap();
+        }
+    })
+}
+
+#[test]
+fn shutdown_with_nested_parked_scopes_and_timeouts_unwinds_everything_once() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let d = drops.clone();
+    let expected = within(30, move || {
+        let rt = fiber::Runtime::builder()
+            .workers(2)
+            .shutdown_timeout(ms(300))
+            .build()
+            .unwrap();
+        let made = Arc::new(AtomicUsize::new(0));
+        let m = made.clone();
+        rt.spawn(move || {
+            let outer = Counted(d.clone());
+            m.fetch_add(1, Ordering::SeqCst);
+            let _ = fiber::with_timeout(Duration::from_secs(3600), || {
+                fiber::scope(|s| {
+                    for _ in 0..3 {
+                        let (d, m) = (d.clone(), m.clone());
+                        s.spawn(move || {
+                            let _c = Counted(d.clone());
+                            m.fetch_add(1, Ordering::SeqCst);
+                            fiber::supervisor_scope(|s2| {
+                                let (d, m) = (d.clone(), m.clone());
+                                s2.spawn(move || {
+                                    let _c = Counted(d);
+                                    m.fetch_add(1, Ordering::SeqCst);
+                                    // Parked in a non-cancellable-looking
+                                    // place: a rendezvous nobody completes.
+                                    let (_tx, rx) = chan::bounded::<u8>(0);
+                                    let _ = rx.recv();
+                                });
+                            });
+                        });
+                    }
+                });
+            });
+            drop(outer);
+        });
+        std::thread::sleep(ms(30));
+        drop(rt);
+        made.load(Ordering::SeqCst)
+    });
+    assert_eq!(expected, 7, "every fiber started before the shutdown");
+    assert_eq!(drops.load(Ordering::SeqCst), 7, "each destructor ran exactly once");
+}
+
+#[test]
+fn a_lock_deadlock_at_shutdown_is_torn_down_with_locals_and_fiber_locals_dropped_once() {
+    // Two fibers deadlocked on fiber::sync mutexes (`lock` is not a
+    // cancellation point, as in std): shutdown's cancel cannot end them, so
+    // the teardown unwinds them; their stack values and fiber-locals drop
+    // exactly once, on the right fiber.
+    fiber::fiber_local! {
+        static LOCAL: std::cell::RefCell<Option<Counted>> = std::cell::RefCell::new(None);
+    }
+    in_child(
+        "a_lock_deadlock_at_shutdown_is_torn_down_with_locals_and_fiber_locals_dropped_once",
+        40,
+        || {
+            let drops = Arc::new(AtomicUsize::new(0));
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .shutdown_timeout(ms(200))
+                .build()
+                .unwrap();
+            let d = drops.clone();
+            rt.block_on(move || {
+                let a = Arc::new(fiber::sync::Mutex::new(()));
+                let b = Arc::new(fiber::sync::Mutex::new(()));
+                let barrier = Arc::new(fiber::sync::Barrier::new(2));
+                for (first, second) in [(a.clone(), b.clone()), (b, a)] {
+                    let (d, barrier) = (d.clone(), barrier.clone());
+                    fiber::spawn(move || {
+                        let _stack = Counted(d.clone());
+                        LOCAL.with(|l| *l.borrow_mut() = Some(Counted(d)));
+                        let _g1 = first.lock().unwrap();
+                        barrier.wait();
+                        let _g2 = second.lock().unwrap(); // deadlock
+                    });
+                }
+                fiber::sleep(ms(20)).unwrap();
+            });
+            let start = Instant::now();
+            drop(rt);
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "shutdown took {:?}",
+                start.elapsed()
+            );
+            assert_eq!(
+                drops.load(Ordering::SeqCst),
+                4,
+                "2 stack values and 2 fiber-locals, once each"
+            );
+        },
+    );
+}
+
+#[test]
+fn a_panicking_on_thread_stop_hook_does_not_hang_or_abort_shutdown() {
+    in_child(
+        "a_panicking_on_thread_stop_hook_does_not_hang_or_abort_shutdown",
+        30,
+        || {
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .shutdown_timeout(ms(100))
+                .on_thread_stop(|| panic!("on_thread_stop hook"))
+                .build()
+                .unwrap();
+            assert_eq!(rt.block_on(|| fiber::spawn(|| 1).join().unwrap()), 1);
+            let start = Instant::now();
+            drop(rt);
+            assert!(start.elapsed() < Duration::from_secs(20));
+        },
+    );
+}
+
+#[test]
+fn shutdown_while_a_borrowing_blocking_call_runs_keeps_the_borrow_alive() {
+    // `fiber::blocking(f)`: f may borrow the fiber's stack and its wait is
+    // not cancellable. A shutdown with a short grace must neither free the
+    // stack under f (teardown waits or leaks it) nor hang.
+    in_child(
+        "shutdown_while_a_borrowing_blocking_call_runs_keeps_the_borrow_alive",
+        40,
+        || {
+            static CHECKED: AtomicUsize = AtomicUsize::new(0);
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .shutdown_timeout(ms(50))
+                .build()
+                .unwrap();
+            let (started_tx, started_rx) = mpsc::channel();
+            rt.spawn(move || {
+                let mut buf = [0xA5u8; 4096];
+                let buf_ref = &mut buf;
+                fiber::blocking(move || {
+                    started_tx.send(()).unwrap();
+                    std::thread::sleep(ms(400));
+                    // Still our bytes: nobody reused the fiber's stack.
+                    assert!(buf_ref.iter().all(|&b| b == 0xA5), "the borrowed stack was reused");
+                    buf_ref.fill(0x5A);
+                    CHECKED.fetch_add(1, Ordering::SeqCst);
+                });
+                assert!(buf.iter().all(|&b| b == 0x5A));
+            });
+            started_rx.recv().unwrap();
+            let start = Instant::now();
+            drop(rt);
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "shutdown took {:?}",
+                start.elapsed()
+            );
+            // Let the blocking call finish before the process exits.
+            let wait = Instant::now();
+            while CHECKED.load(Ordering::SeqCst) == 0 && wait.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(ms(10));
+            }
+            std::thread::sleep(ms(50));
+            assert_eq!(
+                CHECKED.load(Ordering::SeqCst),
+                1,
+                "the blocking call completed its check"
+            );
+        },
+    );
+}
