@@ -124,9 +124,10 @@ pub use stack::{StackConfig, UnguardedPolicy};
 pub use task::{
     current_scheduler, spawn, spawn_on, try_spawn_on, try_spawn_with, Canceller, JoinError, JoinHandle, SpawnOptions,
 };
+#[cfg(not(loom))]
+pub use wait::fiber_wake_via;
 pub use wait::{
-    fiber_wait, fiber_wake, fiber_wake_via, wait_until, Cancelled, Interrupt, Publish, WaitOptions, WaitResult,
-    Waitable, Waiter,
+    fiber_wait, fiber_wake, wait_until, Cancelled, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter,
 };
 
 #[cfg(test)]

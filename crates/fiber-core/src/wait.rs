@@ -288,13 +288,11 @@ pub fn fiber_wake(record: &Waiter) -> bool {
 /// scheduler's `Arc` (one contended read-modify-write and its drop less
 /// per wake). Any other record (a thread, another runtime's fiber) is woken
 /// as by [`fiber_wake`].
+#[cfg(not(loom))]
 pub fn fiber_wake_via(record: &Waiter, sched: &dyn Schedule) -> bool {
-    #[cfg(loom)]
-    let _ = sched;
     match record.state().wake(record.ticket) {
         Claim::Claimed => {
             match &record.target {
-                #[cfg(not(loom))]
                 Target::Fiber(fiber) => {
                     fiber.prefetch_stack();
                     // SAFETY: we won the wake claim, so we own the fiber
