@@ -1055,8 +1055,11 @@ fn steal(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
                 match stealer.steal_batch_and_pop(&ctx.steal_scratch) {
                     Steal::Success(fiber) => {
                         bump(&shared.slots[ctx.index].steals);
-                        take_stolen(ctx, into, lifo);
+                        // It runs next: its frame loads while the rest
+                        // of the batch is moved.
                         fiber.prefetch();
+                        take_stolen(ctx, into, lifo);
+                        fiber.prefetch_stack();
                         return Some(fiber);
                     }
                     Steal::Empty => break,
@@ -1080,6 +1083,9 @@ fn take_stolen(ctx: &WorkerCtx, into: &Deque<Runnable>, lifo: bool) {
         fiber.prefetch();
         stolen.push(fiber);
     }
+    // The frames are on their way; what they hold says which stack lines
+    // to load.
+    stolen.iter().for_each(Runnable::prefetch_stack);
     if lifo {
         stolen.drain(..).rev().for_each(|fiber| into.push(fiber));
     } else {
