@@ -77,7 +77,7 @@ pub(crate) const GRACE_TICKS: u64 = 1;
 pub(crate) const PURGE_FLOOR: usize = 1024;
 /// The largest buffer (in entries) a wheel keeps as its spare: a burst
 /// bigger than this gives its buffer back when it fires.
-const SPARE_CAP: usize = 4096;
+const SPARE_CAP: usize = 16_384;
 /// "No deadline" in a `next` word.
 pub(crate) const NEVER: u64 = u64::MAX;
 
