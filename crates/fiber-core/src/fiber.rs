@@ -115,11 +115,9 @@ pub(crate) struct Fiber {
     parked_tick: std::sync::atomic::AtomicU64,
     /// Fiber-local values (owner-only; dropped when the body ends).
     locals: UnsafeCell<Option<Box<LocalMap>>>,
-    /// The incarnation's `tracing` span (`set_fiber_spans`): set while
-    /// INIT by the spawner, entered by the worker around each resume,
-    /// dropped (closed) at finish. Owner-only, like the other cells.
-    /// Boxed: one word in the hot lines while spans are off.
-    span: UnsafeCell<Option<Box<tracing::Span>>>,
+    /// `span` is set (owner-only): the resume and the finish read this
+    /// flag in the hot lines, not the span's line.
+    has_span: UnsafeCell<bool>,
     /// Teardown unwinds raised in this incarnation (owner-only).
     teardown_raises: UnsafeCell<u32>,
     /// Set when a cancellable wait returned `Cancelled` to this incarnation.
@@ -141,6 +139,10 @@ pub(crate) struct Fiber {
     /// Optional park details (what exactly, a backtrace): locked only when
     /// the last park had some, see `has_park_extra`.
     park_extra: std::sync::Mutex<ParkExtra>,
+    /// The incarnation's `tracing` span (`set_fiber_spans`): set while
+    /// INIT by the spawner, entered by the worker around each resume,
+    /// dropped (closed) at finish. Owner-only, like the other cells.
+    span: UnsafeCell<Option<tracing::Span>>,
 }
 
 /// The optional details of the last park.
@@ -196,6 +198,7 @@ impl Fiber {
             }),
             has_park_extra: std::sync::atomic::AtomicBool::new(false),
             span: UnsafeCell::new(None),
+            has_span: UnsafeCell::new(false),
         }
     }
 
@@ -380,7 +383,10 @@ impl Fiber {
     /// The caller owns the INIT frame (the spawner, before scheduling it).
     pub(crate) unsafe fn set_span(&self, span: tracing::Span) {
         // SAFETY: see the function's contract.
-        unsafe { self.span.with_mut(|s| *s = Some(Box::new(span))) };
+        unsafe {
+            self.span.with_mut(|s| *s = Some(span));
+            self.has_span.with_mut(|h| *h = true);
+        }
     }
 
     /// Record a park (diagnostics): what, where, when, and optionally on
@@ -607,7 +613,12 @@ impl Fiber {
             // SAFETY: we hold execution ownership (the `Running` token), so
             // the span slot is ours until the commit below; the guard is
             // dropped before any transition that gives the fiber away.
-            let entered = fiber.span.with(|s| unsafe { (*s).as_ref() }).map(|span| span.enter());
+            let entered = fiber
+                .has_span
+                .with(|h| unsafe { *h })
+                .then(|| fiber.span.with(|s| unsafe { (*s).as_ref() }))
+                .flatten()
+                .map(|span| span.enter());
             // SAFETY: as above for the coroutine slot; the fiber never
             // touches it.
             let result = fiber
@@ -680,7 +691,9 @@ impl Fiber {
             }
             self.bounds.with_mut(|b| *b = StackBounds::default());
             // Closing the span ends it for the subscriber.
-            drop(self.span.with_mut(|s| (*s).take()));
+            if self.has_span.with_mut(|h| std::mem::replace(&mut *h, false)) {
+                drop(self.span.with_mut(|s| (*s).take()));
+            }
             self.sched.with_mut(|s| (*s).take())
         }
     }
