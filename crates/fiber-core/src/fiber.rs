@@ -87,7 +87,8 @@ const NO_WORKER: usize = usize::MAX;
 /// finish each touch the fields above `stack`, so they share as few cache
 /// lines as possible (with 100,000 parked fibers every frame is cold when
 /// its fiber is resumed: each line is a miss). `stack` (between
-/// incarnations), the name and the park details come last.
+/// incarnations), the name, the park details and the `tracing` span come
+/// last.
 #[repr(C)]
 pub(crate) struct Fiber {
     pub(crate) state: StateWord,
