@@ -93,7 +93,8 @@ const NO_WORKER: usize = usize::MAX;
 pub(crate) struct Fiber {
     pub(crate) state: StateWord,
     /// A hint only (Relaxed, never a protocol): the stack pointer at the
-    /// fiber's last switch away, for [`Fiber::prefetch_stack`].
+    /// fiber's last park (or where its first frames go, before it first
+    /// runs), for [`Fiber::prefetch_stack`].
     parked_sp: AtomicUsize,
     sched: UnsafeCell<Option<Arc<dyn Schedule>>>,
     task: UnsafeCell<Option<Arc<dyn TaskControl>>>,
@@ -576,8 +577,11 @@ impl Fiber {
                 stack_overflow_abort(self);
             }
             let yielder = self.yielder.with(|y| *y);
-            // Relaxed: a prefetch hint for whoever resumes us.
-            self.parked_sp.store(sp, Ordering::Relaxed);
+            if request == Suspend::Park {
+                // Relaxed: a prefetch hint for whoever wakes us (a yield
+                // skips it: its fiber is queued warm).
+                self.parked_sp.store(sp, Ordering::Relaxed);
+            }
             (*yielder).suspend(request);
         }
     }
