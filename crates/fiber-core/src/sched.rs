@@ -88,6 +88,23 @@ impl Runnable {
         &self.fiber
     }
 
+    /// Ask the CPU to start loading this fiber's frame: a scheduler that
+    /// takes a batch of fibers written on another core (a steal) calls it
+    /// for each before running them one by one, then
+    /// [`prefetch_stack`](Self::prefetch_stack) for each. A hint only: it
+    /// changes nothing the program sees.
+    pub fn prefetch(&self) {
+        Fiber::prefetch_frame(Arc::as_ptr(&self.fiber));
+    }
+
+    /// Ask the CPU to start loading the part of this fiber's stack where it
+    /// resumes. It reads the frame (where the fiber last switched away), so
+    /// on a batch call it after [`prefetch`](Self::prefetch) of every
+    /// fiber, not right after each: it would wait for that frame's line.
+    pub fn prefetch_stack(&self) {
+        self.fiber.prefetch_stack();
+    }
+
     pub(crate) fn into_fiber(self) -> Arc<Fiber> {
         self.fiber
     }

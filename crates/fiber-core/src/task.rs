@@ -816,9 +816,14 @@ where
              runtime (fiber::run) or call fiber_core::spawn_on with a scheduler"
         );
     }
-    // SAFETY: the running fiber reads its own scheduler slot.
-    let sched = unsafe { (*fiber).scheduler() };
-    spawn_on(&sched, f)
+    // A borrow, not a clone (the count is shared by every worker), taken
+    // out of the closure so that `spawn_on` still sees our caller.
+    // SAFETY: the running fiber reads its own scheduler slot, which nobody
+    // writes while it runs; spawning does not finish it, so the slot's
+    // `Arc` outlives the call.
+    let sched: *const Arc<dyn Schedule> = unsafe { (*fiber).with_scheduler(|s| s as *const _) };
+    // SAFETY: as above.
+    spawn_on(unsafe { &*sched }, f)
 }
 
 /// The scheduler of the running fiber, or `None` on a plain thread.

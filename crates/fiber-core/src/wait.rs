@@ -23,7 +23,7 @@
 #[cfg(not(loom))]
 use crate::fiber::{current, Fiber, Suspend};
 #[cfg(not(loom))]
-use crate::sched::Runnable;
+use crate::sched::{Runnable, Schedule};
 use crate::state::{Actor, Claim, StateWord};
 use crate::sync::{fence, Arc, Ordering};
 use std::fmt;
@@ -217,6 +217,17 @@ impl Waiter {
             )
     }
 
+    /// Ask the CPU to start loading the waiter's record (a fiber's frame):
+    /// a caller about to wake a batch of records prefetches a few ahead, so
+    /// that the wakes do not wait for one cold frame after another. A hint
+    /// only: it has no effect on what the program observes.
+    pub fn prefetch(&self) {
+        #[cfg(not(loom))]
+        if let Target::Fiber(fiber) = &self.target {
+            Fiber::prefetch_frame(Arc::as_ptr(fiber));
+        }
+    }
+
     /// Do two records name the same wait (same waiter, same ticket)?
     pub fn same_wait(&self, other: &Waiter) -> bool {
         self.ticket == other.ticket
@@ -310,7 +321,10 @@ pub fn fiber_wake(record: &Waiter) -> bool {
         Claim::Claimed => {
             match &record.target {
                 #[cfg(not(loom))]
-                Target::Fiber(fiber) => schedule_claimed(fiber.clone()),
+                Target::Fiber(fiber) => {
+                    fiber.prefetch_stack();
+                    schedule_claimed(fiber.clone())
+                }
                 Target::Thread(parker) => parker.thread.unpark(),
             }
             true
@@ -330,7 +344,10 @@ impl Waiter {
             Claim::Claimed => {
                 match self.target {
                     #[cfg(not(loom))]
-                    Target::Fiber(fiber) => schedule_claimed(fiber),
+                    Target::Fiber(fiber) => {
+                        fiber.prefetch_stack();
+                        schedule_claimed(fiber)
+                    }
                     Target::Thread(parker) => parker.thread.unpark(),
                 }
                 true
@@ -369,6 +386,40 @@ fn schedule_claimed(fiber: Arc<Fiber>) {
         }
         let sched = runnable.fiber_ref().scheduler();
         sched.schedule(runnable);
+    }
+}
+
+/// As [`fiber_wake`], for a caller that holds the scheduler the waiter's
+/// fiber runs on (a worker firing its runtime's timers): when the fiber's
+/// scheduler is `sched`, the fiber is handed to `sched` without cloning the
+/// scheduler's `Arc` (one contended read-modify-write and its drop less
+/// per wake). Any other record (a thread, another runtime's fiber) is woken
+/// as by [`fiber_wake`].
+#[cfg(not(loom))]
+pub fn fiber_wake_via(record: &Waiter, sched: &dyn Schedule) -> bool {
+    match record.state().wake(record.ticket) {
+        Claim::Claimed => {
+            match &record.target {
+                Target::Fiber(fiber) => {
+                    fiber.prefetch_stack();
+                    // SAFETY: we won the wake claim, so we own the fiber
+                    // until `schedule` takes the token; the slot is not
+                    // written meanwhile.
+                    let same = unsafe { fiber.with_scheduler(|own| std::ptr::addr_eq(Arc::as_ptr(own), sched)) };
+                    let runnable = Runnable::new(fiber.clone(), Actor::Waker);
+                    if same {
+                        // The caller keeps `sched` alive for the call.
+                        sched.schedule(runnable);
+                    } else {
+                        // SAFETY: as above.
+                        unsafe { fiber.scheduler() }.schedule(runnable);
+                    }
+                }
+                Target::Thread(parker) => parker.thread.unpark(),
+            }
+            true
+        }
+        Claim::Pending | Claim::Stale => false,
     }
 }
 
@@ -494,7 +545,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
         }
         if let Some(deadline) = options.deadline {
             // SAFETY: the running fiber reads its own scheduler slot.
-            unsafe { fiber.scheduler() }.wake_at(deadline, Waiter::clone(&waiter));
+            unsafe { fiber.with_scheduler(|s| s.wake_at(deadline, Waiter::clone(&waiter))) };
         }
         fiber.set_waiting_on(Some(std::any::type_name::<W>));
         fiber.note_park(waitable.kind(), site, waitable.wait_on());
@@ -513,7 +564,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
         }
         if let Some(deadline) = options.deadline {
             // SAFETY: the running fiber reads its own scheduler slot.
-            let now = unsafe { fiber.scheduler() }.now();
+            let now = unsafe { fiber.with_scheduler(|s| s.now()) };
             if now >= deadline {
                 return WaitResult::TimedOut;
             }

@@ -75,6 +75,9 @@ const HORIZON: u64 = RANGE - TOP_SLOT;
 pub(crate) const GRACE_TICKS: u64 = 1;
 /// Below this many entries a wheel is never purged.
 pub(crate) const PURGE_FLOOR: usize = 1024;
+/// The largest buffer (in entries) a wheel keeps as its spare: a burst
+/// bigger than this gives its buffer back when it fires.
+const SPARE_CAP: usize = 16_384;
 /// "No deadline" in a `next` word.
 pub(crate) const NEVER: u64 = u64::MAX;
 
@@ -125,6 +128,8 @@ pub(crate) struct Wheel<T> {
     len: usize,
     /// Entries left by the last purge (the next purge runs at twice this).
     after_purge: usize,
+    /// An empty buffer kept for the next slot that fires (see `advance`).
+    spare: Vec<Entry<T>>,
 }
 
 /// Which level an entry due at `at` goes to, seen from `elapsed`: the
@@ -146,6 +151,7 @@ impl<T: Expire> Wheel<T> {
             far_min: NEVER,
             len: 0,
             after_purge: 0,
+            spare: Vec::new(),
         }
     }
 
@@ -245,8 +251,12 @@ impl<T: Expire> Wheel<T> {
             self.elapsed = start;
             let l = &mut self.levels[level];
             l.occupied &= !(1 << slot);
-            let entries = std::mem::take(&mut l.slots[slot]);
-            for entry in entries {
+            // The slot gets the spare buffer (empty, with capacity), and its
+            // entries' buffer becomes the spare once drained: a wheel that
+            // keeps firing reuses its buffers instead of growing a fresh
+            // vector in every slot it fills.
+            let mut entries = std::mem::replace(&mut l.slots[slot], std::mem::take(&mut self.spare));
+            for entry in entries.drain(..) {
                 if entry.at <= now {
                     self.len -= 1;
                     due.push(entry.item);
@@ -254,6 +264,9 @@ impl<T: Expire> Wheel<T> {
                     // Later in this slot's span: a lower level takes it.
                     self.place(entry);
                 }
+            }
+            if entries.capacity() <= SPARE_CAP {
+                self.spare = entries;
             }
         }
         self.elapsed = now;
@@ -290,6 +303,7 @@ impl<T: Expire> Wheel<T> {
         self.far_min = NEVER;
         self.len = 0;
         self.after_purge = 0;
+        self.spare = Vec::new();
     }
 }
 

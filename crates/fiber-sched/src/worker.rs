@@ -34,7 +34,7 @@ use crate::timer::{Armed, Timers, NEVER};
 use crossbeam_deque::{Steal, Stealer, Worker as Deque};
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
-use fiber_core::{fiber_wake, FramePool, RunOutcome, Runnable, Running, Schedule, Waiter, Worker as _};
+use fiber_core::{fiber_wake, fiber_wake_via, FramePool, RunOutcome, Runnable, Running, Schedule, Waiter, Worker as _};
 use std::cell::{Cell, RefCell};
 use std::panic::Location;
 use std::sync::atomic::AtomicPtr;
@@ -439,6 +439,11 @@ pub(crate) struct WorkerCtx {
     /// runnext slot and deque, so under load no connection's fiber is
     /// pushed back by the ones woken after it.
     harvesting: Cell<bool>,
+    /// Where a steal lands first (always empty between steals): the
+    /// stolen fibers pass through `stolen` on their way to our deques, so
+    /// that their frames and stacks can be prefetched (see `steal`).
+    steal_scratch: Deque<Runnable>,
+    stolen: RefCell<Vec<Runnable>>,
 }
 
 /// Owner-only counter bump (single writer, Relaxed).
@@ -714,6 +719,8 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         // stay for the next one).
         own_next: Cell::new(shared.timers.wheel(Some(index)).next_tick()),
         harvesting: Cell::new(false),
+        steal_scratch: Deque::new_fifo(),
+        stolen: RefCell::new(Vec::new()),
     };
     context::set(&ctx);
     let slot = &shared.slots[index];
@@ -932,14 +939,27 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     }
 }
 
+/// How many timer records ahead `fire_wheel` prefetches.
+const PREFETCH_AHEAD: usize = 8;
+
 /// Fire the due timers of `wheel` (ours, another worker's, or the shared
 /// one) at tick `now` from this worker: the fibers woken go to our queues.
 fn fire_wheel(shared: &Shared, ctx: &WorkerCtx, wheel: Option<usize>, now: u64) {
     let mut due = ctx.due.borrow_mut();
     shared.timers.advance(wheel, now, &mut due);
-    for waiter in due.drain(..) {
-        fiber_wake(&waiter);
+    // With many sleepers every frame is cold: start loading a few frames
+    // ahead of the one being woken (the wake itself prefetches the stack
+    // of the fiber it queues).
+    for waiter in due.iter().take(PREFETCH_AHEAD) {
+        waiter.prefetch();
     }
+    for i in 0..due.len() {
+        if let Some(ahead) = due.get(i + PREFETCH_AHEAD) {
+            ahead.prefetch();
+        }
+        fiber_wake_via(&due[i], shared);
+    }
+    due.clear();
 }
 
 /// An idle worker's timer pass: every wheel that is due.
@@ -1044,14 +1064,19 @@ fn steal(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
                 return Some(fiber);
             }
         }
-        for (stealer, into) in [
-            (&shared.slots[victim].stealer, &ctx.local),
-            (&shared.slots[victim].yield_stealer, &ctx.yielded),
+        for (stealer, into, lifo) in [
+            (&shared.slots[victim].stealer, &ctx.local, true),
+            (&shared.slots[victim].yield_stealer, &ctx.yielded, false),
         ] {
             loop {
-                match stealer.steal_batch_and_pop(into) {
+                match stealer.steal_batch_and_pop(&ctx.steal_scratch) {
                     Steal::Success(fiber) => {
                         bump(&shared.slots[ctx.index].steals);
+                        // It runs next: its frame loads while the rest
+                        // of the batch is moved.
+                        fiber.prefetch();
+                        take_stolen(ctx, into, lifo);
+                        fiber.prefetch_stack();
                         return Some(fiber);
                     }
                     Steal::Empty => break,
@@ -1061,6 +1086,28 @@ fn steal(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         }
     }
     None
+}
+
+/// Move a stolen batch from the scratch deque to `into`, in the order a
+/// direct steal into `into` would give (crossbeam puts the oldest stolen
+/// fiber on top of a LIFO destination), prefetching each fiber's frame and
+/// stack on the way: they were written on the victim's core (spawned or
+/// parked there), and this worker runs them next, one cold line after
+/// another otherwise.
+fn take_stolen(ctx: &WorkerCtx, into: &Deque<Runnable>, lifo: bool) {
+    let mut stolen = ctx.stolen.borrow_mut();
+    while let Some(fiber) = ctx.steal_scratch.pop() {
+        fiber.prefetch();
+        stolen.push(fiber);
+    }
+    // The frames are on their way; what they hold says which stack lines
+    // to load.
+    stolen.iter().for_each(Runnable::prefetch_stack);
+    if lifo {
+        stolen.drain(..).rev().for_each(|fiber| into.push(fiber));
+    } else {
+        stolen.drain(..).for_each(|fiber| into.push(fiber));
+    }
 }
 
 /// The worker side of fiber-core's contract for one worker thread.

@@ -2,7 +2,7 @@
 
 use super::Event;
 use crate::testing::TestScheduler;
-use crate::{fiber_wait, fiber_wake, yield_now, WaitOptions, WaitResult};
+use crate::{fiber_wait, fiber_wake, fiber_wake_via, yield_now, WaitOptions, WaitResult};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -122,6 +122,33 @@ fn stale_ticket_after_recycle_is_ignored() {
     sched.run();
     assert_eq!(b.join().unwrap(), WaitResult::Ok);
     assert_eq!(resumes.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_wake_via_a_scheduler_queues_the_fiber_on_its_own_scheduler() {
+    // `fiber_wake_via` hands the fiber to the scheduler it was given only
+    // when that is the fiber's own; given another, the fiber still goes to
+    // its own (the other scheduler gets nothing), and a stale record claims
+    // nothing either way.
+    let own = TestScheduler::new();
+    let other = TestScheduler::new();
+    for via_own in [false, true] {
+        let event = Arc::new(Event::default());
+        let waiting = event.clone();
+        let fiber = own.spawn(move || fiber_wait(&*waiting, &mut (), WaitOptions::new()));
+        own.run_until_idle();
+        let record = event.records().pop().expect("the fiber published a waiter");
+        event.state.lock().unwrap().set = true;
+        let via = if via_own { own.scheduler() } else { other.scheduler() };
+        assert!(fiber_wake_via(&record, &*via), "a parked fiber's record claims");
+        assert!(
+            !fiber_wake_via(&record, &*via),
+            "a second wake of one wait claims nothing"
+        );
+        assert_eq!(other.run_until_idle(), 0, "nothing was queued on the other scheduler");
+        assert_eq!(own.run_until_idle(), 1, "the fiber ran on its own scheduler");
+        assert_eq!(fiber.join().unwrap(), WaitResult::Ok);
+    }
 }
 
 #[test]
