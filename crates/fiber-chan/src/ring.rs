@@ -137,6 +137,7 @@ impl<T> Ring<T> {
     pub(crate) fn claim(&self, ignore_mark: bool) -> Result<Claim, NoRoom> {
         // Relaxed: the CAS below decides; the stamp load orders the slot.
         let mut tail = self.tail.load(Ordering::Relaxed);
+        let mut contended = 0;
         loop {
             let marked = tail & self.mark;
             if marked != 0 && !ignore_mark {
@@ -161,7 +162,10 @@ impl<T> Ring<T> {
                         seqcst_rmw_point();
                         return Ok(Claim(index));
                     }
-                    Err(t) => tail = t,
+                    Err(t) => {
+                        crate::sync::cas_backoff(&mut contended);
+                        tail = t;
+                    }
                 }
             } else if stamp.wrapping_add(self.one_lap) == pos + 1 || stamp.wrapping_add(self.one_lap) == pos + 2 {
                 // The slot still holds (or is handing out, or is reserved
@@ -222,6 +226,7 @@ impl<T> Ring<T> {
     pub(crate) fn pop(&self) -> Pop<T> {
         // Relaxed: the CAS below decides; the stamp load orders the slot.
         let mut head = self.head.load(Ordering::Relaxed);
+        let mut contended = 0;
         loop {
             let index = head & (self.mark - 1);
             let slot = &self.slots[index];
@@ -246,7 +251,10 @@ impl<T> Ring<T> {
                             None => head = self.head.load(Ordering::Relaxed),
                         }
                     }
-                    Err(h) => head = h,
+                    Err(h) => {
+                        crate::sync::cas_backoff(&mut contended);
+                        head = h;
+                    }
                 }
             } else if stamp == head {
                 // Not written for this lap, so `head` cannot move past it:

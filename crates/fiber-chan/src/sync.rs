@@ -230,6 +230,27 @@ pub(crate) fn spin(step: &mut u32) {
     }
 }
 
+/// Back off after losing a CAS race on a contended ring end: spin
+/// `2^step` times (up to 64), so that the cores competing for the line stop
+/// taking it from each other on every attempt. Never yields the thread:
+/// the winner has already moved on.
+#[inline]
+pub(crate) fn cas_backoff(step: &mut u32) {
+    #[cfg(loom)]
+    {
+        let _ = step;
+    }
+    #[cfg(not(loom))]
+    {
+        for _ in 0..1u32 << *step {
+            std::hint::spin_loop();
+        }
+        if *step < 6 {
+            *step += 1;
+        }
+    }
+}
+
 /// Lock a mutex; no code in this crate panics while holding one.
 #[cfg(loom)]
 #[inline]
