@@ -71,9 +71,24 @@ fn free_addr() -> Result<SocketAddr, String> {
     l.local_addr().map_err(|e| e.to_string())
 }
 
+/// Worker threads of every server: the machine's cores (tokio's default
+/// `worker_threads`, Go's default `GOMAXPROCS`); fiber gets the same fixed
+/// count (`workers = max_workers`, growth off), as in `cargo xtask bench
+/// --fixed-workers`.
+fn cores() -> String {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).to_string()
+}
+
 fn start(server: &Server, addr: SocketAddr) -> Result<Child, String> {
+    let cores = cores();
+    let fixed: &[(&str, &str)] = if server.name.starts_with("fiber") && !server.name.contains("elastic") {
+        &[("FIBER_WORKERS", &cores), ("FIBER_MAX_WORKERS", &cores)]
+    } else {
+        &[]
+    };
     let child = Command::new(&server.program)
         .args([server.addr_flag, &addr.to_string()])
+        .envs(fixed.iter().copied())
         .envs(server.env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -151,6 +166,14 @@ fn build(notes: &mut Vec<String>) -> Result<Vec<Server>, String> {
     let mut servers = vec![
         Server {
             name: "fiber",
+            program: format!("{target}/release/examples/http_hello"),
+            addr_flag: "--addr",
+            env: &[],
+        },
+        // The same server with fiber's default elastic pool (1x to 2x the
+        // cores: more threads than the peers get).
+        Server {
+            name: "fiber, elastic pool (default)",
             program: format!("{target}/release/examples/http_hello"),
             addr_flag: "--addr",
             env: &[],
@@ -313,7 +336,9 @@ fn table(
         md,
         "`cargo xtask loadtest`: wrk -t{WRK_THREADS} --latency, {seconds} s per run, median of {rounds} \
          round(s) (servers take turns within a round), 127.0.0.1, GET / answered with a 13-byte body \
-         (keep-alive).\n"
+         (keep-alive). Every server has {} worker threads (fiber: FIBER_WORKERS = FIBER_MAX_WORKERS, \
+         growth off, except in the elastic row; tokio: its default; Go: GOMAXPROCS's default).\n",
+        cores()
     );
     let _ = writeln!(md, "| connections | server | requests/s | p50 | p99 | errors |");
     let _ = writeln!(md, "| ---: | --- | ---: | ---: | ---: | --- |");
