@@ -25,7 +25,7 @@
 //!   reads the flag (fiber-core's Dekker pair), so no cancel is lost.
 
 use crate::stats::{bump, Counter};
-use crate::sync::{lock, AtomicU8, AtomicUsize, Mutex, Ordering};
+use crate::sync::{lock, AtomicU8, Mutex, Ordering};
 use fiber_core::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::any::Any;
 use std::fmt;
@@ -128,10 +128,16 @@ impl fmt::Debug for Failure {
 }
 
 struct Sync_ {
-    /// Active attached children, in a slab indexed by each child's
-    /// `index_in_parent`: O(1) attach and detach without hashing, so a scope
-    /// of n children costs O(n) (design 4.18, "O(n) completion").
-    children: ChildSet,
+    /// Attached children (to cancel them with this job). A child that
+    /// ends is not removed at once: its `Arc` stays until the job's own
+    /// thread sweeps the finished ones (at the next attach once they are
+    /// at least half, and when the scope owner's wait for its children
+    /// returns). So attach and detach stay O(1) without hashing (design
+    /// 4.18, "O(n) completion"), the child's last reference is usually
+    /// dropped on the thread that allocated it (no cross-thread free,
+    /// which with glibc's arenas takes the allocating arena's lock), and a
+    /// finishing child takes the parent's lock only briefly.
+    children: Vec<Arc<JobCore>>,
     active_children: usize,
     body_done: bool,
     waiters: WaiterSet,
@@ -243,11 +249,6 @@ pub(crate) struct JobCore {
     /// by unwinding or return value in the fiber that runs them).
     propagates: bool,
     pub(crate) parent: Option<Arc<JobCore>>,
-    /// This job's slot in its parent's `ChildSet`: written once, under the
-    /// parent's lock, when the job is attached; read under that lock (so
-    /// Relaxed: the lock orders it). The job is allocated before the lock
-    /// is taken, which keeps the parent's critical section short.
-    index_in_parent: AtomicUsize,
     sync: Mutex<Sync_>,
     /// The earliest `with_timeout` deadline of this job or an ancestor
     /// (inherited at creation). Fibers running in the job see it as a
@@ -277,48 +278,23 @@ struct Finalized {
     discard: Option<Failure>,
 }
 
-/// A slab of the active children of a job.
-#[derive(Default)]
-struct ChildSet {
-    slots: Vec<Option<Arc<JobCore>>>,
-    free: Vec<usize>,
-}
+/// Sweep finished children out of a job's list once they are at least
+/// half of it (and at least this many).
+const SWEEP_AT: usize = 64;
 
-impl ChildSet {
-    /// The index the next `put` will use.
-    fn vacant(&self) -> usize {
-        self.free.last().copied().unwrap_or(self.slots.len())
-    }
-
-    /// Store `job` at `index`, which must be what `vacant` just returned.
-    fn put(&mut self, index: usize, job: Arc<JobCore>) {
-        if index == self.slots.len() {
-            self.slots.push(Some(job));
+/// Move the finished children out of `children` (their `Arc`s are dropped
+/// by the caller, after it releases the lock).
+fn take_finished(children: &mut Vec<Arc<JobCore>>) -> Vec<Arc<JobCore>> {
+    let mut finished = Vec::new();
+    let mut i = 0;
+    while i < children.len() {
+        if children[i].state().is_terminal() {
+            finished.push(children.swap_remove(i));
         } else {
-            let reused = self.free.pop();
-            debug_assert_eq!(reused, Some(index), "ChildSet::put at a vacant index");
-            self.slots[index] = Some(job);
+            i += 1;
         }
     }
-
-    fn remove(&mut self, index: usize) {
-        if let Some(slot) = self.slots.get_mut(index) {
-            if slot.take().is_some() {
-                self.free.push(index);
-            }
-        }
-    }
-
-    /// Forget the free list once no child is left, so a scope reused for
-    /// many rounds iterates only over live children.
-    fn reset(&mut self) {
-        self.slots.clear();
-        self.free.clear();
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &Arc<JobCore>> {
-        self.slots.iter().flatten()
-    }
+    finished
 }
 
 impl fmt::Debug for JobCore {
@@ -392,10 +368,9 @@ impl JobCore {
                 supervisor,
                 propagates,
                 parent,
-                index_in_parent: AtomicUsize::new(usize::MAX),
                 deadline,
                 sync: Mutex::new(Sync_ {
-                    children: ChildSet::default(),
+                    children: Vec::new(),
                     active_children: 0,
                     body_done: false,
                     waiters: WaiterSet::default(),
@@ -414,19 +389,23 @@ impl JobCore {
             crate::trace_event!("JOB_CREATE", job.id, parent = None::<u64>);
             return job;
         };
-        // Created under the parent's lock so that its slot index is fixed
-        // before anyone can see it.
+        // Allocated before the parent's lock is taken (a short critical
+        // section), attached under it.
         let job = fresh(Some(parent.clone()));
         let attached = job.clone();
-        let cancelling = {
+        let (cancelling, finished) = {
             let mut sync = lock(&parent.sync);
-            let index = sync.children.vacant();
-            // Relaxed: read only under this lock (see the field).
-            attached.index_in_parent.store(index, Ordering::Relaxed);
-            sync.children.put(index, attached);
+            let finished = if sync.children.len() >= SWEEP_AT && sync.children.len() >= 2 * sync.active_children {
+                take_finished(&mut sync.children)
+            } else {
+                Vec::new()
+            };
+            sync.children.push(attached);
             sync.active_children += 1;
-            parent.state() != JobState::Active
+            (parent.state() != JobState::Active, finished)
         };
+        // The finished children's last references, outside the lock.
+        drop(finished);
         bump(Counter::JobsCreated, 1);
         crate::trace_event!("JOB_CREATE", job.id, parent = Some(parent.id));
         crate::trace_event!("JOB_CHILD_ATTACH", job.id, parent = parent.id);
@@ -505,7 +484,15 @@ impl JobCore {
                 }
                 _ => return,
             }
-            (sync.fibers.clone(), sync.children.iter().cloned().collect::<Vec<_>>())
+            (
+                sync.fibers.clone(),
+                // Finished children (not swept yet) need no cancel.
+                sync.children
+                    .iter()
+                    .filter(|c| !c.state().is_terminal())
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            )
         };
         // `interrupt` is the canceller's half of fiber-core's handshake
         // (`wait.rs::enter_parking`): state stored; fence(SeqCst); read the
@@ -547,7 +534,7 @@ impl JobCore {
         }
     }
 
-    fn on_child_terminal(self: &Arc<Self>, child: &Arc<JobCore>, state: JobState, failure: Option<Failure>) {
+    fn on_child_terminal(self: &Arc<Self>, state: JobState, failure: Option<Failure>) {
         if state == JobState::Failed && !self.supervisor {
             if let Some(failure) = failure {
                 self.fail(failure, CancelReason::ChildFailed);
@@ -557,11 +544,9 @@ impl JobCore {
         }
         let (finalize, waiters) = {
             let mut sync = lock(&self.sync);
-            // Relaxed: written under this lock (see the field).
-            sync.children.remove(child.index_in_parent.load(Ordering::Relaxed));
+            // The child stays in `children` until a sweep (see the field).
             sync.active_children -= 1;
             if sync.active_children == 0 {
-                sync.children.reset();
                 // Wake whoever waits for the children (the scope owner);
                 // joiners of this job see a spurious wake and wait on.
                 (sync.body_done, sync.waiters.take_all())
@@ -673,7 +658,7 @@ impl JobCore {
             } else {
                 JobState::Completed
             };
-            parent.on_child_terminal(self, reported, failure_for_parent);
+            parent.on_child_terminal(reported, failure_for_parent);
         }
     }
 
@@ -763,6 +748,10 @@ impl JobCore {
             WaitOptions::new().interrupt(Interrupt::Never),
         );
         debug_assert_eq!(result, WaitResult::Ok);
+        // Every child has ended: the owner drops their last references
+        // here, on its own thread (see `Sync_::children`).
+        let finished = take_finished(&mut lock(&self.sync).children);
+        drop(finished);
     }
 }
 
@@ -933,5 +922,38 @@ impl fiber_core::CancelScope for JobCore {
             self.cancel(CancelReason::Cancelled);
         }
         self.body_done();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod sweep_tests {
+    use super::*;
+
+    /// A job that outlives many short children (a fiber's root job opening
+    /// scope after scope) keeps at most about `SWEEP_AT` finished ones, and
+    /// every finished child's job is freed once swept.
+    #[test]
+    fn finished_children_are_swept_and_freed() {
+        let parent = JobCore::new(None, false, false);
+        let mut weak = Vec::new();
+        for _ in 0..10_000 {
+            let child = JobCore::new(Some(parent.clone()), false, true);
+            weak.push(Arc::downgrade(&child));
+            child.body_done();
+            assert_eq!(child.state(), JobState::Completed);
+        }
+        let kept = lock(&parent.sync).children.len();
+        assert!(kept <= SWEEP_AT + 1, "{kept} finished children kept");
+        let alive = weak.iter().filter(|w| w.strong_count() > 0).count();
+        assert_eq!(alive, kept, "every swept child's job was freed");
+        // Live children are never swept.
+        let live = JobCore::new(Some(parent.clone()), false, true);
+        for _ in 0..200 {
+            JobCore::new(Some(parent.clone()), false, true).body_done();
+        }
+        assert!(lock(&parent.sync).children.iter().any(|c| Arc::ptr_eq(c, &live)));
+        live.body_done();
+        parent.body_done();
+        assert_eq!(parent.state(), JobState::Completed);
     }
 }
