@@ -276,6 +276,8 @@ struct Finalized {
     failure_for_parent: Option<Failure>,
     /// A failure that ends here, dropped once the lock is released.
     discard: Option<Failure>,
+    /// The ended children still listed, dropped once the lock is released.
+    children: Vec<Arc<JobCore>>,
 }
 
 /// Sweep finished children out of a job's list once they are at least
@@ -616,6 +618,9 @@ impl JobCore {
                 waiters: sync.waiters.take_all(),
                 failure_for_parent: failure,
                 discard,
+                // Every child has ended: the list goes, so no child's
+                // `parent` link keeps a reference cycle alive.
+                children: std::mem::take(&mut sync.children),
             })
         }
     }
@@ -628,7 +633,9 @@ impl JobCore {
             waiters,
             failure_for_parent,
             discard,
+            children,
         } = finalized;
+        drop(children);
         // A panicking payload destructor must not stop the report to the
         // parent below (the scope would wait for this child forever).
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(discard))) {
@@ -955,5 +962,13 @@ mod sweep_tests {
         live.body_done();
         parent.body_done();
         assert_eq!(parent.state(), JobState::Completed);
+        // A finalized job lists no children: no parent/child cycle is left
+        // to leak either of them.
+        assert!(lock(&parent.sync).children.is_empty());
+        let parent_weak = Arc::downgrade(&parent);
+        let child_weak = Arc::downgrade(&live);
+        drop((parent, live));
+        assert_eq!(parent_weak.strong_count(), 0, "the parent job was freed");
+        assert_eq!(child_weak.strong_count(), 0, "the child job was freed");
     }
 }
