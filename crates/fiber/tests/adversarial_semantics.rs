@@ -350,15 +350,26 @@ fn once_lock_initialises_once_and_a_panicking_init_leaves_it_empty() {
 #[test]
 fn scope_joins_every_child_then_reraises_an_unjoined_childs_panic() {
     on_runtime(|| {
+        /// Counts the sibling's end, whether it ran (and was cancelled in
+        /// its sleep) or was cancelled before it started (its closure,
+        /// and this guard with it, dropped unrun): both happen before the
+        /// scope may return.
+        struct Ended<'a>(&'a AtomicUsize);
+        impl Drop for Ended<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         let finished = AtomicUsize::new(0);
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
             fiber::scope(|s| {
                 s.spawn(|| panic!("child failed"));
-                s.spawn(|| {
+                let ended = Ended(&finished);
+                s.spawn(move || {
+                    let _ended = ended;
                     // A sibling that waits: cancelled (documented), and the
                     // scope still waits for it to end.
                     let _ = fiber::sleep(Duration::from_secs(30));
-                    finished.fetch_add(1, Ordering::SeqCst);
                 });
             })
         }));
