@@ -7,30 +7,12 @@
 
 use fiber::chan;
 use std::panic::AssertUnwindSafe;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(AssertUnwindSafe(f));
-        let _ = tx.send(());
-        r
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => match t.join().unwrap() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        },
-        Err(_) => panic!("hang: the body did not finish within {secs} s"),
-    }
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+mod common;
+use common::{in_child, ms, within};
 
 fn rt() -> fiber::Runtime {
     fiber::Runtime::builder()
@@ -38,40 +20,6 @@ fn rt() -> fiber::Runtime {
         .shutdown_timeout(ms(300))
         .build()
         .unwrap()
-}
-
-const CHILD_VAR: &str = "FIBER_ADVERSARIAL_DROPS_CHILD";
-
-/// In the parent: run the test `scenario` in a child process, require a
-/// clean exit within `secs`. In the child: run `body`.
-fn in_child(scenario: &str, secs: u64, body: impl FnOnce()) {
-    if std::env::var(CHILD_VAR).as_deref() == Ok(scenario) {
-        body();
-        return;
-    }
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", scenario, "--nocapture", "--test-threads=1"])
-        .env(CHILD_VAR, scenario)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("hang: child {scenario} did not exit within {secs} s");
-        }
-        std::thread::sleep(ms(20));
-    };
-    let mut stderr = String::new();
-    use std::io::Read;
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    assert!(status.success(), "child {scenario} failed ({status:?}):\n{stderr}");
 }
 
 struct PanicOnDrop(&'static str);

@@ -3,29 +3,11 @@
 //! no-ops or clear results, never a crash or a hang.
 
 use fiber::chan;
-use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
 use std::time::Duration;
 
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(AssertUnwindSafe(f));
-        let _ = tx.send(());
-        r
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => match t.join().unwrap() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        },
-        Err(_) => panic!("hang: the body did not finish within {secs} s"),
-    }
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+mod common;
+use common::{ms, within};
 
 fn rt() -> fiber::Runtime {
     fiber::Runtime::builder()

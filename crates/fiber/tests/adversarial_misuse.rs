@@ -3,29 +3,11 @@
 //! panic with a message naming the misuse; never hang, never UB.
 
 use fiber::chan;
-use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
 use std::time::Duration;
 
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(AssertUnwindSafe(f));
-        let _ = tx.send(());
-        r
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => match t.join().unwrap() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        },
-        Err(_) => panic!("hang: the body did not finish within {secs} s"),
-    }
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+mod common;
+use common::{ms, panic_message, within};
 
 fn rt() -> fiber::Runtime {
     fiber::Runtime::builder()
@@ -33,16 +15,6 @@ fn rt() -> fiber::Runtime {
         .shutdown_timeout(ms(500))
         .build()
         .unwrap()
-}
-
-fn panic_message(f: impl FnOnce()) -> Option<String> {
-    let err = std::panic::catch_unwind(AssertUnwindSafe(f)).err()?;
-    Some(
-        err.downcast_ref::<String>()
-            .cloned()
-            .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default(),
-    )
 }
 
 /// A call on a plain thread either works or panics with a message that

@@ -6,30 +6,12 @@
 use fiber::chan;
 use fiber::sync::{Barrier, Condvar, Mutex, Semaphore};
 use std::io::{self, Read, Write};
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(AssertUnwindSafe(f));
-        let _ = tx.send(());
-        r
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => match t.join().unwrap() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        },
-        Err(_) => panic!("hang: the body did not finish within {secs} s"),
-    }
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+mod common;
+use common::{ms, within};
 
 fn on_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     within(30, move || {

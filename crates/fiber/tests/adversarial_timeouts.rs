@@ -6,26 +6,10 @@
 use fiber::chan::{self, RecvTimeoutError, SendTimeoutError};
 use std::io::{self, Read, Write};
 use std::panic::AssertUnwindSafe;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Run `f` on a std thread; fail (instead of hanging CI) if it takes longer
-/// than `secs`.
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(AssertUnwindSafe(f));
-        let _ = tx.send(());
-        r
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => match t.join().unwrap() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        },
-        Err(_) => panic!("hang: the body did not finish within {secs} s"),
-    }
-}
+mod common;
+use common::{ms, within};
 
 fn rt() -> fiber::Runtime {
     fiber::Runtime::builder()
@@ -33,10 +17,6 @@ fn rt() -> fiber::Runtime {
         .shutdown_timeout(Duration::from_millis(500))
         .build()
         .unwrap()
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
 }
 
 /// 100 years ahead: representable, but any `+ Duration` on it overflows.

@@ -1,0 +1,78 @@
+//! Helpers shared by the adversarial test files: a hang guard, a child
+//! process for scenarios that could abort, and panic-message capture.
+#![allow(dead_code)]
+
+use std::panic::AssertUnwindSafe;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Run `f` on its own thread; fail (instead of hanging) if it takes more
+/// than `secs` seconds, and re-raise its panic.
+pub fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(AssertUnwindSafe(f));
+        let _ = tx.send(());
+        r
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(()) => match t.join().unwrap() {
+            Ok(v) => v,
+            Err(p) => std::panic::resume_unwind(p),
+        },
+        Err(_) => panic!("hang: the body did not finish within {secs} s"),
+    }
+}
+
+/// `n` milliseconds.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The environment variable that tells a child process which scenario
+/// to run (each test binary is its own process, so one name serves all).
+const CHILD_VAR: &str = "FIBER_ADVERSARIAL_CHILD";
+
+/// In the parent: run the test `scenario` in a child process, require a
+/// clean exit within `secs`. In the child: run `body`.
+pub fn in_child(scenario: &str, secs: u64, body: impl FnOnce()) {
+    if std::env::var(CHILD_VAR).as_deref() == Ok(scenario) {
+        body();
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", scenario, "--nocapture", "--test-threads=1"])
+        .env(CHILD_VAR, scenario)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("hang: child {scenario} did not exit within {secs} s");
+        }
+        std::thread::sleep(ms(20));
+    };
+    let mut stderr = String::new();
+    use std::io::Read;
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(status.success(), "child {scenario} failed ({status:?}):\n{stderr}");
+}
+
+/// The message of the panic `f` raises, if it panics.
+pub fn panic_message(f: impl FnOnce()) -> Option<String> {
+    let err = std::panic::catch_unwind(AssertUnwindSafe(f)).err()?;
+    Some(
+        err.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default(),
+    )
+}
