@@ -108,3 +108,85 @@ fn cancelled_select_returns_and_takes_nothing() {
         assert!(sel.try_select().is_err(), "the channel is still open and empty");
     });
 }
+
+/// Waiters cancelled at the head, in the middle and at the tail of a wait
+/// queue leave it, and the others keep their FIFO order (the queue unlinks
+/// any node in place, spec/chan.md "Wait queues").
+#[test]
+fn cancelled_waiters_anywhere_in_the_queue_leave_the_rest_in_order() {
+    on_schedulers(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        // Receivers park one at a time, so their queue order is known.
+        let receivers: Vec<_> = (0..6)
+            .map(|i| {
+                let rx = rx.clone();
+                let h = fiber_core::spawn(move || rx.recv().ok());
+                until(|| tx.waiting().0 == i + 1);
+                h
+            })
+            .collect();
+        let mut receivers: Vec<_> = receivers.into_iter().map(Some).collect();
+        for i in [0, 3, 5] {
+            let h = receivers[i].take().unwrap();
+            h.cancel();
+            assert_eq!(outcome(h).flatten(), None, "a cancelled receiver took nothing");
+        }
+        assert_eq!(tx.waiting(), (3, 0));
+        for v in [10, 11, 12] {
+            tx.send(v).unwrap();
+        }
+        let got: Vec<_> = receivers.into_iter().flatten().map(|h| h.join().unwrap()).collect();
+        assert_eq!(
+            got,
+            [Some(10), Some(11), Some(12)],
+            "the survivors were served in queue order"
+        );
+
+        let senders: Vec<_> = (0..6u32)
+            .map(|v| {
+                let sender = tx.clone();
+                let h = fiber_core::spawn(move || sender.send(v));
+                until(|| tx.waiting().1 == v as usize + 1);
+                h
+            })
+            .collect();
+        let mut senders: Vec<_> = senders.into_iter().map(Some).collect();
+        for i in [5, 2, 0] {
+            let h = senders[i].take().unwrap();
+            h.cancel();
+            if let Some(result) = outcome(h) {
+                assert_eq!(result, Err(SendError(i as u32)), "a cancelled send returns its value");
+            }
+        }
+        assert_eq!(tx.waiting(), (0, 3));
+        let got: Vec<_> = (0..3).map(|_| rx.recv().unwrap()).collect();
+        assert_eq!(got, [1, 3, 4], "the surviving senders delivered in queue order");
+        for h in senders.into_iter().flatten() {
+            h.join().unwrap().unwrap();
+        }
+        assert_eq!(tx.waiting(), (0, 0));
+    });
+}
+
+/// Two thousand parked receivers cancelled at once all leave the queue.
+#[test]
+fn many_cancelled_receivers_all_leave_the_queue() {
+    on_schedulers(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let receivers: Vec<_> = (0..2000)
+            .map(|_| {
+                let rx = rx.clone();
+                fiber_core::spawn(move || rx.recv().is_ok())
+            })
+            .collect();
+        until(|| tx.waiting().0 == 2000);
+        for h in &receivers {
+            h.cancel();
+        }
+        for h in receivers {
+            assert_ne!(outcome(h), Some(true), "nothing was sent, so no receiver got a value");
+        }
+        assert_eq!(tx.waiting(), (0, 0));
+        assert!(!tx.is_closed());
+    });
+}
