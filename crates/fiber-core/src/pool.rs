@@ -5,6 +5,11 @@
 //! A per-thread cache of [`LOCAL_CACHE`] frames sits in front of a global
 //! lock-free queue (crossbeam-queue's `SegQueue`): a worker that finishes a
 //! fiber and then spawns one reuses the frame without touching shared state.
+//! Frames move between a thread's cache and the global side in batches of
+//! [`TRANSFER_BATCH`]: when one worker spawns and another runs and finishes
+//! the fibers (spawn-join, fan-out), the frames flow from the finishing
+//! worker to the spawning one with one queue operation per batch instead
+//! of a push and a pop per frame.
 
 use crate::fiber::Fiber;
 use crate::fiber::RunOutcome;
@@ -20,6 +25,10 @@ use std::io;
 /// Large enough to absorb a spawn/finish burst of one worker, small enough
 /// that idle workers do not hoard frames.
 pub const LOCAL_CACHE: usize = 64;
+
+/// Frames moved at once between a thread's cache and the global side: a
+/// full cache hands its older half over, an empty one takes a batch back.
+pub const TRANSFER_BATCH: usize = LOCAL_CACHE / 2;
 
 /// Idle frames in the global queue that keep their stack's pages through a
 /// [`FramePool::trim`]; beyond them, stacks give their pages back.
@@ -64,6 +73,11 @@ pub struct ParkedFiber {
 pub struct FramePool {
     id: usize,
     idle: crossbeam_queue::SegQueue<Arc<Fiber>>,
+    /// Batches of `TRANSFER_BATCH` idle frames handed over by full thread
+    /// caches, taken whole by empty ones.
+    batches: crossbeam_queue::SegQueue<Vec<Arc<Fiber>>>,
+    /// Frames in `batches` (for `idle_in_global`).
+    batched: AtomicUsize,
     /// Every frame this pool created, for shutdown and diagnostics.
     all: Mutex<Vec<Arc<Fiber>>>,
     allocated: AtomicUsize,
@@ -106,6 +120,8 @@ impl FramePool {
         FramePool {
             id: next_pool_id(),
             idle: crossbeam_queue::SegQueue::new(),
+            batches: crossbeam_queue::SegQueue::new(),
+            batched: AtomicUsize::new(0),
             all: Mutex::new(Vec::new()),
             allocated: AtomicUsize::new(0),
             in_use: crossbeam_utils::CachePadded::new(AtomicUsize::new(0)),
@@ -231,6 +247,11 @@ impl FramePool {
     /// meant for a caller that sees the pool has gone quiet (a periodic
     /// monitor, or the program after a burst).
     pub fn trim(&self) -> usize {
+        // Batches count as idle frames like any other.
+        while let Some(batch) = self.batches.pop() {
+            self.batched.fetch_sub(batch.len(), Ordering::Relaxed);
+            batch.into_iter().for_each(|frame| self.idle.push(frame));
+        }
         let mut kept = Vec::new();
         let mut retired = Vec::new();
         let mut stacks = Vec::new();
@@ -264,11 +285,16 @@ impl FramePool {
         CACHE
             .try_with(|c| {
                 let mut cache = c.borrow_mut();
-                if cache.pool == self.id {
-                    cache.frames.pop()
-                } else {
-                    None
+                if cache.pool != self.id {
+                    return None;
                 }
+                if cache.frames.is_empty() {
+                    // Refill with a whole batch another thread handed over.
+                    let batch = self.batches.pop()?;
+                    self.batched.fetch_sub(batch.len(), Ordering::Relaxed);
+                    cache.frames.extend(batch);
+                }
+                cache.frames.pop()
             })
             .ok()
             .flatten()
@@ -278,9 +304,17 @@ impl FramePool {
         let mut frame = Some(frame);
         let _ = CACHE.try_with(|c| {
             let mut cache = c.borrow_mut();
-            if cache.pool == self.id && cache.frames.len() < LOCAL_CACHE {
-                cache.frames.push(frame.take().expect("frame is present"));
+            if cache.pool != self.id {
+                return;
             }
+            if cache.frames.len() >= LOCAL_CACHE {
+                // Hand the older (colder) half over as one batch; the
+                // warmest frames stay here for this thread's next spawns.
+                let batch: Vec<_> = cache.frames.drain(..TRANSFER_BATCH).collect();
+                self.batched.fetch_add(batch.len(), Ordering::Relaxed);
+                self.batches.push(batch);
+            }
+            cache.frames.push(frame.take().expect("frame is present"));
         });
         frame
     }
@@ -295,9 +329,10 @@ impl FramePool {
         }
     }
 
-    /// Frames currently idle in the global queue (thread caches not counted).
+    /// Frames currently idle in the global queue and its batches (thread
+    /// caches not counted).
     pub fn idle_in_global(&self) -> usize {
-        self.idle.len()
+        self.idle.len() + self.batched.load(Ordering::Relaxed)
     }
 
     /// The fibers parked right now (a racy snapshot, for diagnostics such
@@ -556,5 +591,79 @@ impl fmt::Debug for FramePool {
         f.debug_struct("FramePool")
             .field("stats", &self.stats())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// `release` without the state step (these frames never ran).
+    fn give_back(pool: &FramePool, frame: Arc<Fiber>) {
+        pool.in_use.fetch_sub(1, Ordering::Relaxed);
+        if let Some(frame) = pool.push_local(frame) {
+            pool.idle.push(frame);
+        }
+    }
+
+    /// Frames a finishing thread gives back reach a spawning thread in
+    /// batches: nothing is lost, no new frame is made while idle ones
+    /// exist, and the global side holds exactly the frames no cache holds.
+    #[test]
+    fn frames_flow_between_thread_caches_in_batches() {
+        let pool = std::sync::Arc::new(FramePool::new(StackConfig::default()));
+        const N: usize = 3 * LOCAL_CACHE;
+        // A spawning thread takes N frames (their stacks are dropped: the
+        // test is about frames).
+        let taken: Vec<_> = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                FramePool::register_thread(&pool);
+                let taken: Vec<_> = (0..N).map(|_| pool.acquire().expect("a frame").0).collect();
+                FramePool::unregister_thread();
+                taken
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(pool.stats().allocated, N);
+        // A finishing thread gives them all back: its cache keeps at most
+        // LOCAL_CACHE, the rest goes to the global side in whole batches.
+        let (to_main, from_finisher) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let finisher = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                FramePool::register_thread(&pool);
+                taken.into_iter().for_each(|frame| give_back(&pool, frame));
+                to_main.send(pool.idle_in_global()).unwrap();
+                go_rx.recv().unwrap();
+                FramePool::unregister_thread();
+            })
+        };
+        let global = from_finisher.recv().unwrap();
+        assert!(global >= N - LOCAL_CACHE, "{global} frames handed over");
+        assert_eq!(global % TRANSFER_BATCH, 0, "handed over in whole batches");
+        assert_eq!(pool.idle.len(), 0, "no frame went over one by one");
+        // Another thread reuses them, a batch at a time.
+        let reused = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                FramePool::register_thread(&pool);
+                let got: Vec<_> = (0..global).map(|_| pool.acquire().expect("a frame").0).collect();
+                let n = got.len();
+                got.into_iter().for_each(|frame| give_back(&pool, frame));
+                FramePool::unregister_thread();
+                n
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(reused, global);
+        assert_eq!(pool.stats().allocated, N, "no frame was made while idle ones existed");
+        go_tx.send(()).unwrap();
+        finisher.join().unwrap();
+        assert_eq!(pool.idle_in_global(), N, "every frame is back on the global side");
+        assert_eq!(pool.stats().in_use, 0);
     }
 }
