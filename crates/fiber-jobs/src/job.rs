@@ -280,14 +280,18 @@ struct Finalized {
     children: Vec<Arc<JobCore>>,
 }
 
+/// Finished children swept out of a list (inline for a small sweep: no
+/// allocation for the list itself).
+type Finished = smallvec::SmallVec<[Arc<JobCore>; SWEEP_AT]>;
+
 /// Sweep finished children out of a job's list once they are at least
 /// half of it (and at least this many).
-const SWEEP_AT: usize = 64;
+const SWEEP_AT: usize = 6;
 
 /// Move the finished children out of `children` (their `Arc`s are dropped
 /// by the caller, after it releases the lock).
-fn take_finished(children: &mut Vec<Arc<JobCore>>) -> Vec<Arc<JobCore>> {
-    let mut finished = Vec::new();
+fn take_finished(children: &mut Vec<Arc<JobCore>>) -> Finished {
+    let mut finished = Finished::new();
     let mut i = 0;
     while i < children.len() {
         if children[i].state().is_terminal() {
@@ -400,7 +404,7 @@ impl JobCore {
             let finished = if sync.children.len() >= SWEEP_AT && sync.children.len() >= 2 * sync.active_children {
                 take_finished(&mut sync.children)
             } else {
-                Vec::new()
+                Finished::new()
             };
             sync.children.push(attached);
             sync.active_children += 1;
