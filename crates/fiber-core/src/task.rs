@@ -435,12 +435,19 @@ impl<T: Send> JoinHandle<T> {
     }
 
     fn take_result(self) -> Result<T, JoinError> {
+        // The fiber has finished (`fiber_wait` saw `finished`): it never
+        // reads `detached` again, so the handle's `Drop`, which takes the
+        // joiners lock to set it, has nothing left to do and is skipped.
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is a `ManuallyDrop` that is never used again, so
+        // its only field is moved out exactly once and nothing is dropped
+        // twice.
+        let task: Arc<Task<T>> = unsafe { std::ptr::read(&this.task) };
         // SAFETY: `finished` was observed (Acquire) by `fiber_wait`, so the
         // fiber's write happened before; this handle is the only reader.
-        self.task
-            .result
+        task.result
             .with_mut(|r| unsafe { (*r).take() })
-            .unwrap_or_else(|| Err(JoinError::cancelled(self.task.id).with_name(self.task.name.clone())))
+            .unwrap_or_else(|| Err(JoinError::cancelled(task.id).with_name(task.name.clone())))
     }
 
     /// Has the fiber finished?
