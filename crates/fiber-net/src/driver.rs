@@ -134,6 +134,10 @@ fn start() -> io::Result<Driver> {
     })
 }
 
+/// One event as delivered to a socket: its readiness, then readable,
+/// writable, read side closed.
+type ReadyEvent = (Arc<Readiness>, bool, bool, bool);
+
 /// Events a worker takes per non-blocking harvest.
 const EVENTS_PER_HARVEST: usize = 256;
 
@@ -171,7 +175,7 @@ impl fiber_core::IoPoll for WorkerPoll {
         }
         REST_STATE.note_harvest();
         WORKER_EVENTS.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        let mut batch: smallvec::SmallVec<[(Arc<Readiness>, bool, bool); 16]> = smallvec::SmallVec::new();
+        let mut batch: smallvec::SmallVec<[ReadyEvent; 16]> = smallvec::SmallVec::new();
         {
             let table = lock(&driver.table);
             for event in &events[..n as usize] {
@@ -180,13 +184,17 @@ impl fiber_core::IoPoll for WorkerPoll {
                 let hup = bits & libc::EPOLLHUP != 0;
                 let read = bits & (libc::EPOLLIN | libc::EPOLLPRI | libc::EPOLLRDHUP) != 0 || hup || error;
                 let write = bits & libc::EPOLLOUT != 0 || hup || error;
+                let read_closed = bits & libc::EPOLLRDHUP != 0 || hup || error;
                 if let Some(readiness) = table.get(Token(event.u64 as usize)) {
-                    batch.push((readiness.clone(), read, write));
+                    batch.push((readiness.clone(), read, write, read_closed));
                 }
             }
         }
         // Wake outside the table lock, as the poller thread does.
-        for (readiness, read, write) in batch {
+        for (readiness, read, write, read_closed) in batch {
+            if read_closed {
+                readiness.note_read_closed();
+            }
             readiness.set_ready(read, write);
         }
         n as usize
@@ -220,7 +228,7 @@ fn rest_while_workers_harvest() -> bool {
 fn run(mut poll: Poll) {
     let _ = POLLER_THREAD.set(std::thread::current());
     let mut events = Events::with_capacity(EVENTS_PER_POLL);
-    let mut batch: Vec<(Arc<Readiness>, bool, bool)> = Vec::with_capacity(EVENTS_PER_POLL);
+    let mut batch: Vec<ReadyEvent> = Vec::with_capacity(EVENTS_PER_POLL);
     loop {
         if rest_while_workers_harvest() {
             continue;
@@ -245,13 +253,16 @@ fn run(mut poll: Poll) {
                     let error = event.is_error();
                     let read = event.is_readable() || event.is_read_closed() || error;
                     let write = event.is_writable() || event.is_write_closed() || error;
-                    batch.push((readiness.clone(), read, write));
+                    batch.push((readiness.clone(), read, write, event.is_read_closed() || error));
                 }
             }
         }
         // Wake outside the table lock: a wake may schedule a fiber, which
         // can take its scheduler's locks.
-        for (readiness, read, write) in batch.drain(..) {
+        for (readiness, read, write, read_closed) in batch.drain(..) {
+            if read_closed {
+                readiness.note_read_closed();
+            }
             readiness.set_ready(read, write);
         }
     }

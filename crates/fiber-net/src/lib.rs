@@ -59,8 +59,9 @@ macro_rules! stream_io {
     ($stream:ty) => {
         impl std::io::Read for &$stream {
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let len = buf.len();
                 self.io
-                    .read::<$crate::readiness::op::Read, _>(|mut s| std::io::Read::read(&mut s, buf))
+                    .read_stream::<$crate::readiness::op::Read>(len, |mut s| std::io::Read::read(&mut s, buf))
             }
 
             fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {

@@ -25,6 +25,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// `Readiness::read_drained` when no short read is on record.
+const NOT_DRAINED: usize = usize::MAX;
+
 /// Index of the read direction.
 pub(crate) const READ: usize = 0;
 /// Index of the write direction.
@@ -143,6 +146,18 @@ pub(crate) struct Readiness {
     seq: [AtomicUsize; 2],
     /// Set once by [`Readiness::close`] (deregistration), under the lock.
     closed: AtomicBool,
+    /// The read sequence at which a stream read came back short (fewer
+    /// bytes than asked for, but some): the socket's receive queue was
+    /// empty then, so while the sequence still has this value a read would
+    /// only return `WouldBlock` and can park without the system call.
+    /// `NOT_DRAINED` when unknown. A hint for the calling side only: the
+    /// park itself re-checks the sequence under the lock as always.
+    read_drained: AtomicUsize,
+    /// An event reported the read side closed (end of stream, hang-up or
+    /// error): a read returns at once from now on, so a short read no
+    /// longer means the next one would block. Set before the sequence bump
+    /// of that event.
+    read_closed: AtomicBool,
     waiters: Mutex<[Slot; 2]>,
     /// The socket's addresses as the fiber dump shows them, computed at
     /// the first park (not a protocol: a diagnostic set once).
@@ -160,6 +175,8 @@ impl Readiness {
         Readiness {
             seq: [AtomicUsize::new(0), AtomicUsize::new(0)],
             closed: AtomicBool::new(false),
+            read_drained: AtomicUsize::new(NOT_DRAINED),
+            read_closed: AtomicBool::new(false),
             waiters: Mutex::new([Slot::default(), Slot::default()]),
             label: std::sync::OnceLock::new(),
         }
@@ -189,6 +206,15 @@ impl Readiness {
             }
         }
         wake_all(woken);
+    }
+
+    /// The poller saw the read side closed (`EPOLLRDHUP`, `EPOLLHUP` or
+    /// `EPOLLERR`); called before the event's `set_ready`, whose Release
+    /// bump publishes it to a reader that sees the new sequence.
+    pub(crate) fn note_read_closed(&self) {
+        // Relaxed: ordered before the Release bump of `set_ready` that
+        // follows on this thread; read after the Acquire `snapshot`.
+        self.read_closed.store(true, Ordering::Relaxed);
     }
 
     /// Deregistration: every present and future wait on this socket ends
@@ -256,6 +282,63 @@ impl Readiness {
                 WaitResult::Closed => return Err(closed_error()),
             }
         }
+    }
+}
+
+impl Readiness {
+    /// A stream read of `len` bytes (`op`), as
+    /// [`poll_io_described`](Self::poll_io_described) for `READ`, with one
+    /// system call saved per message: a read that returns fewer bytes than
+    /// asked for (but some) drained the socket's receive queue, so the
+    /// next read, if no readiness event came in since, parks at once
+    /// instead of first getting `WouldBlock` from the kernel (the sockets
+    /// are edge-triggered: bytes that arrive later always bring an event,
+    /// which moves the sequence). A request-response connection thus
+    /// costs one `recv` per message instead of two. End of file (0 bytes)
+    /// never counts as drained, and a non-blocking socket always makes
+    /// the call.
+    pub(crate) fn poll_stream_read<K: op::Name>(
+        &self,
+        len: usize,
+        deadline: Option<Instant>,
+        nonblocking: bool,
+        describe: &dyn Fn() -> Option<String>,
+        mut op: impl FnMut() -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        self.poll_io_described::<K, usize>(READ, deadline, OnTimeout::WouldBlock, nonblocking, describe, || {
+            // Taken before the call: an event counted before it is for bytes
+            // that arrived before the call, which a short read took; bytes
+            // that arrive after it bring an event that moves the sequence
+            // past this value. (A value read after the call could already
+            // count the event of bytes that came in behind the read, and
+            // the next read would park next to them.)
+            let before = self.snapshot(READ);
+            // Relaxed: a hint for this socket's readers; `poll_io_described`
+            // parks with a snapshot taken before this one, and the sequence
+            // only grows, so it equals `before` here and the park's re-check
+            // under the lock is the usual one.
+            // Relaxed (`read_closed`): the Acquire in `snapshot` above saw
+            // the bump that follows a close's store.
+            if !nonblocking
+                && self.read_drained.load(Ordering::Relaxed) == before
+                && !self.read_closed.load(Ordering::Relaxed)
+            {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let result = op();
+            if matches!(result, Ok(n) if n > 0 && n < len) {
+                // Relaxed: as above.
+                self.read_drained.store(before, Ordering::Relaxed);
+            }
+            result
+        })
+    }
+
+    /// Forget a recorded short read (after `shutdown(Read)`, which ends
+    /// reads without data arriving).
+    pub(crate) fn forget_drained(&self) {
+        // Relaxed: a hint (see `read_drained`).
+        self.read_drained.store(NOT_DRAINED, Ordering::Relaxed);
     }
 }
 

@@ -124,6 +124,27 @@ impl<S: Source + Describe> Io<S> {
         self.poll::<K, R>(READ, deadline, OnTimeout::WouldBlock, op)
     }
 
+    /// A stream read into a buffer of `len` bytes (`Readiness::poll_stream_read`:
+    /// after a short read, the next one parks without a `WouldBlock` call).
+    #[inline]
+    pub(crate) fn read_stream<K: op::Name>(
+        &self,
+        len: usize,
+        mut op: impl FnMut(&S) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let deadline = deadline(&self.read_timeout);
+        let source = self.get();
+        let nonblocking = self.nonblocking.load(Ordering::Relaxed);
+        self.registration
+            .readiness
+            .poll_stream_read::<K>(len, deadline, nonblocking, &|| source.describe(), || op(source))
+    }
+
+    /// `shutdown(Read)` ends reads without new data: forget a short read.
+    pub(crate) fn forget_drained(&self) {
+        self.registration.readiness.forget_drained();
+    }
+
     /// As [`read`](Self::read) for writing.
     #[inline]
     pub(crate) fn write<K: op::Name, R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {

@@ -232,7 +232,12 @@ impl TcpStream {
     /// Shut down the read half, the write half or both. Fibers parked in a
     /// read on this connection wake and read end-of-file.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        self.io.get().shutdown(how)
+        self.io.get().shutdown(how)?;
+        if how != Shutdown::Write {
+            // Reads now end at once, with no data arriving.
+            self.io.forget_drained();
+        }
+        Ok(())
     }
 
     /// A second handle on the same connection (a duplicated fd with its own

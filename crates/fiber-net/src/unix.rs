@@ -140,7 +140,12 @@ impl UnixStream {
 
     /// Shut down one or both halves.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        self.io.get().shutdown(how)
+        self.io.get().shutdown(how)?;
+        if how != Shutdown::Write {
+            // Reads now end at once, with no data arriving.
+            self.io.forget_drained();
+        }
+        Ok(())
     }
 
     /// A second handle (a duplicated fd with its own registration).
