@@ -504,7 +504,60 @@ fn fiber_or_thread_wait<W: Waitable + ?Sized>(
     // while it runs (its worker holds `Running`). After each resume we keep
     // using this pointer, never a thread-local read from before the switch.
     let fiber = unsafe { &*fiber };
+    if std::thread::panicking() {
+        return unwinding_fiber_wait(fiber, waitable, io, options);
+    }
     fiber_wait_slow(fiber, waitable, io, options, site)
+}
+
+/// How long an unwinding fiber blocks its thread before it looks for
+/// cancellation again (see [`unwinding_fiber_wait`]).
+#[cfg(not(loom))]
+const UNWINDING_WAIT_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// A wait of a fiber that is unwinding (a destructor that waits while a
+/// panic propagates). std keeps "this thread is panicking" per OS thread,
+/// so a fiber that switched away mid-unwind would leave its worker thread
+/// panicking for every other fiber it runs (`std::thread::panicking()`
+/// true, guards they drop poisoning their locks), and finishing the unwind
+/// on another worker would unbalance both threads' counts. So the fiber
+/// does not switch: it blocks its worker thread like a plain thread (the
+/// scheduler sees a busy worker and may add one), in slices of
+/// [`UNWINDING_WAIT_SLICE`] between which it checks for cancellation as a
+/// parked fiber would, so shutdown still ends such waits.
+#[cfg(not(loom))]
+#[cold]
+fn unwinding_fiber_wait<W: Waitable + ?Sized>(
+    fiber: &Fiber,
+    waitable: &W,
+    io: &mut W::Io,
+    options: WaitOptions,
+) -> WaitResult {
+    loop {
+        let interruptible = options.interrupt == Interrupt::Cancellable
+            // SAFETY: the running fiber reads its own scheduler slot.
+            || (options.interrupt == Interrupt::NotCancellable && unsafe { fiber.phase() } == crate::pool::Phase::Teardown);
+        // SAFETY: the running fiber reads its own task slot.
+        if interruptible && unsafe { fiber.is_cancel_requested() } {
+            // SAFETY: the running fiber, RUNNING, on its own stack; it is
+            // panicking, so this neither yields nor starts an unwind.
+            return unsafe { cancelled_wait(fiber) };
+        }
+        let slice_end = Instant::now() + UNWINDING_WAIT_SLICE;
+        let last = options.deadline.is_some_and(|d| d <= slice_end);
+        let slice = WaitOptions {
+            deadline: Some(if last {
+                options.deadline.unwrap_or(slice_end)
+            } else {
+                slice_end
+            }),
+            ..options
+        };
+        match thread_wait(waitable, io, slice) {
+            WaitResult::TimedOut if !last => {}
+            result => return result,
+        }
+    }
 }
 
 #[cfg(not(loom))]
