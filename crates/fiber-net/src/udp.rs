@@ -139,10 +139,13 @@ impl UdpSocket {
     }
 
     /// A second handle on the same socket (a duplicated fd with its own
-    /// registration).
+    /// registration). As in std, options set on one handle (timeouts,
+    /// non-blocking mode, socket options) apply to both.
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
-        UdpSocket::from_std(net::UdpSocket::from(fd))
+        let mut clone = UdpSocket::from_std(net::UdpSocket::from(fd))?;
+        clone.io.share_settings(&self.io);
+        Ok(clone)
     }
 
     /// Adopt a std socket (switched to non-blocking mode internally).

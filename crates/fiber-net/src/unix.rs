@@ -61,10 +61,14 @@ impl UnixListener {
         self.io.get().local_addr()
     }
 
-    /// A second handle (a duplicated fd with its own registration).
+    /// A second handle (a duplicated fd with its own registration). As in
+    /// std, options set on one handle (timeouts, non-blocking mode) apply
+    /// to both.
     pub fn try_clone(&self) -> io::Result<UnixListener> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
-        UnixListener::from_std(net::UnixListener::from(fd))
+        let mut clone = UnixListener::from_std(net::UnixListener::from(fd))?;
+        clone.io.share_settings(&self.io);
+        Ok(clone)
     }
 
     /// Take the pending `SO_ERROR`.
@@ -143,10 +147,14 @@ impl UnixStream {
         self.io.get().shutdown(how)
     }
 
-    /// A second handle (a duplicated fd with its own registration).
+    /// A second handle (a duplicated fd with its own registration). As in
+    /// std, options set on one handle (timeouts, non-blocking mode) apply
+    /// to both.
     pub fn try_clone(&self) -> io::Result<UnixStream> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
-        UnixStream::from_std(net::UnixStream::from(fd))
+        let mut clone = UnixStream::from_std(net::UnixStream::from(fd))?;
+        clone.io.share_settings(&self.io);
+        Ok(clone)
     }
 
     /// Set the read timeout (expiry: `WouldBlock`, as std on Linux).
