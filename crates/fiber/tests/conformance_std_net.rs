@@ -311,3 +311,67 @@ fn unix_sockets_are_std_s() {
         assert_eq!(&small[..2], b"gh");
     });
 }
+
+/// std: binding an address a listener holds is `AddrInUse`; `connect`
+/// tries each address in turn and returns the first that connects; a
+/// write timeout expires with `WouldBlock` (or `TimedOut`) once the
+/// peer stops reading and the buffers are full.
+#[test]
+fn addr_in_use_address_lists_and_write_timeouts_are_std_s() {
+    in_fiber_and_thread(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert_eq!(TcpListener::bind(addr).unwrap_err().kind(), ErrorKind::AddrInUse);
+        let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let client = TcpStream::connect(&[closed, addr][..]).unwrap();
+        assert_eq!(client.peer_addr().unwrap(), addr);
+        let (_server, _) = listener.accept().unwrap();
+        client.set_write_timeout(Some(ms(20))).unwrap();
+        let chunk = vec![7u8; 1 << 16];
+        let mut written = 0usize;
+        let err = loop {
+            match (&client).write(&chunk) {
+                Ok(n) => written += n,
+                Err(e) => break e,
+            }
+            assert!(written < 1 << 30, "wrote 1 GiB to a peer that never reads");
+        };
+        assert!(
+            matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+            "expired write timeout: {err:?}"
+        );
+    });
+}
+
+/// std on Linux: a connected UDP socket whose datagram was refused (ICMP
+/// port unreachable) reports `ConnectionRefused` on its next `recv`, also
+/// when the `recv` was already waiting when the error arrived.
+#[test]
+fn udp_refused_datagram_wakes_a_waiting_recv_with_the_error() {
+    in_fiber_and_thread(|| {
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let socket = std::sync::Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        socket.connect(closed).unwrap();
+        let s = socket.clone();
+        let recv = move || s.recv(&mut [0; 8]);
+        // Wait until the receiver (or another test's socket) is parked.
+        let parked = || fiber::net::io_waiters() > 0;
+        let result = if fiber::core::in_fiber() {
+            let receiver = fiber::spawn(recv);
+            while !parked() && !receiver.is_finished() {
+                fiber::yield_now().unwrap();
+            }
+            socket.send(b"x").unwrap();
+            receiver.join().unwrap()
+        } else {
+            let receiver = std::thread::spawn(recv);
+            while !parked() && !receiver.is_finished() {
+                std::thread::yield_now();
+            }
+            socket.send(b"x").unwrap();
+            receiver.join().unwrap()
+        };
+        let err = result.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err:?}");
+    });
+}
