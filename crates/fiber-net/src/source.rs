@@ -87,6 +87,13 @@ pub(crate) struct Io<S: Source> {
     settings: Arc<Settings>,
 }
 
+// Like std's sockets: the registration's state (readiness sequences, the
+// waiter lists) is changed only under its locks by runtime code, never
+// while user code runs, so it is consistent after any panic and a socket
+// may cross `catch_unwind`.
+impl<S: Source> std::panic::UnwindSafe for Io<S> {}
+impl<S: Source> std::panic::RefUnwindSafe for Io<S> {}
+
 /// What std keeps on the socket itself (`SO_RCVTIMEO`, `SO_SNDTIMEO`,
 /// `O_NONBLOCK`), so that, as std documents for `try_clone`, an option set
 /// on one handle is seen by the others.

@@ -43,6 +43,11 @@ pub struct Barrier {
     inner: SpinLock<Inner>,
 }
 
+// Like std's synchronization types: its count and wait queue stay consistent when a
+// panic unwinds through a caller (no user code runs under its lock).
+impl std::panic::UnwindSafe for Barrier {}
+impl std::panic::RefUnwindSafe for Barrier {}
+
 #[derive(Debug)]
 struct Inner {
     arrived: usize,

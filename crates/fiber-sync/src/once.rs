@@ -49,6 +49,10 @@ unsafe impl<T: Sync + Send> Sync for OnceLock<T> {}
 // SAFETY: moving the lock moves the value.
 unsafe impl<T: Send> Send for OnceLock<T> {}
 
+// As `std::sync::OnceLock`: a panicking initializer leaves the cell empty.
+impl<T: std::panic::RefUnwindSafe + std::panic::UnwindSafe> std::panic::RefUnwindSafe for OnceLock<T> {}
+impl<T: std::panic::UnwindSafe> std::panic::UnwindSafe for OnceLock<T> {}
+
 impl<T> OnceLock<T> {
     /// An empty cell.
     #[cfg(not(loom))]

@@ -80,6 +80,11 @@ unsafe impl<T: ?Sized + Send> Send for RwLock<T> {}
 // SAFETY: as above.
 unsafe impl<T: ?Sized + Send + Sync> Sync for RwLock<T> {}
 
+// As `std::sync::RwLock`: a writer's panic poisons the lock, so a reference
+// may cross `catch_unwind` whatever `T` is.
+impl<T: ?Sized> std::panic::UnwindSafe for RwLock<T> {}
+impl<T: ?Sized> std::panic::RefUnwindSafe for RwLock<T> {}
+
 impl<T> RwLock<T> {
     /// An unlocked lock.
     #[cfg(not(loom))]
