@@ -419,3 +419,98 @@ fn condvar_notify_is_not_stored_and_wait_reports_poison() {
         assert!(cv.wait_while(g, |_| false).is_ok());
     });
 }
+
+/// std's stable API beyond the basics: `Barrier::new` is `const` (a
+/// `static` barrier); `OnceLock` has `take`, `wait` (parks until another
+/// caller initializes it), `Clone`, `PartialEq`/`Eq`; the `RwLock` guards
+/// implement `Display`; `RwLockWriteGuard::downgrade` turns a write lock
+/// into a read lock with no writer in between.
+#[test]
+fn std_api_barrier_const_once_lock_take_wait_rwlock_downgrade() {
+    static SOLO: Barrier = Barrier::new(1);
+    in_fiber_and_thread(|| {
+        assert!(SOLO.wait().is_leader());
+        // OnceLock: take, Clone, PartialEq.
+        let mut cell = OnceLock::new();
+        assert_eq!(cell.take(), None::<String>);
+        cell.set("a".to_string()).unwrap();
+        let copy = cell.clone();
+        assert_eq!(copy, cell);
+        assert_ne!(copy, OnceLock::new());
+        assert_eq!(cell.take().as_deref(), Some("a"));
+        assert_eq!(cell.get(), None);
+        assert_eq!(copy.get().map(String::as_str), Some("a"));
+        // OnceLock::wait: returns at once when set, else parks until set.
+        assert_eq!(copy.wait(), "a");
+        let late: Arc<OnceLock<u32>> = Arc::new(OnceLock::new());
+        let l = late.clone();
+        let waiter: Box<dyn FnOnce() -> u32> = if fiber::core::in_fiber() {
+            let h = fiber::spawn(move || *l.wait());
+            Box::new(move || h.join().unwrap())
+        } else {
+            let h = std::thread::spawn(move || *l.wait());
+            Box::new(move || h.join().unwrap())
+        };
+        let _ = late.set(5);
+        assert_eq!(waiter(), 5);
+        // RwLock guards: Display; downgrade keeps the lock shared.
+        let lock = Arc::new(RwLock::new(1));
+        assert_eq!(lock.read().unwrap().to_string(), "1");
+        let mut w = lock.write().unwrap();
+        *w = 2;
+        assert_eq!(w.to_string(), "2");
+        let r = fiber::sync::RwLockWriteGuard::downgrade(w);
+        assert_eq!(*r, 2);
+        assert!(matches!(lock.try_write(), Err(TryLockError::WouldBlock)));
+        let r2 = lock.try_read().expect("a downgraded lock admits readers");
+        assert_eq!(*r2, 2);
+        drop((r, r2));
+        assert!(lock.try_write().is_ok());
+    });
+}
+
+/// A writer downgrades while a reader waits: the reader gets in alongside
+/// the downgraded holder (it would wait forever if the downgrade did not
+/// let queued readers in); a writer then waits for both to leave.
+#[test]
+fn rwlock_downgrade_admits_a_waiting_reader_then_a_writer() {
+    in_fiber_and_thread(|| {
+        let lock = Arc::new(RwLock::new(0));
+        let w = lock.write().unwrap();
+        let started = Arc::new(AtomicUsize::new(0));
+        let spawn = |f: Box<dyn FnOnce() -> u32 + Send>| -> Box<dyn FnOnce() -> u32> {
+            if fiber::core::in_fiber() {
+                let h = fiber::spawn(f);
+                Box::new(move || h.join().unwrap())
+            } else {
+                let h = std::thread::spawn(f);
+                Box::new(move || h.join().unwrap())
+            }
+        };
+        let (l, st) = (lock.clone(), started.clone());
+        let reader = spawn(Box::new(move || {
+            st.fetch_add(1, Ordering::SeqCst);
+            *l.read().unwrap()
+        }));
+        while started.load(Ordering::SeqCst) == 0 {
+            if fiber::core::in_fiber() {
+                fiber::yield_now().unwrap();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let mut w = w;
+        *w = 10;
+        let r = fiber::sync::RwLockWriteGuard::downgrade(w);
+        assert_eq!(reader(), 10, "the reader saw the downgraded value");
+        let l = lock.clone();
+        let writer = spawn(Box::new(move || {
+            let mut g = l.write().unwrap();
+            *g += 1;
+            *g
+        }));
+        assert_eq!(*r, 10);
+        drop(r);
+        assert_eq!(writer(), 11);
+    });
+}
