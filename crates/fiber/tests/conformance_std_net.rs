@@ -375,3 +375,75 @@ fn udp_refused_datagram_wakes_a_waiting_recv_with_the_error() {
         assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err:?}");
     });
 }
+
+/// std's stable socket calls that `fiber::net` lacked: UDP multicast
+/// options and group membership; the rest of `UnixDatagram`'s calls
+/// (`try_clone`, timeouts' getters, `set_nonblocking`, `take_error`) and
+/// the `*_addr` forms taking a `std::os::unix::net::SocketAddr`.
+#[test]
+fn udp_multicast_options_and_the_rest_of_unix_sockets_are_std_s() {
+    in_fiber_and_thread(|| {
+        let udp = UdpSocket::bind("0.0.0.0:0").unwrap();
+        udp.set_multicast_loop_v4(false).unwrap();
+        assert!(!udp.multicast_loop_v4().unwrap());
+        udp.set_multicast_ttl_v4(7).unwrap();
+        assert_eq!(udp.multicast_ttl_v4().unwrap(), 7);
+        let group = std::net::Ipv4Addr::new(239, 255, 42, 99);
+        // Joining needs a multicast-capable interface; where there is one
+        // (loopback usually is not), leaving must work too.
+        if udp.join_multicast_v4(&group, &std::net::Ipv4Addr::UNSPECIFIED).is_ok() {
+            udp.leave_multicast_v4(&group, &std::net::Ipv4Addr::UNSPECIFIED)
+                .unwrap();
+        }
+        if let Ok(v6) = UdpSocket::bind("[::1]:0") {
+            v6.set_multicast_loop_v6(false).unwrap();
+            assert!(!v6.multicast_loop_v6().unwrap());
+            let g6: std::net::Ipv6Addr = "ff02::1:3".parse().unwrap();
+            if v6.join_multicast_v6(&g6, 0).is_ok() {
+                v6.leave_multicast_v6(&g6, 0).unwrap();
+            }
+        }
+
+        let dir = std::env::temp_dir().join(format!(
+            "fiber-conf-{}-{}",
+            std::process::id(),
+            if fiber::core::in_fiber() { "f" } else { "t" }
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = UnixDatagram::bind(dir.join("a")).unwrap();
+        let b_addr = std::os::unix::net::SocketAddr::from_pathname(dir.join("b")).unwrap();
+        let b = UnixDatagram::bind_addr(&b_addr).unwrap();
+        assert!(a.take_error().unwrap().is_none());
+        a.send_to_addr(b"to b", &b_addr).unwrap();
+        let mut buf = [0u8; 8];
+        let (n, from) = b.recv_from(&mut buf).unwrap();
+        assert_eq!(
+            (&buf[..n], from.as_pathname()),
+            (&b"to b"[..], Some(dir.join("a").as_path()))
+        );
+        b.connect_addr(&a.local_addr().unwrap()).unwrap();
+        let twin = b.try_clone().unwrap();
+        twin.send(b"twin").unwrap();
+        assert_eq!(a.recv(&mut buf).unwrap(), 4);
+        assert_eq!(b.read_timeout().unwrap(), None);
+        b.set_read_timeout(Some(ms(20))).unwrap();
+        b.set_write_timeout(Some(ms(30))).unwrap();
+        assert_eq!(twin.read_timeout().unwrap(), Some(ms(20)));
+        assert_eq!(twin.write_timeout().unwrap(), Some(ms(30)));
+        let err = twin.recv(&mut buf).unwrap_err();
+        assert!(matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut));
+        b.set_nonblocking(true).unwrap();
+        assert_eq!(twin.recv(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+        // Listener and stream by address.
+        let l_addr = std::os::unix::net::SocketAddr::from_pathname(dir.join("l")).unwrap();
+        let listener = fiber::net::unix::UnixListener::bind_addr(&l_addr).unwrap();
+        let mut client = UnixStream::connect_addr(&l_addr).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        client.write_all(b"by addr").unwrap();
+        let mut got = [0u8; 7];
+        server.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"by addr");
+        std::fs::remove_dir_all(&dir).unwrap();
+    });
+}
