@@ -273,3 +273,52 @@ fn huge_timeouts_neither_fire_early_nor_panic() {
         }
     });
 }
+
+/// std: scoped threads may spawn more threads into the same scope (the
+/// scope is shared by reference); `ScopedJoinHandle::join` gives the value
+/// and `is_finished` turns true; if the scope's own closure panics, the
+/// scope still waits for every child before the panic goes on.
+#[test]
+fn scope_nested_spawns_handles_and_a_panicking_body_as_std() {
+    on_runtime(|| {
+        let hits = AtomicUsize::new(0);
+        let got = fiber::scope(|s| {
+            let outer = s.spawn(|| {
+                let inner: Vec<_> = (0..4).map(|i| s.spawn(move || i * 10)).collect();
+                hits.fetch_add(1, Ordering::SeqCst);
+                inner.into_iter().map(|h| h.join().unwrap()).sum::<usize>()
+            });
+            let sum = outer.join().unwrap();
+            let quick = s.spawn(|| 5);
+            while !quick.is_finished() {
+                fiber::yield_now().unwrap();
+            }
+            sum + quick.join().unwrap()
+        });
+        assert_eq!(got, 65);
+        assert_eq!(hits.load(Ordering::SeqCst), 1);
+
+        struct Ended<'a>(&'a AtomicUsize);
+        impl Drop for Ended<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let ended = AtomicUsize::new(0);
+        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fiber::scope(|s| {
+                for _ in 0..4 {
+                    let token = Ended(&ended);
+                    s.spawn(move || {
+                        let _token = token;
+                        std::hint::black_box((0..1000).sum::<u64>())
+                    });
+                }
+                panic!("the body");
+            })
+        }))
+        .unwrap_err();
+        assert_eq!(ended.load(Ordering::SeqCst), 4, "the scope's panic left before its children ended");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"the body"));
+    });
+}
