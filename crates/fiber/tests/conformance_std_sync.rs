@@ -34,7 +34,7 @@ fn in_fiber_and_thread(body: fn()) {
 #[test]
 fn a_destructor_waiting_during_an_unwind_does_not_leak_the_panic_to_other_fibers() {
     within(30, || {
-        // One worker, growth allowed: the unwinding fiber keeps its worker.
+        // One worker, so the fibers below share the unwinding fiber's thread.
         let rt = fiber::Runtime::builder()
             .workers(1)
             .shutdown_timeout(ms(500))
@@ -44,27 +44,34 @@ fn a_destructor_waiting_during_an_unwind_does_not_leak_the_panic_to_other_fibers
         let (locked_tx, locked_rx) = std::sync::mpsc::channel::<()>();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
         let g = gate.clone();
+        // Holds the gate until a little after the destructor is about to
+        // lock it. The pause only makes the destructor really wait (longer
+        // than the lock's spin); the assertions hold for any pause.
         let holder = std::thread::spawn(move || {
             let held = g.lock().unwrap();
             locked_tx.send(()).unwrap();
             release_rx.recv().unwrap();
+            std::thread::sleep(ms(20));
             drop(held);
         });
         locked_rx.recv().unwrap();
         rt.block_on(move || {
-            struct LockOnDrop(Arc<Mutex<()>>, fiber::chan::Sender<()>);
+            struct LockOnDrop(Arc<Mutex<()>>, std::sync::mpsc::Sender<()>, fiber::chan::Sender<()>);
             impl Drop for LockOnDrop {
                 fn drop(&mut self) {
                     let _ = self.1.send(());
+                    let _ = self.2.send(());
                     let _g = self.0.lock();
                 }
             }
             let (in_drop_tx, in_drop_rx) = fiber::chan::bounded(1);
             let panicker = fiber::spawn(move || {
-                let _d = LockOnDrop(gate, in_drop_tx);
+                let _d = LockOnDrop(gate, release_tx, in_drop_tx);
                 panic!("boom");
             });
             in_drop_rx.recv().unwrap();
+            // The root runs on the same worker thread as the panicker.
+            let root_saw = std::thread::panicking();
             let seen = Arc::new(AtomicUsize::new(0));
             let other = Arc::new(Mutex::new(0));
             let checkers: Vec<_> = (0..20)
@@ -81,9 +88,9 @@ fn a_destructor_waiting_during_an_unwind_does_not_leak_the_panic_to_other_fibers
             for h in checkers {
                 h.join().unwrap();
             }
-            release_tx.send(()).unwrap();
             let err = panicker.join().unwrap_err();
             assert_eq!(err.into_panic().downcast_ref::<&str>(), Some(&"boom"));
+            assert!(!root_saw, "the root fiber saw std::thread::panicking()");
             assert_eq!(seen.load(Ordering::Relaxed), 0, "fibers saw std::thread::panicking()");
             assert!(
                 !other.is_poisoned(),
@@ -513,4 +520,115 @@ fn rwlock_downgrade_admits_a_waiting_reader_then_a_writer() {
         drop(r);
         assert_eq!(writer(), 11);
     });
+}
+
+/// At runtime teardown a fiber is unwound at its cancellation point; a
+/// destructor on its stack that locks a `fiber::sync::Mutex` another fiber
+/// left at shutdown still holds can neither get the lock (the holder is
+/// torn down after it, on the same thread) nor go on without it. It used
+/// to go on without it (two holders; in debug builds a failed assertion
+/// and "panic in a destructor during cleanup"); now the process aborts
+/// with a message naming the misuse, and never runs with two holders.
+#[test]
+fn a_destructor_locking_at_teardown_never_shares_the_lock() {
+    const NAME: &str = "a_destructor_locking_at_teardown_never_shares_the_lock";
+    if std::env::var("FIBER_CONFORMANCE_CHILD").as_deref() != Ok(NAME) {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env("FIBER_CONFORMANCE_CHILD", NAME)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("two holders"), "{stderr}");
+        assert!(
+            out.status.success() || stderr.contains("the wait cannot end without breaking the lock's guarantee"),
+            "the child failed without the teardown message ({:?}):\n{stderr}",
+            out.status
+        );
+        return;
+    }
+    {
+        let m = Arc::new(Mutex::new(0u32));
+        let inside = Arc::new(AtomicUsize::new(0));
+        let overlaps = Arc::new(AtomicUsize::new(0));
+        let locked_in_drop = Arc::new(AtomicUsize::new(0));
+        let rt = fiber::Runtime::builder()
+            .workers(2)
+            .shutdown_timeout(ms(50))
+            .build()
+            .unwrap();
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        {
+            let (m, inside, overlaps) = (m.clone(), inside.clone(), overlaps.clone());
+            // The holder: older, so torn down after the other fiber.
+            rt.spawn(move || {
+                struct Leave(Arc<AtomicUsize>);
+                impl Drop for Leave {
+                    fn drop(&mut self) {
+                        self.0.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+                let _g = m.lock().unwrap();
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                // Dropped before the guard: "inside" ends before the unlock.
+                let _leave = Leave(inside);
+                held_tx.send(()).unwrap();
+                // Ignore cancellation: only teardown unwinds this stack.
+                loop {
+                    let _ = fiber::sleep(Duration::from_secs(3600));
+                }
+            });
+        }
+        held_rx.recv().unwrap();
+        struct LockOnDrop {
+            m: Arc<Mutex<u32>>,
+            inside: Arc<AtomicUsize>,
+            overlaps: Arc<AtomicUsize>,
+            locked: Arc<AtomicUsize>,
+        }
+        impl Drop for LockOnDrop {
+            fn drop(&mut self) {
+                let mut g = self.m.lock().unwrap_or_else(|e| e.into_inner());
+                if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    self.overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                *g += 1;
+                self.locked.fetch_add(1, Ordering::SeqCst);
+                self.inside.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let guard = LockOnDrop {
+            m: m.clone(),
+            inside: inside.clone(),
+            overlaps: overlaps.clone(),
+            locked: locked_in_drop.clone(),
+        };
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        rt.spawn(move || {
+            let _guard = guard;
+            started_tx.send(()).unwrap();
+            loop {
+                let _ = fiber::sleep(Duration::from_secs(3600));
+            }
+        });
+        started_rx.recv().unwrap();
+        drop(rt);
+        assert_eq!(
+            overlaps.load(Ordering::SeqCst),
+            0,
+            "two holders of one fiber::sync::Mutex"
+        );
+        // Either the destructor got the lock after the holder's unwind, or
+        // (if the holder was abandoned) it never ran; never with the lock held.
+        let locked = locked_in_drop.load(Ordering::SeqCst);
+        assert!(locked <= 1);
+        if locked == 1 {
+            assert!(
+                m.is_poisoned(),
+                "the holder's unwind released (and poisoned) the lock first"
+            );
+        }
+    }
 }

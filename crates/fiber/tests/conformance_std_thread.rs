@@ -318,7 +318,11 @@ fn scope_nested_spawns_handles_and_a_panicking_body_as_std() {
             })
         }))
         .unwrap_err();
-        assert_eq!(ended.load(Ordering::SeqCst), 4, "the scope's panic left before its children ended");
+        assert_eq!(
+            ended.load(Ordering::SeqCst),
+            4,
+            "the scope's panic left before its children ended"
+        );
         assert_eq!(payload.downcast_ref::<&str>(), Some(&"the body"));
     });
 }
