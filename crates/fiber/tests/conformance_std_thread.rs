@@ -326,3 +326,35 @@ fn scope_nested_spawns_handles_and_a_panicking_body_as_std() {
         assert_eq!(payload.downcast_ref::<&str>(), Some(&"the body"));
     });
 }
+
+/// `Duration::MAX` everywhere a duration is taken: no overflow panic, no
+/// early expiry, and the operation still completes when it can.
+#[test]
+fn duration_max_is_accepted_everywhere() {
+    on_runtime(|| {
+        assert_eq!(fiber::with_timeout(Duration::MAX, || 4), Ok(4));
+        let after = fiber::chan::after(Duration::MAX);
+        let tick = fiber::chan::tick(Duration::MAX);
+        fiber::yield_now().unwrap();
+        assert!(after.try_recv().is_err(), "after(Duration::MAX) fired");
+        assert!(tick.try_recv().is_err(), "tick(Duration::MAX) fired");
+        let (tx, rx) = fiber::chan::bounded::<u8>(1);
+        tx.send_timeout(1, Duration::MAX).unwrap();
+        let mut sel = fiber::chan::Select::new();
+        let i = sel.recv(&rx);
+        let op = sel.select_timeout(Duration::MAX).unwrap();
+        assert_eq!(op.index(), i);
+        assert_eq!(op.recv(&rx), Ok(1));
+        fiber::park_timeout(Duration::ZERO);
+        let pair = (fiber::sync::Mutex::new(true), fiber::sync::Condvar::new());
+        let (g, r) = pair
+            .1
+            .wait_timeout_while(pair.0.lock().unwrap(), Duration::MAX, |go| !*go)
+            .unwrap();
+        assert!(*g && !r.timed_out());
+        drop(g);
+        let s = fiber::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = fiber::net::TcpStream::connect_timeout(&s.local_addr().unwrap(), Duration::MAX).unwrap();
+        c.set_write_timeout(Some(Duration::MAX)).unwrap();
+    });
+}
