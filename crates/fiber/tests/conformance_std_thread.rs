@@ -358,3 +358,55 @@ fn duration_max_is_accepted_everywhere() {
         c.set_write_timeout(Some(Duration::MAX)).unwrap();
     });
 }
+
+/// Shutdown with parked fibers, seen from plain threads: after the runtime
+/// is dropped, joining its fibers' handles returns at once with an error
+/// (whether they were parked at a cancellable wait or in a lock a plain
+/// thread held), and the locks they waited for stay usable.
+#[test]
+fn join_from_a_thread_after_shutdown_returns_and_locks_stay_usable() {
+    within(30, || {
+        let m = Arc::new(fiber::sync::Mutex::new(0));
+        let l = Arc::new(fiber::sync::RwLock::new(0));
+        let held = m.lock().unwrap();
+        let write = l.write().unwrap();
+        let rt = fiber::Runtime::builder()
+            .workers(2)
+            .shutdown_timeout(ms(100))
+            .build()
+            .unwrap();
+        let parked = Arc::new(AtomicUsize::new(0));
+        let (m2, l2, p) = (m.clone(), l.clone(), parked.clone());
+        let on_lock = rt.spawn(move || {
+            p.fetch_add(1, Ordering::SeqCst);
+            *m2.lock().unwrap() += 1;
+        });
+        let p = parked.clone();
+        let on_rwlock = rt.spawn(move || {
+            p.fetch_add(1, Ordering::SeqCst);
+            *l2.write().unwrap() += 1;
+        });
+        let p = parked.clone();
+        let sleeping = rt.spawn(move || {
+            p.fetch_add(1, Ordering::SeqCst);
+            fiber::sleep(Duration::MAX)
+        });
+        while parked.load(Ordering::SeqCst) < 3 {
+            std::thread::yield_now();
+        }
+        drop(rt);
+        assert!(on_lock.join().is_err());
+        assert!(on_rwlock.join().is_err());
+        match sleeping.join() {
+            Ok(r) => assert!(r.is_err(), "sleep(Duration::MAX) returned Ok"),
+            Err(e) => assert!(e.is_cancelled(), "{e}"),
+        }
+        drop(held);
+        drop(write);
+        // The fibers never got the locks: only this thread's additions.
+        *m.lock().unwrap_or_else(|e| e.into_inner()) += 10;
+        *l.write().unwrap_or_else(|e| e.into_inner()) += 10;
+        assert_eq!(*m.lock().unwrap_or_else(|e| e.into_inner()), 10);
+        assert_eq!(*l.read().unwrap_or_else(|e| e.into_inner()), 10);
+    });
+}
