@@ -447,3 +447,40 @@ fn udp_multicast_options_and_the_rest_of_unix_sockets_are_std_s() {
         std::fs::remove_dir_all(&dir).unwrap();
     });
 }
+
+/// Sockets are not tied to a runtime: made in a fiber, they keep working
+/// from plain threads after that runtime is gone (as std sockets are
+/// independent of the thread that made them).
+#[test]
+fn sockets_outlive_the_runtime_that_made_them() {
+    within(30, || {
+        let rt = fiber::Runtime::builder().workers(2).build().unwrap();
+        let (listener, client, server) = rt.block_on(|| {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let (client, server) = {
+                let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+                let (server, _) = listener.accept().unwrap();
+                (client, server)
+            };
+            (listener, client, server)
+        });
+        drop(rt);
+        let addr = listener.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 3];
+            (&s).read_exact(&mut buf).unwrap();
+            buf
+        });
+        (&TcpStream::connect(addr).unwrap()).write_all(b"new").unwrap();
+        assert_eq!(&t.join().unwrap(), b"new");
+        let reader = std::thread::spawn(move || {
+            let mut got = String::new();
+            (&server).read_to_string(&mut got).unwrap();
+            got
+        });
+        (&client).write_all(b"after the runtime").unwrap();
+        drop(client);
+        assert_eq!(reader.join().unwrap(), "after the runtime");
+    });
+}
