@@ -9,7 +9,9 @@ use std::fmt;
 use std::io;
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::os::unix::net::{self, SocketAddr};
+use std::os::unix::net;
+/// std's Unix socket address, which these sockets take and return.
+pub use std::os::unix::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 

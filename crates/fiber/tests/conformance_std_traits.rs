@@ -75,3 +75,35 @@ fn locks_of_unsized_values_coerce_like_std_s() {
     let l: Box<RwLock<dyn std::fmt::Debug + Send + Sync>> = Box::new(RwLock::new(7u8));
     assert_eq!(format!("{:?}", &*l.read().unwrap()), "7");
 }
+
+/// A port from `std::sync` is an import change: the error and result
+/// types are importable from `fiber::sync` and are std's own.
+#[test]
+fn std_lock_result_types_are_importable_from_fiber_sync() {
+    use fiber::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
+    let m = Mutex::new(1);
+    let r: LockResult<fiber::sync::MutexGuard<'_, i32>> = m.lock();
+    let g = r.unwrap();
+    let t: TryLockResult<fiber::sync::MutexGuard<'_, i32>> = m.try_lock();
+    assert!(matches!(t, Err(TryLockError::WouldBlock)));
+    drop(g);
+    let e: PoisonError<u8> = PoisonError::new(3);
+    let from_std: std::sync::PoisonError<u8> = e;
+    assert_eq!(from_std.into_inner(), 3);
+}
+
+/// Likewise for `std::net`: the address types and `Shutdown` come with
+/// the sockets, so `use fiber::net::{TcpStream, Shutdown, SocketAddr}`
+/// replaces the std import.
+#[test]
+fn std_net_types_are_importable_from_fiber_net() {
+    use fiber::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
+    let a: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+    let _v4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1);
+    let _v6 = SocketAddrV6::new(Ipv6Addr::LOCALHOST, 1, 0, 0);
+    let std_addr: std::net::SocketAddr = a;
+    assert_eq!(std_addr.to_socket_addrs().unwrap().count(), 1);
+    let _: std::net::Shutdown = Shutdown::Both;
+    let _: fiber::net::AddrParseError = "x".parse::<SocketAddr>().unwrap_err();
+    let _: Option<&fiber::net::unix::SocketAddr> = None::<&std::os::unix::net::SocketAddr>;
+}
