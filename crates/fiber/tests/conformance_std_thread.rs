@@ -410,3 +410,45 @@ fn join_from_a_thread_after_shutdown_returns_and_locks_stay_usable() {
         assert_eq!(*l.read().unwrap_or_else(|e| e.into_inner()), 10);
     });
 }
+
+/// std: `sleep` puts the caller to sleep "for at least the specified
+/// amount of time"; a `Condvar::wait_timeout` that reports `timed_out()`
+/// has waited at least its timeout; an expired socket read timeout has too.
+/// (Lower bounds only: no upper bound is asserted.)
+#[test]
+fn timed_waits_last_at_least_their_duration() {
+    fn check() {
+        for d in [ms(1), ms(3), ms(7), ms(12), Duration::from_micros(1500)] {
+            let start = std::time::Instant::now();
+            if fiber::core::in_fiber() {
+                fiber::sleep(d).unwrap();
+                let slept = start.elapsed();
+                assert!(slept >= d, "fiber::sleep({d:?}) returned after {slept:?}");
+            }
+            let m = fiber::sync::Mutex::new(());
+            let cv = fiber::sync::Condvar::new();
+            let start = std::time::Instant::now();
+            let (_g, r) = cv.wait_timeout(m.lock().unwrap(), d).unwrap();
+            let waited = start.elapsed();
+            assert!(
+                !r.timed_out() || waited >= d,
+                "wait_timeout({d:?}) timed out after {waited:?}"
+            );
+            let start = std::time::Instant::now();
+            let (_g, r) = cv.wait_timeout_while(_g, d, |_| true).unwrap();
+            let waited = start.elapsed();
+            assert!(
+                r.timed_out() && waited >= d,
+                "wait_timeout_while({d:?}) timed out after {waited:?}"
+            );
+            let udp = fiber::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            udp.set_read_timeout(Some(d)).unwrap();
+            let start = std::time::Instant::now();
+            assert!(udp.recv_from(&mut [0; 1]).is_err());
+            let waited = start.elapsed();
+            assert!(waited >= d, "a read timeout of {d:?} expired after {waited:?}");
+        }
+    }
+    on_runtime(check);
+    within(30, check);
+}
