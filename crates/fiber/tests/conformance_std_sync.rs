@@ -632,3 +632,47 @@ fn a_destructor_locking_at_teardown_never_shares_the_lock() {
         }
     }
 }
+
+/// The other side of keeping an unwinding fiber on its thread: on one
+/// worker with growth off, a destructor that waits (during an unwind) for
+/// a fiber only that worker can run must still finish (the wait parks
+/// after a bound instead of holding the worker forever). Past that bound
+/// the worker runs other fibers while it still counts as panicking, so
+/// guards dropped meanwhile may poison (the known cost of the fallback;
+/// `spec/lifecycle.md` section 10): the locks here tolerate poison.
+#[test]
+fn a_destructor_waiting_during_an_unwind_on_one_fixed_worker_does_not_deadlock() {
+    within(30, || {
+        fiber::Runtime::builder()
+            .workers(1)
+            .max_workers(1)
+            .shutdown_timeout(ms(500))
+            .build()
+            .unwrap()
+            .block_on(|| {
+                struct JoinOnDrop(Option<fiber::JoinHandle<u32>>);
+                impl Drop for JoinOnDrop {
+                    fn drop(&mut self) {
+                        let h = self.0.take().unwrap();
+                        assert_eq!(h.join().unwrap(), 7);
+                    }
+                }
+                let m = Arc::new(Mutex::new(0u32));
+                let held = m.lock().unwrap();
+                let m2 = m.clone();
+                let sibling = fiber::spawn(move || {
+                    *m2.lock().unwrap_or_else(|e| e.into_inner()) += 7;
+                    7
+                });
+                let panicker = fiber::spawn(move || {
+                    let _j = JoinOnDrop(Some(sibling));
+                    panic!("unwinding joiner");
+                });
+                // Let the panicker reach its destructor's wait first.
+                fiber::yield_now().unwrap();
+                drop(held);
+                assert!(panicker.join().unwrap_err().is_panic());
+                assert_eq!(*m.lock().unwrap_or_else(|e| e.into_inner()), 7);
+            });
+    });
+}
