@@ -51,7 +51,7 @@ fn a_destructor_waiting_during_an_unwind_does_not_leak_the_panic_to_other_fibers
             let held = g.lock().unwrap();
             locked_tx.send(()).unwrap();
             release_rx.recv().unwrap();
-            std::thread::sleep(ms(20));
+            std::thread::sleep(ms(5));
             drop(held);
         });
         locked_rx.recv().unwrap();
