@@ -948,7 +948,12 @@ pub fn yield_now() -> Result<(), crate::Cancelled> {
             teardown_unwind(&*fiber);
             return Err(crate::Cancelled);
         }
-        (*fiber).suspend(Suspend::Yield);
+        if std::thread::panicking() {
+            // Unwinding: stay on this thread (see `wait::unwinding_fiber_wait`).
+            std::thread::yield_now();
+        } else {
+            (*fiber).suspend(Suspend::Yield);
+        }
         if (*fiber).is_cancel_requested() {
             return Err(crate::Cancelled);
         }

@@ -73,6 +73,11 @@ pub struct FiberHandle {
     name: Option<std::sync::Arc<str>>,
 }
 
+// Like `std::thread::Thread`: an id, a name and the park token, whose
+// state no panic can leave half-changed.
+impl std::panic::UnwindSafe for FiberHandle {}
+impl std::panic::RefUnwindSafe for FiberHandle {}
+
 impl FiberHandle {
     pub(crate) fn new(id: FiberId, task: Arc<dyn TaskControl>, name: Option<std::sync::Arc<str>>) -> FiberHandle {
         FiberHandle { id, task, name }

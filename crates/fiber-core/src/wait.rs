@@ -504,7 +504,98 @@ fn fiber_or_thread_wait<W: Waitable + ?Sized>(
     // while it runs (its worker holds `Running`). After each resume we keep
     // using this pointer, never a thread-local read from before the switch.
     let fiber = unsafe { &*fiber };
+    if std::thread::panicking() {
+        return unwinding_fiber_wait(fiber, waitable, io, options, site);
+    }
     fiber_wait_slow(fiber, waitable, io, options, site)
+}
+
+/// How long an unwinding fiber blocks its thread before it looks for
+/// cancellation again (see [`unwinding_fiber_wait`]).
+#[cfg(not(loom))]
+const UNWINDING_WAIT_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// How long an unwinding fiber blocks its thread in all before it parks
+/// instead (see [`unwinding_fiber_wait`]).
+#[cfg(not(loom))]
+const UNWINDING_WAIT_BOUND: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A wait of a fiber that is unwinding (a destructor that waits while a
+/// panic propagates). std keeps "this thread is panicking" per OS thread,
+/// so a fiber that switched away mid-unwind would leave its worker thread
+/// panicking for every other fiber it runs (`std::thread::panicking()`
+/// true, guards they drop poisoning their locks), and finishing the unwind
+/// on another worker would unbalance both threads' counts. So the fiber
+/// first waits without switching: it blocks its thread like a plain thread
+/// (the scheduler sees a busy worker and may add one), in slices of
+/// [`UNWINDING_WAIT_SLICE`] between which it checks for cancellation as a
+/// parked fiber would. What the wait needs may come only from a fiber that
+/// this thread would run (one worker, growth off; teardown's single
+/// thread): after [`UNWINDING_WAIT_BOUND`] the fiber parks as usual, trading
+/// the panic state's accuracy for progress.
+///
+/// At teardown a non-cancellable wait (a lock) of an unwinding fiber can
+/// be ended neither by a second unwind (a panic escaping a destructor
+/// during an unwind aborts) nor by `Cancelled` (the caller would go on
+/// without the lock), and parking would leave the teardown thread
+/// panicking, which keeps the next fibers from unwinding. If the bound
+/// passes without the lock, the process aborts with a message naming the
+/// misuse.
+#[cfg(not(loom))]
+#[cold]
+#[track_caller]
+fn unwinding_fiber_wait<W: Waitable + ?Sized>(
+    fiber: &Fiber,
+    waitable: &W,
+    io: &mut W::Io,
+    options: WaitOptions,
+    site: &'static std::panic::Location<'static>,
+) -> WaitResult {
+    // SAFETY: the running fiber reads its own scheduler slot.
+    let teardown = unsafe { fiber.phase() } == crate::pool::Phase::Teardown;
+    if teardown && options.interrupt == Interrupt::Never {
+        // What it waits for (a scope's children) runs on this thread.
+        return fiber_wait_slow(fiber, waitable, io, options, site);
+    }
+    let give_up = Instant::now() + UNWINDING_WAIT_BOUND;
+    loop {
+        let interruptible = options.interrupt == Interrupt::Cancellable;
+        // SAFETY: the running fiber reads its own task slot.
+        if interruptible && unsafe { fiber.is_cancel_requested() } {
+            // SAFETY: the running fiber, RUNNING, on its own stack; it is
+            // panicking, so this neither yields nor starts an unwind.
+            return unsafe { cancelled_wait(fiber) };
+        }
+        let now = Instant::now();
+        if now >= give_up {
+            if teardown && options.interrupt == Interrupt::NotCancellable {
+                eprintln!(
+                    "fiber: {} was unwound at runtime teardown, and a destructor on its stack waits (at \
+                     {site}) for a lock or a value that nothing will release now (another fiber left at \
+                     shutdown holds it); the wait cannot end without breaking the lock's guarantee: \
+                     aborting. Let fibers that hold locks return when cancelled, or do not lock in \
+                     destructors.",
+                    fiber.id()
+                );
+                std::process::abort();
+            }
+            return fiber_wait_slow(fiber, waitable, io, options, site);
+        }
+        let slice_end = (now + UNWINDING_WAIT_SLICE).min(give_up);
+        let last = options.deadline.is_some_and(|d| d <= slice_end);
+        let slice = WaitOptions {
+            deadline: Some(if last {
+                options.deadline.unwrap_or(slice_end)
+            } else {
+                slice_end
+            }),
+            ..options
+        };
+        match thread_wait(waitable, io, slice) {
+            WaitResult::TimedOut if !last => {}
+            result => return result,
+        }
+    }
 }
 
 #[cfg(not(loom))]
@@ -522,7 +613,10 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
         cancellable
             || (options.interrupt == Interrupt::NotCancellable
                 // SAFETY: the running fiber reads its own scheduler slot.
-                && unsafe { fiber.phase() } == crate::pool::Phase::Teardown)
+                && unsafe { fiber.phase() } == crate::pool::Phase::Teardown
+                // A fiber already unwinding cannot be unwound again, and a
+                // `Cancelled` would send the caller on without its lock.
+                && !std::thread::panicking())
     };
     loop {
         // SAFETY: the running fiber reads its own task slot.

@@ -131,6 +131,11 @@ pub mod unix;
 #[cfg(not(loom))]
 pub use driver::{poll_stats, PollStats};
 pub use readiness::io_waiters;
+/// std's address types and `Shutdown`, which the sockets here take and
+/// return: re-exported so that a port from `std::net` is an import change.
+pub use std::net::{
+    AddrParseError, IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs,
+};
 #[cfg(not(loom))]
 pub use tcp::{Incoming, TcpListener, TcpStream};
 #[cfg(not(loom))]

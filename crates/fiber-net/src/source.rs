@@ -6,6 +6,7 @@ use crate::readiness::{op, OnTimeout, READ, WRITE};
 use mio::event::Source;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// "No timeout" in a timeout cell.
@@ -82,6 +83,21 @@ pub(crate) struct Io<S: Source> {
     /// `None` only after `into_inner`.
     source: Option<S>,
     registration: Registration,
+    /// Shared by the handles `try_clone` makes (see [`Settings`]).
+    settings: Arc<Settings>,
+}
+
+// Like std's sockets: the registration's state (readiness sequences, the
+// waiter lists) is changed only under its locks by runtime code, never
+// while user code runs, so it is consistent after any panic and a socket
+// may cross `catch_unwind`.
+impl<S: Source> std::panic::UnwindSafe for Io<S> {}
+impl<S: Source> std::panic::RefUnwindSafe for Io<S> {}
+
+/// What std keeps on the socket itself (`SO_RCVTIMEO`, `SO_SNDTIMEO`,
+/// `O_NONBLOCK`), so that, as std documents for `try_clone`, an option set
+/// on one handle is seen by the others.
+struct Settings {
     /// Nanoseconds, [`NO_TIMEOUT`] for none. Settings only (Relaxed): no
     /// other data is published through them.
     read_timeout: AtomicU64,
@@ -95,10 +111,18 @@ impl<S: Source + Describe> Io<S> {
         Ok(Io {
             source: Some(source),
             registration,
-            read_timeout: AtomicU64::new(NO_TIMEOUT),
-            write_timeout: AtomicU64::new(NO_TIMEOUT),
-            nonblocking: AtomicBool::new(false),
+            settings: Arc::new(Settings {
+                read_timeout: AtomicU64::new(NO_TIMEOUT),
+                write_timeout: AtomicU64::new(NO_TIMEOUT),
+                nonblocking: AtomicBool::new(false),
+            }),
         })
+    }
+
+    /// For `try_clone`: this handle (a duplicate of `original`'s fd) shares
+    /// `original`'s timeouts and non-blocking mode from now on.
+    pub(crate) fn share_settings<T: Source>(&mut self, original: &Io<T>) {
+        self.settings = original.settings.clone();
     }
 
     #[inline]
@@ -120,7 +144,7 @@ impl<S: Source + Describe> Io<S> {
     /// timeout (expiry: `WouldBlock`, as std on Linux).
     #[inline]
     pub(crate) fn read<K: op::Name, R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
-        let deadline = deadline(&self.read_timeout);
+        let deadline = deadline(&self.settings.read_timeout);
         self.poll::<K, R>(READ, deadline, OnTimeout::WouldBlock, op)
     }
 
@@ -132,9 +156,9 @@ impl<S: Source + Describe> Io<S> {
         len: usize,
         mut op: impl FnMut(&S) -> io::Result<usize>,
     ) -> io::Result<usize> {
-        let deadline = deadline(&self.read_timeout);
+        let deadline = deadline(&self.settings.read_timeout);
         let source = self.get();
-        let nonblocking = self.nonblocking.load(Ordering::Relaxed);
+        let nonblocking = self.settings.nonblocking.load(Ordering::Relaxed);
         self.registration
             .readiness
             .poll_stream_read::<K>(len, deadline, nonblocking, &|| source.describe(), || op(source))
@@ -148,7 +172,7 @@ impl<S: Source + Describe> Io<S> {
     /// As [`read`](Self::read) for writing.
     #[inline]
     pub(crate) fn write<K: op::Name, R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
-        let deadline = deadline(&self.write_timeout);
+        let deadline = deadline(&self.settings.write_timeout);
         self.poll::<K, R>(WRITE, deadline, OnTimeout::WouldBlock, op)
     }
 
@@ -161,7 +185,7 @@ impl<S: Source + Describe> Io<S> {
         mut op: impl FnMut(&S) -> io::Result<R>,
     ) -> io::Result<R> {
         let source = self.get();
-        let nonblocking = self.nonblocking.load(Ordering::Relaxed);
+        let nonblocking = self.settings.nonblocking.load(Ordering::Relaxed);
         self.registration.readiness.poll_io_described::<K, R>(
             dir,
             deadline,
@@ -173,23 +197,23 @@ impl<S: Source + Describe> Io<S> {
     }
 
     pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        set_timeout(&self.read_timeout, timeout)
+        set_timeout(&self.settings.read_timeout, timeout)
     }
 
     pub(crate) fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        set_timeout(&self.write_timeout, timeout)
+        set_timeout(&self.settings.write_timeout, timeout)
     }
 
     pub(crate) fn read_timeout(&self) -> Option<Duration> {
-        get_timeout(&self.read_timeout)
+        get_timeout(&self.settings.read_timeout)
     }
 
     pub(crate) fn write_timeout(&self) -> Option<Duration> {
-        get_timeout(&self.write_timeout)
+        get_timeout(&self.settings.write_timeout)
     }
 
     pub(crate) fn set_nonblocking(&self, nonblocking: bool) {
-        self.nonblocking.store(nonblocking, Ordering::Relaxed);
+        self.settings.nonblocking.store(nonblocking, Ordering::Relaxed);
     }
 }
 

@@ -75,10 +75,13 @@ impl TcpListener {
     }
 
     /// A second handle on the same socket (a duplicated fd with its own
-    /// registration): accepts on either handle take from one queue.
+    /// registration): accepts on either handle take from one queue. As in
+    /// std, options set on one handle (non-blocking mode) apply to both.
     pub fn try_clone(&self) -> io::Result<TcpListener> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
-        TcpListener::from_std(net::TcpListener::from(fd))
+        let mut clone = TcpListener::from_std(net::TcpListener::from(fd))?;
+        clone.io.share_settings(&self.io);
+        Ok(clone)
     }
 
     /// Set `IP_TTL`.
@@ -241,10 +244,14 @@ impl TcpStream {
     }
 
     /// A second handle on the same connection (a duplicated fd with its own
-    /// registration), for a reader fiber and a writer fiber.
+    /// registration), for a reader fiber and a writer fiber. As in std,
+    /// options set on one handle (timeouts, non-blocking mode, socket
+    /// options) apply to both.
     pub fn try_clone(&self) -> io::Result<TcpStream> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
-        TcpStream::from_std(net::TcpStream::from(fd))
+        let mut clone = TcpStream::from_std(net::TcpStream::from(fd))?;
+        clone.io.share_settings(&self.io);
+        Ok(clone)
     }
 
     /// Read without consuming, parking until data (or end-of-file) is there.

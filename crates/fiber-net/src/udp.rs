@@ -5,7 +5,7 @@ use crate::source::Io;
 use crate::tcp::each_addr;
 use std::fmt;
 use std::io;
-use std::net::{self, SocketAddr, ToSocketAddrs};
+use std::net::{self, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -117,6 +117,58 @@ impl UdpSocket {
         self.io.get().broadcast()
     }
 
+    /// Set `IP_MULTICAST_LOOP`.
+    pub fn set_multicast_loop_v4(&self, on: bool) -> io::Result<()> {
+        self.io.get().set_multicast_loop_v4(on)
+    }
+
+    /// `IP_MULTICAST_LOOP`.
+    pub fn multicast_loop_v4(&self) -> io::Result<bool> {
+        self.io.get().multicast_loop_v4()
+    }
+
+    /// Set `IP_MULTICAST_TTL`.
+    pub fn set_multicast_ttl_v4(&self, ttl: u32) -> io::Result<()> {
+        self.io.get().set_multicast_ttl_v4(ttl)
+    }
+
+    /// `IP_MULTICAST_TTL`.
+    pub fn multicast_ttl_v4(&self) -> io::Result<u32> {
+        self.io.get().multicast_ttl_v4()
+    }
+
+    /// Set `IPV6_MULTICAST_LOOP`.
+    pub fn set_multicast_loop_v6(&self, on: bool) -> io::Result<()> {
+        self.io.get().set_multicast_loop_v6(on)
+    }
+
+    /// `IPV6_MULTICAST_LOOP`.
+    pub fn multicast_loop_v6(&self) -> io::Result<bool> {
+        self.io.get().multicast_loop_v6()
+    }
+
+    /// Join the IPv4 multicast group `multiaddr` on `interface`
+    /// (`IP_ADD_MEMBERSHIP`).
+    pub fn join_multicast_v4(&self, multiaddr: &Ipv4Addr, interface: &Ipv4Addr) -> io::Result<()> {
+        self.io.get().join_multicast_v4(multiaddr, interface)
+    }
+
+    /// Join the IPv6 multicast group `multiaddr` on interface index
+    /// `interface` (0: any; `IPV6_ADD_MEMBERSHIP`).
+    pub fn join_multicast_v6(&self, multiaddr: &Ipv6Addr, interface: u32) -> io::Result<()> {
+        self.io.get().join_multicast_v6(multiaddr, interface)
+    }
+
+    /// Leave an IPv4 multicast group (`IP_DROP_MEMBERSHIP`).
+    pub fn leave_multicast_v4(&self, multiaddr: &Ipv4Addr, interface: &Ipv4Addr) -> io::Result<()> {
+        self.io.get().leave_multicast_v4(multiaddr, interface)
+    }
+
+    /// Leave an IPv6 multicast group (`IPV6_DROP_MEMBERSHIP`).
+    pub fn leave_multicast_v6(&self, multiaddr: &Ipv6Addr, interface: u32) -> io::Result<()> {
+        self.io.get().leave_multicast_v6(multiaddr, interface)
+    }
+
     /// Set `IP_TTL`.
     pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
         self.io.get().set_ttl(ttl)
@@ -139,10 +191,13 @@ impl UdpSocket {
     }
 
     /// A second handle on the same socket (a duplicated fd with its own
-    /// registration).
+    /// registration). As in std, options set on one handle (timeouts,
+    /// non-blocking mode, socket options) apply to both.
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
-        UdpSocket::from_std(net::UdpSocket::from(fd))
+        let mut clone = UdpSocket::from_std(net::UdpSocket::from(fd))?;
+        clone.io.share_settings(&self.io);
+        Ok(clone)
     }
 
     /// Adopt a std socket (switched to non-blocking mode internally).

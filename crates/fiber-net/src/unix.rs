@@ -9,7 +9,9 @@ use std::fmt;
 use std::io;
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::os::unix::net::{self, SocketAddr};
+use std::os::unix::net;
+/// std's Unix socket address, which these sockets take and return.
+pub use std::os::unix::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -45,6 +47,14 @@ impl UnixListener {
         })
     }
 
+    /// Bind to `addr` (a path or, on Linux, an abstract name) and listen,
+    /// like `std::os::unix::net::UnixListener::bind_addr`.
+    pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixListener> {
+        Ok(UnixListener {
+            io: Io::new(mio::net::UnixListener::bind_addr(addr)?)?,
+        })
+    }
+
     /// Accept a connection, parking until one arrives.
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
         let (stream, addr) = self.io.read::<op::Accept, _>(|l| l.accept())?;
@@ -61,10 +71,14 @@ impl UnixListener {
         self.io.get().local_addr()
     }
 
-    /// A second handle (a duplicated fd with its own registration).
+    /// A second handle (a duplicated fd with its own registration). As in
+    /// std, options set on one handle (timeouts, non-blocking mode) apply
+    /// to both.
     pub fn try_clone(&self) -> io::Result<UnixListener> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
-        UnixListener::from_std(net::UnixListener::from(fd))
+        let mut clone = UnixListener::from_std(net::UnixListener::from(fd))?;
+        clone.io.share_settings(&self.io);
+        Ok(clone)
     }
 
     /// Take the pending `SO_ERROR`.
@@ -104,9 +118,18 @@ impl UnixStream {
     /// Connect to the socket at `path`. A listener whose backlog is full
     /// gives `WouldBlock` (Unix sockets report no readiness for it).
     pub fn connect<P: AsRef<Path>>(path: P) -> io::Result<UnixStream> {
-        let stream = UnixStream {
-            io: Io::new(mio::net::UnixStream::connect(path)?)?,
-        };
+        UnixStream::connected(mio::net::UnixStream::connect(path)?)
+    }
+
+    /// Connect to `addr` (a path or, on Linux, an abstract name), like
+    /// `std::os::unix::net::UnixStream::connect_addr`.
+    pub fn connect_addr(addr: &SocketAddr) -> io::Result<UnixStream> {
+        UnixStream::connected(mio::net::UnixStream::connect_addr(addr)?)
+    }
+
+    /// Register a socket whose connect was started and wait for it to end.
+    fn connected(socket: mio::net::UnixStream) -> io::Result<UnixStream> {
+        let stream = UnixStream { io: Io::new(socket)? };
         stream
             .io
             .poll::<op::Connect, _>(WRITE, None, OnTimeout::TimedOut, |s| {
@@ -148,10 +171,14 @@ impl UnixStream {
         Ok(())
     }
 
-    /// A second handle (a duplicated fd with its own registration).
+    /// A second handle (a duplicated fd with its own registration). As in
+    /// std, options set on one handle (timeouts, non-blocking mode) apply
+    /// to both.
     pub fn try_clone(&self) -> io::Result<UnixStream> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
-        UnixStream::from_std(net::UnixStream::from(fd))
+        let mut clone = UnixStream::from_std(net::UnixStream::from(fd))?;
+        clone.io.share_settings(&self.io);
+        Ok(clone)
     }
 
     /// Set the read timeout (expiry: `WouldBlock`, as std on Linux).
@@ -216,6 +243,14 @@ impl UnixDatagram {
         })
     }
 
+    /// Bind to `addr` (a path or, on Linux, an abstract name), like
+    /// `std::os::unix::net::UnixDatagram::bind_addr`.
+    pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixDatagram> {
+        Ok(UnixDatagram {
+            io: Io::new(mio::net::UnixDatagram::bind_addr(addr)?)?,
+        })
+    }
+
     /// A socket bound to no address.
     pub fn unbound() -> io::Result<UnixDatagram> {
         Ok(UnixDatagram {
@@ -232,6 +267,30 @@ impl UnixDatagram {
     /// Set the default peer.
     pub fn connect<P: AsRef<Path>>(&self, path: P) -> io::Result<()> {
         self.io.get().connect(path)
+    }
+
+    /// Set the default peer to `addr`, like
+    /// `std::os::unix::net::UnixDatagram::connect_addr`.
+    pub fn connect_addr(&self, addr: &SocketAddr) -> io::Result<()> {
+        self.with_std(|s| s.connect_addr(addr))
+    }
+
+    /// Send to `addr`, parking while the send buffer is full, like
+    /// `std::os::unix::net::UnixDatagram::send_to_addr`.
+    pub fn send_to_addr(&self, buf: &[u8], addr: &SocketAddr) -> io::Result<usize> {
+        self.io
+            .write::<op::Send, _>(|_| self.with_std(|s| s.send_to_addr(buf, addr)))
+    }
+
+    /// A std view of this socket's fd for the calls mio lacks (the view
+    /// does not close the fd).
+    fn with_std<R>(&self, f: impl FnOnce(&net::UnixDatagram) -> R) -> R {
+        use std::os::fd::FromRawFd;
+        // SAFETY: the fd is open and owned by `self.io` for the whole call
+        // (`self` is borrowed); `ManuallyDrop` keeps the view from closing
+        // it, and the view is not leaked out of `f`'s borrow.
+        let view = std::mem::ManuallyDrop::new(unsafe { net::UnixDatagram::from_raw_fd(self.as_raw_fd()) });
+        f(&view)
     }
 
     /// Send to `path`.
@@ -273,6 +332,37 @@ impl UnixDatagram {
     /// Set the send timeout.
     pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         self.io.set_write_timeout(timeout)
+    }
+
+    /// The receive timeout.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.io.read_timeout())
+    }
+
+    /// The send timeout.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.io.write_timeout())
+    }
+
+    /// With `true`, calls return `WouldBlock` instead of parking.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.io.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
+    /// Take the pending `SO_ERROR`.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.io.get().take_error()
+    }
+
+    /// A second handle (a duplicated fd with its own registration). As in
+    /// std, options set on one handle (timeouts, non-blocking mode) apply
+    /// to both.
+    pub fn try_clone(&self) -> io::Result<UnixDatagram> {
+        let fd = self.io.get().as_fd().try_clone_to_owned()?;
+        let mut clone = UnixDatagram::from_std(net::UnixDatagram::from(fd))?;
+        clone.io.share_settings(&self.io);
+        Ok(clone)
     }
 
     /// Shut down one or both directions.

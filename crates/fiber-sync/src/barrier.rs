@@ -43,6 +43,11 @@ pub struct Barrier {
     inner: SpinLock<Inner>,
 }
 
+// Like std's synchronization types: its count and wait queue stay consistent when a
+// panic unwinds through a caller (no user code runs under its lock).
+impl std::panic::UnwindSafe for Barrier {}
+impl std::panic::RefUnwindSafe for Barrier {}
+
 #[derive(Debug)]
 struct Inner {
     arrived: usize,
@@ -73,6 +78,21 @@ impl BarrierWaitResult {
 
 impl Barrier {
     /// A barrier that releases callers `n` at a time (`n` of 0 acts as 1).
+    /// `const`, as std's, so a barrier can be a `static`.
+    #[cfg(not(loom))]
+    pub const fn new(n: usize) -> Barrier {
+        Barrier {
+            n: if n == 0 { 1 } else { n },
+            inner: SpinLock::new(Inner {
+                arrived: 0,
+                generation: 0,
+                queue: WaitQueue::new(),
+            }),
+        }
+    }
+
+    /// A barrier that releases callers `n` at a time (`n` of 0 acts as 1).
+    #[cfg(loom)]
     pub fn new(n: usize) -> Barrier {
         Barrier {
             n: n.max(1),

@@ -61,6 +61,11 @@ pub struct Condvar {
     mutex: AtomicUsize,
 }
 
+// Like std's synchronization types: its wait queue stay consistent when a
+// panic unwinds through a caller (no user code runs under its lock).
+impl std::panic::UnwindSafe for Condvar {}
+impl std::panic::RefUnwindSafe for Condvar {}
+
 /// Whether a timed wait ended by its deadline, like
 /// `std::sync::WaitTimeoutResult`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -57,6 +57,9 @@ pub use mutex::{Mutex, MutexGuard};
 pub use once::OnceLock;
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
+/// std's poisoning and `try_*` result types, which the locks here return:
+/// re-exported so that a port from `std::sync` is an import change.
+pub use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 pub use waitgroup::WaitGroup;
 
 #[cfg(all(test, loom))]

@@ -57,6 +57,11 @@ unsafe impl<T: ?Sized + Send> Send for Mutex<T> {}
 // SAFETY: shared access only ever yields `&mut T` to one holder at a time.
 unsafe impl<T: ?Sized + Send> Sync for Mutex<T> {}
 
+// As `std::sync::Mutex`: a panic while the lock is held poisons it, so a
+// reference may cross `catch_unwind` whatever `T` is.
+impl<T: ?Sized> std::panic::UnwindSafe for Mutex<T> {}
+impl<T: ?Sized> std::panic::RefUnwindSafe for Mutex<T> {}
+
 impl<T> Mutex<T> {
     /// Create an unlocked mutex.
     #[cfg(not(loom))]

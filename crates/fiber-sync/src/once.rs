@@ -49,6 +49,10 @@ unsafe impl<T: Sync + Send> Sync for OnceLock<T> {}
 // SAFETY: moving the lock moves the value.
 unsafe impl<T: Send> Send for OnceLock<T> {}
 
+// As `std::sync::OnceLock`: a panicking initializer leaves the cell empty.
+impl<T: std::panic::RefUnwindSafe + std::panic::UnwindSafe> std::panic::RefUnwindSafe for OnceLock<T> {}
+impl<T: std::panic::UnwindSafe> std::panic::UnwindSafe for OnceLock<T> {}
+
 impl<T> OnceLock<T> {
     /// An empty cell.
     #[cfg(not(loom))]
@@ -122,13 +126,44 @@ impl<T> OnceLock<T> {
 
     /// Consume the cell and return its value, if any.
     pub fn into_inner(mut self) -> Option<T> {
+        self.take()
+    }
+
+    /// Take the value out, leaving the cell empty (like
+    /// `std::sync::OnceLock::take`).
+    pub fn take(&mut self) -> Option<T> {
         if self.state_mut() != COMPLETE {
             return None;
         }
         self.state = AtomicUsize::new(INCOMPLETE);
         // SAFETY: it was COMPLETE; resetting the state above keeps `Drop`
-        // from dropping the value we move out.
+        // (and later calls) from dropping or reading the value we move out.
         Some(self.value.with(|p| unsafe { (*p).assume_init_read() }))
+    }
+
+    /// The value, parking the fiber (or blocking the thread) until another
+    /// caller initializes the cell, like `std::sync::OnceLock::wait`. Not a
+    /// cancellation point. A cell nobody initializes waits forever.
+    #[track_caller]
+    pub fn wait(&self) -> &T {
+        loop {
+            if let Some(value) = self.get() {
+                return value;
+            }
+            let mut io = OnceIo {
+                node: Node::new(0),
+                queue: &self.queue,
+            };
+            fiber_wait(
+                &OnceWait {
+                    state: &self.state,
+                    queue: &self.queue,
+                    until_complete: true,
+                },
+                &mut io,
+                WaitOptions::new().interrupt(Interrupt::NotCancellable),
+            );
+        }
     }
 
     fn state_mut(&mut self) -> usize {
@@ -171,7 +206,11 @@ impl<T> OnceLock<T> {
                         queue: &self.queue,
                     };
                     fiber_wait(
-                        &OnceWait(&self.state, &self.queue),
+                        &OnceWait {
+                            state: &self.state,
+                            queue: &self.queue,
+                            until_complete: false,
+                        },
                         &mut io,
                         WaitOptions::new().interrupt(Interrupt::NotCancellable),
                     );
@@ -224,6 +263,26 @@ impl<T> From<T> for OnceLock<T> {
     }
 }
 
+impl<T: Clone> Clone for OnceLock<T> {
+    /// A new cell holding a clone of the value, if any (as std).
+    fn clone(&self) -> Self {
+        let cell = OnceLock::new();
+        if let Some(value) = self.get() {
+            let _ = cell.set(value.clone());
+        }
+        cell
+    }
+}
+
+impl<T: PartialEq> PartialEq for OnceLock<T> {
+    /// Equal when both are empty or both hold equal values (as std).
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl<T: Eq> Eq for OnceLock<T> {}
+
 impl<T: fmt::Debug> fmt::Debug for OnceLock<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_tuple("OnceLock");
@@ -250,8 +309,25 @@ impl Drop for OnceIo<'_> {
     }
 }
 
-/// A wait for the initializer as a fiber-core waitable.
-struct OnceWait<'a>(&'a AtomicUsize, &'a SpinLock<WaitQueue>);
+/// A wait for the initializer as a fiber-core waitable: until the state
+/// leaves RUNNING (`get_or_init`), or until it is COMPLETE (`wait`).
+/// `finish` wakes every queued node on each change, so a `wait` woken by
+/// an initializer that panicked queues again.
+struct OnceWait<'a> {
+    state: &'a AtomicUsize,
+    queue: &'a SpinLock<WaitQueue>,
+    until_complete: bool,
+}
+
+impl OnceWait<'_> {
+    fn done(&self, state: usize) -> bool {
+        if self.until_complete {
+            state == COMPLETE
+        } else {
+            state != RUNNING
+        }
+    }
+}
 
 impl<'a> Waitable for OnceWait<'a> {
     type Io = OnceIo<'a>;
@@ -262,14 +338,14 @@ impl<'a> Waitable for OnceWait<'a> {
 
     fn try_complete(&self, _: &mut Self::Io) -> Option<WaitResult> {
         // Acquire: pairs with the Release in `finish`.
-        (self.0.load(Ordering::Acquire) != RUNNING).then_some(WaitResult::Ok)
+        self.done(self.state.load(Ordering::Acquire)).then_some(WaitResult::Ok)
     }
 
     fn publish(&self, waiter: &Waiter, io: &mut Self::Io) -> Publish {
-        let mut queue = self.1.lock();
+        let mut queue = self.queue.lock();
         // Acquire: pairs with the Release in `finish`; under the queue lock
         // (module docs).
-        if self.0.load(Ordering::Acquire) != RUNNING {
+        if self.done(self.state.load(Ordering::Acquire)) {
             return Publish::Ready(WaitResult::Ok);
         }
         queue.push(&mut io.node, waiter, false);
@@ -277,7 +353,7 @@ impl<'a> Waitable for OnceWait<'a> {
     }
 
     fn unpublish(&self, _: &Waiter, io: &mut Self::Io) -> Option<WaitResult> {
-        let status = self.1.lock().unlink(&mut io.node);
+        let status = self.queue.lock().unlink(&mut io.node);
         (status == Status::Granted).then_some(WaitResult::Ok)
     }
 }

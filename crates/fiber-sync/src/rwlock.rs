@@ -80,6 +80,11 @@ unsafe impl<T: ?Sized + Send> Send for RwLock<T> {}
 // SAFETY: as above.
 unsafe impl<T: ?Sized + Send + Sync> Sync for RwLock<T> {}
 
+// As `std::sync::RwLock`: a writer's panic poisons the lock, so a reference
+// may cross `catch_unwind` whatever `T` is.
+impl<T: ?Sized> std::panic::UnwindSafe for RwLock<T> {}
+impl<T: ?Sized> std::panic::RefUnwindSafe for RwLock<T> {}
+
 impl<T> RwLock<T> {
     /// An unlocked lock.
     #[cfg(not(loom))]
@@ -305,6 +310,22 @@ impl Raw<'_> {
         }
     }
 
+    /// The writer becomes one reader (`WRITER` to `READER` in one RMW,
+    /// `QUEUED` kept); with waiters queued, `grant` then lets in the readers
+    /// at the head (a head writer waits for the last reader, whose unlock
+    /// grants as usual).
+    fn downgrade(&self) {
+        // WRITER is set, so adding `READER - WRITER` clears it and adds a
+        // reader without touching the other bits. Release: pairs with the
+        // Acquire of the readers who get in from now on (fast CAS or
+        // `grant`), publishing the writer's changes.
+        let prev = self.state.fetch_add(READER - WRITER, Ordering::Release);
+        debug_assert!(prev & WRITER != 0, "downgrade without the write lock");
+        if prev & QUEUED != 0 {
+            self.grant_now();
+        }
+    }
+
     fn grant_now(&self) {
         let wakes = {
             let mut queue = self.queue.lock();
@@ -428,6 +449,49 @@ impl<T: ?Sized> Drop for RwLockWriteGuard<'_, T> {
     fn drop(&mut self) {
         self.lock.poison.done(self.poison);
         self.lock.unlock_write();
+    }
+}
+
+impl<T: ?Sized + fmt::Display> fmt::Display for RwLockReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized + fmt::Display> fmt::Display for RwLockWriteGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&**self, f)
+    }
+}
+
+impl<'a, T: ?Sized> RwLockWriteGuard<'a, T> {
+    /// Turn a write guard into a read guard without unlocking, like
+    /// `std::sync::RwLockWriteGuard::downgrade`: no writer can take the
+    /// lock in between, and the readers at the head of the queue get in
+    /// along with the caller (a writer at the head goes on waiting).
+    ///
+    /// ```
+    /// use fiber_sync::{RwLock, RwLockWriteGuard};
+    ///
+    /// let lock = RwLock::new(1);
+    /// let mut w = lock.write().unwrap();
+    /// *w = 2;
+    /// let r = RwLockWriteGuard::downgrade(w);
+    /// assert_eq!(*r, 2);
+    /// assert_eq!(*lock.try_read().unwrap(), 2);
+    /// assert!(lock.try_write().is_err());
+    /// ```
+    pub fn downgrade(s: Self) -> RwLockReadGuard<'a, T> {
+        let lock = s.lock;
+        // A panic after this point happens while holding a read lock,
+        // which does not poison (as std).
+        lock.poison.done(s.poison);
+        std::mem::forget(s);
+        lock.as_raw().downgrade();
+        RwLockReadGuard {
+            lock,
+            _not_send: PhantomData,
+        }
     }
 }
 

@@ -57,6 +57,11 @@ pub struct Semaphore {
     queue: SpinLock<WaitQueue>,
 }
 
+// Like std's synchronization types: its permits and wait queue stay consistent when a
+// panic unwinds through a caller (no user code runs under its lock).
+impl std::panic::UnwindSafe for Semaphore {}
+impl std::panic::RefUnwindSafe for Semaphore {}
+
 /// Permits taken from a [`Semaphore`]; they return to it on drop.
 #[must_use = "dropping the permit returns it at once"]
 pub struct SemaphorePermit<'a> {

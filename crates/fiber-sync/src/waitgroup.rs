@@ -40,6 +40,11 @@ pub struct WaitGroup {
     inner: Arc<Inner>,
 }
 
+// Like std's synchronization types: its count and wait queue stay consistent when a
+// panic unwinds through a caller (no user code runs under its lock).
+impl std::panic::UnwindSafe for WaitGroup {}
+impl std::panic::RefUnwindSafe for WaitGroup {}
+
 struct Inner {
     count: AtomicUsize,
     queue: SpinLock<WaitQueue>,

@@ -39,8 +39,8 @@
 //! | timers | `thread::sleep` | `after`, `tick` | `time::sleep`, `interval` | `time.Sleep`, `time.After` | `fiber::sleep`, `fiber::chan::after`, `tick` |
 //! | timeouts | | `recv_timeout` | `time::timeout` | `context.WithTimeout` | `fiber::with_timeout`, `recv_timeout`, `send_timeout` |
 //! | cancellation | | | `JoinHandle::abort`, `CancellationToken` | `context.Context` | `JoinHandle::cancel`, `Job::cancel`, `fiber::is_cancelled` |
-//! | mutex | `std::sync::Mutex` | | `tokio::sync::Mutex` | `sync.Mutex` | `fiber::sync` (coming); `std::sync::Mutex` only if never held across a park |
-//! | network | `std::net` | | `tokio::net` | `net` | `fiber::net` (coming) |
+//! | mutex | `std::sync::Mutex` | | `tokio::sync::Mutex` | `sync.Mutex` | `fiber::sync::Mutex` (std's API and poisoning); `std::sync::Mutex` only if never held across a park |
+//! | network | `std::net` | | `tokio::net` | `net` | `fiber::net` (std's API) |
 //! | blocking calls | (all of them) | | `spawn_blocking` | (runtime does it) | `fiber::blocking(\|\| ..)` |
 //! | thread-locals | `thread_local!` | | `task_local!` | | `fiber::fiber_local!`, or `fiber::spawn_pinned` to keep `thread_local!` caches |
 //! | park | `thread::park`, `unpark` | | | | `fiber::park`, `fiber::current().unpark()` |

@@ -237,3 +237,40 @@ fn loom_semaphore_fifo_head_first() {
         big.join().unwrap();
     });
 }
+
+/// A writer downgrades while a reader arrives (before or after): the
+/// reader gets in while the downgraded holder still reads (so it must be
+/// granted at the downgrade if it was queued), sees the writer's value, and
+/// nobody sleeps forever.
+#[test]
+fn loom_rwlock_downgrade_lets_the_queued_reader_in() {
+    loom::model(|| {
+        let lock = Arc::new(RwLock::new(0u32));
+        let mut w = lock.write().unwrap();
+        let reader = {
+            let lock = lock.clone();
+            thread::spawn(move || *lock.read().unwrap())
+        };
+        *w = 7;
+        let r = crate::RwLockWriteGuard::downgrade(w);
+        assert_eq!(reader.join().unwrap(), 7);
+        drop(r);
+        *lock.write().unwrap() += 1;
+        assert_eq!(*lock.read().unwrap(), 8);
+    });
+}
+
+/// `OnceLock::wait` parks until another thread initializes the cell and
+/// then sees the value (no lost wake-up between its check and its queueing).
+#[test]
+fn loom_once_wait_sees_the_value() {
+    loom::model(|| {
+        let cell = Arc::new(OnceLock::new());
+        let waiter = {
+            let cell = cell.clone();
+            thread::spawn(move || *cell.wait())
+        };
+        let _ = cell.set(3u32);
+        assert_eq!(waiter.join().unwrap(), 3);
+    });
+}
