@@ -145,6 +145,29 @@ pub trait IoPoll: Send + Sync {
     /// take the events themselves). Called on every worker sleep: cheap
     /// when there is nothing to do.
     fn before_sleep(&self) {}
+
+    /// A way for one idle worker to wait for I/O readiness itself, instead
+    /// of sleeping on its own wake-up word while another thread waits for
+    /// the events (tokio's and Go's idle worker that blocks in the poller).
+    /// `None` if the I/O layer cannot provide one. Each worker asks once
+    /// and keeps its waiter.
+    fn io_waiter(&self) -> Option<Box<dyn IoWaiter>> {
+        None
+    }
+}
+
+/// An idle worker's wait for I/O readiness (see [`IoPoll::io_waiter`]).
+pub trait IoWaiter: Send + Sync {
+    /// Block the calling thread until readiness events may be waiting (the
+    /// caller then takes them with [`IoPoll::poll_ready`]), [`wake`] is
+    /// called, or `timeout` passes (`None`: no timeout). May return early.
+    ///
+    /// [`wake`]: IoWaiter::wake
+    fn wait(&self, timeout: Option<std::time::Duration>);
+
+    /// End a current or the next [`wait`](IoWaiter::wait) at once, from any
+    /// thread.
+    fn wake(&self);
 }
 
 static IO_POLL: std::sync::OnceLock<&'static dyn IoPoll> = std::sync::OnceLock::new();

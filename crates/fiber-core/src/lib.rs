@@ -109,7 +109,7 @@ pub use fiber::{
 };
 pub use kind::{
     external_wait, external_waiters, fiber_spans, io_poll, note_external_wait, park_backtraces, set_fiber_spans,
-    set_io_poll, set_park_backtraces, ExternalWait, IoPoll, WaitKind, WaitOn,
+    set_io_poll, set_park_backtraces, ExternalWait, IoPoll, IoWaiter, WaitKind, WaitOn,
 };
 #[cfg(not(loom))]
 pub use park::{current_handle, park, park_timeout, FiberHandle, ParkToken};

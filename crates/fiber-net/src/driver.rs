@@ -35,6 +35,9 @@ pub struct PollStats {
     /// Times the poller thread rested (stayed out of `epoll_wait` for up
     /// to a millisecond) because workers were taking the events.
     pub poller_rests: u64,
+    /// Waits of idle workers for readiness in the I/O driver itself (the
+    /// scheduler's `io_park` option), instead of on their wake-up word.
+    pub worker_io_waits: u64,
 }
 
 /// The counters of [`PollStats`] now.
@@ -44,6 +47,7 @@ pub fn poll_stats() -> PollStats {
         poller_events: POLLER_EVENTS.load(Relaxed),
         worker_events: WORKER_EVENTS.load(Relaxed),
         poller_rests: RESTS.load(Relaxed),
+        worker_io_waits: IO_WAITS.load(Relaxed),
     }
 }
 
@@ -207,7 +211,95 @@ impl fiber_core::IoPoll for WorkerPoll {
             }
         }
     }
+
+    fn io_waiter(&self) -> Option<Box<dyn fiber_core::IoWaiter>> {
+        let driver = DRIVER.get().and_then(|d| d.as_ref().ok())?;
+        EpollWaiter::new(driver.epoll)
+            .ok()
+            .map(|w| Box::new(w) as Box<dyn fiber_core::IoWaiter>)
+    }
 }
+
+/// The token of a worker waiter's own eventfd in its epoll set.
+const WAKE_TOKEN: u64 = u64::MAX;
+
+/// An idle worker's wait for readiness (`fiber_core::IoWaiter`): an epoll
+/// set of its own holding the driver's epoll instance (readable while any
+/// registered socket has an event waiting) and an eventfd that `wake`
+/// writes. The worker waits on its own set, so a wake always reaches it
+/// (two threads waiting on one epoll instance would each get only some of
+/// its events, the wake-up included); the events themselves stay in the
+/// driver's instance for `poll_ready`.
+struct EpollWaiter {
+    epoll: std::os::fd::OwnedFd,
+    event: std::os::fd::OwnedFd,
+}
+
+impl EpollWaiter {
+    fn new(driver_epoll: std::os::fd::RawFd) -> io::Result<EpollWaiter> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        // SAFETY: plain system calls; each fd returned is checked and then
+        // owned exactly once.
+        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epoll < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `epoll` is a fresh fd owned by nobody else.
+        let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
+        // SAFETY: as above.
+        let event = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if event < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `event` is a fresh fd owned by nobody else.
+        let event = unsafe { OwnedFd::from_raw_fd(event) };
+        for (fd, token) in [(driver_epoll, 0), (event.as_raw_fd(), WAKE_TOKEN)] {
+            // Level-triggered: readable for as long as the driver holds
+            // events (or the eventfd a count).
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: token,
+            };
+            // SAFETY: both fds are open; `ev` is a valid epoll_event.
+            if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(EpollWaiter { epoll, event })
+    }
+}
+
+impl fiber_core::IoWaiter for EpollWaiter {
+    fn wait(&self, timeout: Option<std::time::Duration>) {
+        use std::os::fd::AsRawFd;
+        // Rounded up, so a timeout never ends early; `None` waits forever.
+        let ms = match timeout {
+            None => -1,
+            Some(d) => i32::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX),
+        };
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 2];
+        // SAFETY: `events` is a writable array of 2 records; the fd is ours.
+        let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), 2, ms) };
+        if n > 0 && events[..n as usize].iter().any(|e| e.u64 == WAKE_TOKEN) {
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into `count` from our non-blocking
+            // eventfd (resets it; EAGAIN if another read got it first).
+            let _ = unsafe { libc::read(self.event.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        }
+        IO_WAITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn wake(&self) {
+        use std::os::fd::AsRawFd;
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from `one` to our eventfd; a full counter
+        // (EAGAIN) still leaves it readable, which is all a wake needs.
+        let _ = unsafe { libc::write(self.event.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// Waits of idle workers in `EpollWaiter` (diagnostics).
+static IO_WAITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Rest instead of waiting in `epoll_wait` while workers take the events
 /// (`rest.rs`); `true` if the poller rested (or decided to and then saw a

@@ -122,7 +122,14 @@ pub struct Config {
     /// Workers take ready I/O events themselves through fiber-core's
     /// `IoPoll` hook (`FIBER_IO_HARVEST`, default on).
     pub io_harvest: bool,
+    /// One idle worker at a time waits for socket readiness in the I/O
+    /// driver itself instead of on its wake-up word (`FIBER_IO_PARK`).
+    /// Needs `io_harvest`.
+    pub io_park: bool,
 }
+
+/// Whether an idle worker waits for I/O in the driver by default.
+pub const DEFAULT_IO_PARK: bool = false;
 
 /// Default grace time of a shutdown.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -153,6 +160,7 @@ impl Default for Config {
             park_backtraces: false,
             fiber_spans: false,
             io_harvest: true,
+            io_park: DEFAULT_IO_PARK,
         }
     }
 }
@@ -255,6 +263,8 @@ pub struct Overrides {
     pub fiber_spans: Option<bool>,
     /// `io_harvest`
     pub io_harvest: Option<bool>,
+    /// `io_park`
+    pub io_park: Option<bool>,
 }
 
 impl Config {
@@ -324,6 +334,12 @@ impl Config {
         }
         if let Some(b) = overrides.io_harvest {
             config.io_harvest = b;
+        }
+        if let Some(v) = var("FIBER_IO_PARK") {
+            config.io_park = parse_bool("FIBER_IO_PARK", &v)?;
+        }
+        if let Some(b) = overrides.io_park {
+            config.io_park = b;
         }
         if let Some(v) = var("FIBER_TRACE_SPANS") {
             config.fiber_spans = parse_bool("FIBER_TRACE_SPANS", &v)?;

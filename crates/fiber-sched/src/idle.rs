@@ -21,7 +21,7 @@
 //! is either found in step 3 or the sleeper is woken. One notify wakes at most
 //! one sleeper (no thundering herd). Checked by `tests/loom_idle.rs`.
 
-use crate::sync::{fence, lock, AtomicU32, AtomicUsize, Mutex, Ordering};
+use crate::sync::{fence, lock, AtomicBool, AtomicU32, AtomicUsize, Mutex, Ordering};
 
 /// Futex word values.
 pub(crate) const WAITING: u32 = 0;
@@ -153,4 +153,47 @@ fn wake(word: &AtomicU32) {
     // Release: pairs with the Acquire in `Idle::is_notified`.
     word.store(NOTIFIED, Ordering::Release);
     crate::sync::futex_wake_one(word);
+}
+
+/// The handshake of a worker that sleeps waiting for I/O in the driver
+/// (`io_park`) instead of on its futex word: it does not watch the word
+/// while it waits there, so a notifier that sets the word must also wake
+/// its driver wait. Worker: `enter` (flag; `fence(SeqCst)`; read the word)
+/// before it blocks, `leave` after. Notifier, after setting the word:
+/// `must_wake` (`fence(SeqCst)`; read the flag). A Dekker pair: either the
+/// worker sees the word set and does not block, or the notifier sees the
+/// flag and wakes the wait. Checked by `tests/loom_idle.rs`
+/// (`loom_io_park_notify`).
+#[derive(Debug, Default)]
+pub(crate) struct IoWaiting(AtomicBool);
+
+impl IoWaiting {
+    /// Before blocking in the driver: `true` if the word is already set
+    /// (then do not block; the flag is cleared again).
+    pub(crate) fn enter(&self, word: &AtomicU32) -> bool {
+        // Relaxed: ordered by the fence below.
+        self.0.store(true, Ordering::Relaxed);
+        // SeqCst fence: the worker's half of the pair with `must_wake`
+        // (flag; fence; read word).
+        fence(Ordering::SeqCst);
+        if Idle::is_notified(word) {
+            self.leave();
+            return true;
+        }
+        false
+    }
+
+    /// After the driver wait returned.
+    pub(crate) fn leave(&self) {
+        // Relaxed: a stale `true` costs the notifier one spurious wake.
+        self.0.store(false, Ordering::Relaxed);
+    }
+
+    /// After setting the worker's word: must its driver wait be woken?
+    pub(crate) fn must_wake(&self) -> bool {
+        // SeqCst fence: the notifier's half (word set; fence; read flag).
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fence above.
+        self.0.load(Ordering::Relaxed)
+    }
 }

@@ -113,6 +113,15 @@ impl Builder {
         self
     }
 
+    /// Whether one idle worker at a time waits for socket readiness in the
+    /// I/O driver itself (fiber-core's `IoWaiter`, as tokio's and Go's idle
+    /// workers do) instead of sleeping while fiber-net's poller thread
+    /// waits and then wakes it (as `FIBER_IO_PARK=1`). Needs `io_harvest`.
+    pub fn io_park(&mut self, on: bool) -> &mut Self {
+        self.overrides.io_park = Some(on);
+        self
+    }
+
     /// Run `f` on every worker thread when it starts.
     pub fn on_thread_start(&mut self, f: impl Fn() + Send + Sync + 'static) -> &mut Self {
         self.overrides.on_thread_start = Some(crate::config::ThreadHook(Arc::new(f)));
@@ -368,10 +377,11 @@ impl Runtime {
         // 3: stop the workers and the monitor.
         // Release: pairs with the Acquire in `Shared::is_shutdown`.
         shared.shutdown.store(true, Ordering::Release);
-        for slot in shared.slots.iter() {
+        for (i, slot) in shared.slots.iter().enumerate() {
             // Wake every sleeper (a wake always writes, then wakes).
             slot.futex.store(crate::idle::NOTIFIED, Ordering::Release);
             crate::sync::futex_wake_one(&slot.futex);
+            shared.wake_io(i);
         }
         monitor.thread().unpark();
         let _ = monitor.join();

@@ -104,6 +104,11 @@ pub(crate) struct Slot {
     /// Live pinned fibers whose home is this worker (owner-written,
     /// Relaxed): a worker with any never retires, so they can resume.
     pub(crate) homed: AtomicU64,
+    /// Set while the worker sleeps in the I/O driver (`io_park`).
+    pub(crate) io_waiting: crate::idle::IoWaiting,
+    /// The worker's wait in the I/O driver, made at its first `io_park`
+    /// sleep (`None` inside if the I/O layer has none).
+    pub(crate) io_waiter: std::sync::OnceLock<Option<Box<dyn fiber_core::IoWaiter>>>,
 }
 
 /// A one-fiber slot that the owner fills and any thread may empty (a
@@ -193,6 +198,9 @@ pub(crate) struct Shared {
     pub(crate) monitor: Mutex<Option<std::thread::Thread>>,
     /// Id of the `block_on` root fiber, 0 when none (deadlock reports).
     pub(crate) root_fiber: AtomicU64,
+    /// A worker sleeps in the I/O driver (`io_park`): at most one at a
+    /// time, the others sleep on their words.
+    pub(crate) io_sleeper: AtomicBool,
 }
 
 fn next_runtime_id() -> usize {
@@ -214,6 +222,8 @@ impl Shared {
                     running: AtomicU64::new(0),
                     homed: AtomicU64::new(0),
                     runnext: RunnextSlot::default(),
+                    io_waiting: crate::idle::IoWaiting::default(),
+                    io_waiter: std::sync::OnceLock::new(),
                     running_at: AtomicPtr::new(std::ptr::null_mut()),
                     stalled: AtomicBool::new(false),
                     inbox: SegQueue::new(),
@@ -238,6 +248,7 @@ impl Shared {
             timers: Timers::new(config.max_workers),
             counters: Counters::default(),
             shutdown: AtomicBool::new(false),
+            io_sleeper: AtomicBool::new(false),
             start_failure: Mutex::new(None),
             alive: AtomicUsize::new(0),
             staying: AtomicUsize::new(0),
@@ -257,8 +268,23 @@ impl Shared {
 
     /// Wake one sleeping worker if none is searching.
     pub(crate) fn notify_one(&self) {
-        if self.idle.notify_one(|i| self.word_of(i)).is_some() {
+        if let Some(worker) = self.idle.notify_one(|i| self.word_of(i)) {
+            self.wake_io(worker);
             self.counters.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// After `worker`'s word was set: if it sleeps in the I/O driver
+    /// (`io_park`), it does not watch the word; wake that wait too.
+    pub(crate) fn wake_io(&self, worker: usize) {
+        if !self.config.io_park {
+            return;
+        }
+        let slot = &self.slots[worker];
+        if slot.io_waiting.must_wake() {
+            if let Some(Some(waiter)) = slot.io_waiter.get() {
+                waiter.wake();
+            }
         }
     }
 
@@ -300,6 +326,7 @@ impl Shared {
         } else if !self.idle.notify_worker(target, &slot.futex) {
             // Awake (or searching): it will see its inbox.
         } else {
+            self.wake_io(target);
             self.counters.wakeups.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -607,6 +634,7 @@ impl Shared {
                     self.notify_one();
                 }
             } else if self.idle.notify_worker(target, &self.slots[target].futex) {
+                self.wake_io(target);
                 self.counters.wakeups.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -893,10 +921,14 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
     }
     slot.heartbeat.fetch_add(1, Ordering::Relaxed);
     shared.counters.sleeps.fetch_add(1, Ordering::Relaxed);
-    // This worker stops taking I/O events: the I/O layer's poller takes
-    // over if it was resting.
-    if let Some(io) = fiber_core::io_poll() {
-        io.before_sleep();
+    // With `io_park`, one idle worker waits for I/O in the driver itself;
+    // otherwise this worker stops taking I/O events, and the I/O layer's
+    // poller takes over if it was resting.
+    let io_park = io_park_waiter(shared, ctx);
+    if io_park.is_none() {
+        if let Some(io) = fiber_core::io_poll() {
+            io.before_sleep();
+        }
     }
     // An extra worker (more than the minimum stay) retires after its idle
     // timeout, unless pinned fibers call it home.
@@ -916,7 +948,16 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    if wait_notified(slot, wake_at) {
+    let awake = match io_park {
+        Some((io, waiter)) => {
+            let awake = wait_in_io(shared, ctx, io, waiter, wake_at);
+            // Release: pairs with the Acquire CAS of the next io sleeper.
+            shared.io_sleeper.store(false, Ordering::Release);
+            awake
+        }
+        None => wait_notified(slot, wake_at),
+    };
+    if awake {
         return true;
     }
     // Our timer is due, or idle for the whole timeout: go back to the loop
@@ -935,6 +976,75 @@ fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
                 ctx.index, shared.config.idle_timeout
             ));
             false
+        }
+    }
+}
+
+/// This worker's wait in the I/O driver, if it is to sleep there
+/// (`io_park` on, the I/O layer offers one, and no other worker sleeps
+/// there: it takes the role, `Shared::io_sleeper`).
+fn io_park_waiter<'a>(
+    shared: &'a Shared,
+    ctx: &WorkerCtx,
+) -> Option<(&'static dyn fiber_core::IoPoll, &'a dyn fiber_core::IoWaiter)> {
+    if !shared.config.io_park || !shared.config.io_harvest {
+        return None;
+    }
+    let io = fiber_core::io_poll()?;
+    let waiter = shared.slots[ctx.index]
+        .io_waiter
+        .get_or_init(|| io.io_waiter())
+        .as_deref()?;
+    // Acquire: pairs with the Release store when the previous io sleeper
+    // leaves the role.
+    shared
+        .io_sleeper
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .ok()?;
+    Some((io, waiter))
+}
+
+/// Sleep in the I/O driver (`io_park`), announced as a sleeper like
+/// `wait_notified`: returns `true` when awake (notified, or I/O it took
+/// woke fibers onto this worker), `false` when `deadline` passed first.
+fn wait_in_io(
+    shared: &Shared,
+    ctx: &WorkerCtx,
+    io: &dyn fiber_core::IoPoll,
+    waiter: &dyn fiber_core::IoWaiter,
+    deadline: Option<Instant>,
+) -> bool {
+    let slot = &shared.slots[ctx.index];
+    loop {
+        // The handshake with `Shared::wake_io`: a notifier that sets the
+        // word after our look wakes the driver wait.
+        if slot.io_waiting.enter(&slot.futex) {
+            return true;
+        }
+        let timeout = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    slot.io_waiting.leave();
+                    return false;
+                }
+                Some(d - now)
+            }
+            None => None,
+        };
+        waiter.wait(timeout);
+        slot.io_waiting.leave();
+        if Idle::is_notified(&slot.futex) {
+            return true;
+        }
+        if ctx.harvest_io(io) > 0 {
+            // Fibers woke onto our own queues while we are announced as a
+            // sleeper: take the announcement back (or, if a notifier popped
+            // us meanwhile, wait for its word, which it is setting).
+            if shared.idle.retract(ctx.index) == Retract::Notified {
+                wait_notified(slot, None);
+            }
+            return true;
         }
     }
 }

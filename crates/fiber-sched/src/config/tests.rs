@@ -86,9 +86,12 @@ fn boolean_variables_reject_garbage() {
         ("FIBER_BACKTRACE", "1"),
         ("FIBER_TRACE_SPANS", "1"),
         ("FIBER_IO_HARVEST", "0"),
+        ("FIBER_IO_PARK", "1"),
     ])
     .unwrap();
     assert!(!config.io_harvest);
+    assert!(config.io_park);
+    assert_eq!(resolve(&[]).unwrap().io_park, crate::config::DEFAULT_IO_PARK);
     assert!(resolve(&[]).unwrap().io_harvest);
     assert!(config.fiber_spans);
     assert!(config.print_stats && !config.stall_report && config.deadlock_abort);

@@ -107,3 +107,60 @@ fn loom_one_publish_wakes_at_most_one() {
         }
     });
 }
+
+/// A driver wait that blocks until woken (an eventfd under loom: a mutex
+/// and a condvar).
+struct DriverWait {
+    woken: loom::sync::Mutex<bool>,
+    cv: loom::sync::Condvar,
+}
+
+impl DriverWait {
+    fn wait(&self) {
+        let mut woken = self.woken.lock().unwrap();
+        while !*woken {
+            woken = self.cv.wait(woken).unwrap();
+        }
+        *woken = false;
+    }
+
+    fn wake(&self) {
+        *self.woken.lock().unwrap() = true;
+        self.cv.notify_one();
+    }
+}
+
+/// An `io_park` worker sleeps in the I/O driver, not on its word, while a
+/// notifier sets the word: the `IoWaiting` handshake makes sure the
+/// worker either sees the word before it blocks or is woken in the
+/// driver. Removing the fence in `IoWaiting::enter` (or in `must_wake`)
+/// leaves the worker blocked with its word set: loom reports a deadlock.
+#[test]
+fn loom_io_park_notify() {
+    loom::model(|| {
+        let word = Arc::new(AtomicU32::new(crate::idle::WAITING));
+        let flag = Arc::new(crate::idle::IoWaiting::default());
+        let driver = Arc::new(DriverWait {
+            woken: loom::sync::Mutex::new(false),
+            cv: loom::sync::Condvar::new(),
+        });
+        let notifier = {
+            let (word, flag, driver) = (word.clone(), flag.clone(), driver.clone());
+            thread::spawn(move || {
+                // What `Idle::notify_one` does to a popped sleeper, then
+                // `Shared::wake_io`.
+                word.store(crate::idle::NOTIFIED, Ordering::Release);
+                if flag.must_wake() {
+                    driver.wake();
+                }
+            })
+        };
+        // The worker's side (`worker.rs::wait_in_io`).
+        if !flag.enter(&word) {
+            driver.wait();
+            flag.leave();
+        }
+        assert!(Idle::is_notified(&word), "awake without the notification");
+        notifier.join().unwrap();
+    });
+}
