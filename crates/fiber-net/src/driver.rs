@@ -149,9 +149,14 @@ const EVENTS_PER_HARVEST: usize = 256;
 /// (the protocol is in `rest.rs`).
 static REST_STATE: PollerRest = PollerRest::new();
 static POLLER_THREAD: OnceLock<std::thread::Thread> = OnceLock::new();
-/// The longest rest: how late readiness can be when a worker that was
+/// The first rest: how late readiness can be when a worker that was
 /// harvesting stays busy without harvesting (one long CPU-bound fiber).
 const REST: std::time::Duration = std::time::Duration::from_millis(1);
+/// Consecutive rests double up to this: under a steady load the workers
+/// keep taking the events and the poller wakes 125 times a second instead
+/// of 1,000 (each wake can preempt a worker on a small machine). A worker
+/// that goes to sleep still wakes the poller at once (`before_sleep`).
+const REST_MAX: std::time::Duration = std::time::Duration::from_millis(8);
 /// How often the poller rested (diagnostics).
 static RESTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -304,13 +309,16 @@ static IO_WAITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 /// Rest instead of waiting in `epoll_wait` while workers take the events
 /// (`rest.rs`); `true` if the poller rested (or decided to and then saw a
 /// worker go to sleep).
-fn rest_while_workers_harvest() -> bool {
+fn rest_while_workers_harvest(rest: &mut std::time::Duration) -> bool {
     let Some(park) = REST_STATE.begin() else {
+        // Back to `epoll_wait`: the next run of rests starts short again.
+        *rest = REST;
         return false;
     };
     if park {
         RESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        std::thread::park_timeout(REST);
+        std::thread::park_timeout(*rest);
+        *rest = (*rest * 2).min(REST_MAX);
     }
     REST_STATE.end();
     true
@@ -321,8 +329,9 @@ fn run(mut poll: Poll) {
     let _ = POLLER_THREAD.set(std::thread::current());
     let mut events = Events::with_capacity(EVENTS_PER_POLL);
     let mut batch: Vec<ReadyEvent> = Vec::with_capacity(EVENTS_PER_POLL);
+    let mut rest = REST;
     loop {
-        if rest_while_workers_harvest() {
+        if rest_while_workers_harvest(&mut rest) {
             continue;
         }
         if let Err(e) = poll.poll(&mut events, None) {
