@@ -32,7 +32,8 @@ pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
     )
 }
 
-/// A receiver that delivers the current instant once, after `duration`.
+/// A receiver that delivers one message after `duration`: the instant it
+/// was due (creation plus `duration`), however late it is received.
 pub fn after(duration: Duration) -> Receiver<Instant> {
     let at = Instant::now().checked_add(duration);
     Receiver {
@@ -40,15 +41,18 @@ pub fn after(duration: Duration) -> Receiver<Instant> {
     }
 }
 
-/// A receiver that delivers the current instant once, at `when`.
+/// A receiver that delivers one message at `when`: the message is `when`
+/// itself (delivered at once if `when` is in the past).
 pub fn at(when: Instant) -> Receiver<Instant> {
     Receiver {
         flavor: Flavor::Timer(Arc::new(TimerChan::new(Some(when), None)), identity),
     }
 }
 
-/// A receiver that delivers the current instant every `duration` (a
-/// message not received is not queued up: at most one is pending).
+/// A receiver that delivers a message every `duration`: each message is
+/// the instant it was due. A message not received is not queued up (at
+/// most one is pending); after a late receive the next one is due
+/// `duration` after that receive, as in crossbeam.
 pub fn tick(duration: Duration) -> Receiver<Instant> {
     let at = Instant::now().checked_add(duration);
     Receiver {
@@ -85,7 +89,9 @@ impl TimerChan {
         *lock(&self.next)
     }
 
-    /// Take the message if it is due.
+    /// Take the message if it is due. The message is the instant it was
+    /// due (crossbeam: "the instant at which it is sent"; `at(when)`
+    /// delivers `when`), not the instant it is received.
     pub(crate) fn try_take(&self, now: Instant) -> Option<Instant> {
         let mut next = lock(&self.next);
         let due = (*next)?;
@@ -93,10 +99,11 @@ impl TimerChan {
             return None;
         }
         *next = self.period.and_then(|p| {
-            // The next tick is one period after this delivery.
+            // The next tick is one period after this delivery (a late
+            // receive restarts the period; ticks never pile up).
             now.checked_add(p)
         });
-        Some(now)
+        Some(due)
     }
 }
 
@@ -473,9 +480,27 @@ impl<T> fmt::Debug for Receiver<T> {
 }
 
 /// Blocking iterator of a [`Receiver`].
-#[derive(Debug)]
 pub struct Iter<'a, T> {
     receiver: &'a Receiver<T>,
+}
+
+// Printed as crossbeam prints them, without requiring `T: Debug`.
+impl<T> fmt::Debug for Iter<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Iter { .. }")
+    }
+}
+
+impl<T> fmt::Debug for TryIter<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("TryIter { .. }")
+    }
+}
+
+impl<T> fmt::Debug for IntoIter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("IntoIter { .. }")
+    }
 }
 
 impl<T> Iterator for Iter<'_, T> {
@@ -486,7 +511,6 @@ impl<T> Iterator for Iter<'_, T> {
 }
 
 /// Non-blocking iterator of a [`Receiver`].
-#[derive(Debug)]
 pub struct TryIter<'a, T> {
     receiver: &'a Receiver<T>,
 }
@@ -499,7 +523,6 @@ impl<T> Iterator for TryIter<'_, T> {
 }
 
 /// Owning blocking iterator of a [`Receiver`].
-#[derive(Debug)]
 pub struct IntoIter<T> {
     receiver: Receiver<T>,
 }

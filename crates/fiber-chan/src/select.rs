@@ -21,7 +21,9 @@
 
 use crate::chan::{Node, Reg, Reservation, SelectGroup};
 use crate::channel::{sleep_until, Flavor, Receiver, Sender};
-use crate::error::{ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryRecvError, TrySelectError};
+use crate::error::{
+    ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryReadyError, TryRecvError, TrySelectError,
+};
 use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use smallvec::SmallVec;
 use std::cell::Cell;
@@ -775,8 +777,8 @@ impl<'a> Select<'a> {
     }
 
     /// The index of an operation that is ready now, if any.
-    pub fn try_ready(&mut self) -> Result<usize, TrySelectError> {
-        self.run(Mode::Try, true).ok_or(TrySelectError)
+    pub fn try_ready(&mut self) -> Result<usize, TryReadyError> {
+        self.run(Mode::Try, true).ok_or(TryReadyError)
     }
 
     /// Wait at most `timeout` for an operation to become ready.

@@ -1,0 +1,654 @@
+//! Conformance: `fiber::chan` against the documented behaviour of
+//! crossbeam-channel (whose API and error types it mirrors) and of Go
+//! channels (close, rendezvous, `select` over a nil channel). Each test
+//! names the documented rule it checks; every test runs on a plain thread
+//! and in a fiber, under a hang guard.
+
+use fiber::chan::{
+    self, after, at, bounded, never, tick, unbounded, ReadyTimeoutError, Receiver, RecvError, RecvTimeoutError, Select,
+    SelectTimeoutError, SendError, SendTimeoutError, TryReadyError, TryRecvError, TrySelectError, TrySendError,
+};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{ms, within};
+
+fn rt() -> fiber::Runtime {
+    fiber::Runtime::builder()
+        .workers(2)
+        .shutdown_timeout(ms(500))
+        .build()
+        .unwrap()
+}
+
+/// Run `f` on a plain thread and in a fiber.
+fn both(f: fn()) {
+    within(30, move || {
+        f();
+        rt().block_on(f);
+    })
+}
+
+/// Wait (without asserting anything about time) until `instant` has passed.
+fn wait_past(instant: Instant) {
+    while Instant::now() <= instant {
+        std::thread::sleep(ms(2));
+    }
+}
+
+// ---- crossbeam: sizes ----
+
+#[test]
+fn len_capacity_is_empty_and_is_full_match_crossbeam_for_every_flavor() {
+    both(|| {
+        // "A zero-capacity channel is always empty and full."
+        let (s, r) = bounded::<u8>(0);
+        for (len, cap, empty, full) in [
+            (s.len(), s.capacity(), s.is_empty(), s.is_full()),
+            (r.len(), r.capacity(), r.is_empty(), r.is_full()),
+        ] {
+            assert_eq!((len, cap, empty, full), (0, Some(0), true, true));
+        }
+
+        let (s, r) = bounded::<u8>(2);
+        assert_eq!(
+            (s.len(), s.capacity(), s.is_empty(), s.is_full()),
+            (0, Some(2), true, false)
+        );
+        s.send(1).unwrap();
+        assert_eq!((r.len(), r.is_empty(), r.is_full()), (1, false, false));
+        s.send(2).unwrap();
+        assert_eq!((s.len(), s.is_empty(), s.is_full()), (2, false, true));
+        assert_eq!((r.len(), r.is_empty(), r.is_full()), (2, false, true));
+        r.recv().unwrap();
+        assert_eq!((s.len(), s.is_full()), (1, false));
+
+        // "An unbounded channel is never full."
+        let (s, r) = unbounded::<u8>();
+        assert_eq!(
+            (s.len(), s.capacity(), s.is_empty(), s.is_full()),
+            (0, None, true, false)
+        );
+        for i in 0..100 {
+            s.send(i).unwrap();
+        }
+        assert_eq!(
+            (r.len(), r.capacity(), r.is_empty(), r.is_full()),
+            (100, None, false, false)
+        );
+
+        // Timer channels are bounded with capacity 1; never has capacity 0.
+        let a = after(Duration::from_secs(3600));
+        assert_eq!(
+            (a.len(), a.capacity(), a.is_empty(), a.is_full()),
+            (0, Some(1), true, false)
+        );
+        let n = never::<u8>();
+        assert_eq!((n.len(), n.capacity(), n.is_empty()), (0, Some(0), true));
+    })
+}
+
+// ---- crossbeam: errors ----
+
+#[test]
+fn try_send_tells_full_from_disconnected_and_returns_the_value() {
+    both(|| {
+        // "If this is a zero-capacity channel, then the error indicates that
+        // there was no receiver available to receive the message."
+        let (s, r) = bounded(0);
+        assert_eq!(s.try_send(1), Err(TrySendError::Full(1)));
+        let (s1, r1) = bounded(1);
+        assert_eq!(s1.try_send(1), Ok(()));
+        let e = s1.try_send(2).unwrap_err();
+        assert!(e.is_full() && !e.is_disconnected());
+        assert_eq!(e.into_inner(), 2);
+        drop(r);
+        drop(r1);
+        let e = s.try_send(3).unwrap_err();
+        assert!(e.is_disconnected() && !e.is_full());
+        assert_eq!(e, TrySendError::Disconnected(3));
+        // A full channel whose receivers left reports Disconnected, not Full.
+        assert_eq!(s1.try_send(4), Err(TrySendError::Disconnected(4)));
+        assert_eq!(s1.send(5), Err(SendError(5)));
+        assert_eq!(s1.send_timeout(6, ms(10)), Err(SendTimeoutError::Disconnected(6)));
+    })
+}
+
+#[test]
+fn send_fails_only_once_every_receiver_is_gone_and_returns_the_value() {
+    both(|| {
+        let (s, r) = unbounded();
+        let r2 = r.clone();
+        drop(r);
+        s.send(1).unwrap();
+        assert_eq!(r2.recv(), Ok(1));
+        drop(r2);
+        assert_eq!(s.send(2).unwrap_err().into_inner(), 2);
+        assert!(s.is_closed());
+    })
+}
+
+#[test]
+fn receives_drain_buffered_messages_after_every_sender_left_then_fail() {
+    both(|| {
+        for cap in [Some(5), None] {
+            let (s, r) = match cap {
+                Some(c) => bounded(c),
+                None => unbounded(),
+            };
+            let s2 = s.clone();
+            s.send(1).unwrap();
+            s2.send(2).unwrap();
+            drop(s);
+            assert_eq!(r.try_recv(), Ok(1), "one sender left: still open");
+            s2.send(3).unwrap();
+            drop(s2);
+            assert_eq!(r.recv(), Ok(2));
+            assert_eq!(r.recv_timeout(ms(10)), Ok(3));
+            assert_eq!(r.recv(), Err(RecvError));
+            assert_eq!(r.try_recv(), Err(TryRecvError::Disconnected));
+            assert_eq!(r.recv_timeout(ms(10)), Err(RecvTimeoutError::Disconnected));
+            assert!(r.try_recv().unwrap_err().is_disconnected());
+        }
+        // A rendezvous channel with no sender left fails at once.
+        let (s, r) = bounded::<u8>(0);
+        drop(s);
+        assert_eq!(
+            r.recv_deadline(Instant::now() + Duration::from_secs(60)),
+            Err(RecvTimeoutError::Disconnected)
+        );
+    })
+}
+
+#[test]
+fn error_types_convert_and_print_like_crossbeam() {
+    struct Opaque;
+    let e: TrySendError<u8> = SendError(1).into();
+    assert_eq!(e, TrySendError::Disconnected(1));
+    let e: SendTimeoutError<u8> = SendError(2).into();
+    assert_eq!(e, SendTimeoutError::Disconnected(2));
+    assert!(e.is_disconnected() && !e.is_timeout());
+    let e: TryRecvError = RecvError.into();
+    assert_eq!(e, TryRecvError::Disconnected);
+    let e: RecvTimeoutError = RecvError.into();
+    assert_eq!(e, RecvTimeoutError::Disconnected);
+    assert!(RecvTimeoutError::Timeout.is_timeout() && TryRecvError::Empty.is_empty());
+    // Debug never needs `T: Debug` (crossbeam prints `SendTimeoutError(..)`
+    // for both variants; ours names the variant).
+    assert_eq!(format!("{:?}", SendTimeoutError::Timeout(Opaque)), "Timeout(..)");
+    assert_eq!(format!("{:?}", TrySendError::Disconnected(Opaque)), "Disconnected(..)");
+    assert_eq!(
+        SendTimeoutError::Timeout(0).to_string(),
+        "timed out waiting on send operation"
+    );
+    assert_eq!(
+        SendTimeoutError::Disconnected(0).to_string(),
+        "sending on a disconnected channel"
+    );
+    assert_eq!(TrySendError::Full(0).to_string(), "sending on a full channel");
+    assert_eq!(
+        TryRecvError::Disconnected.to_string(),
+        "receiving on an empty and disconnected channel"
+    );
+    assert_eq!(
+        RecvTimeoutError::Disconnected.to_string(),
+        "channel is empty and disconnected"
+    );
+    assert_eq!(TrySelectError.to_string(), "all operations in select would block");
+    assert_eq!(SelectTimeoutError.to_string(), "timed out waiting on select");
+    assert_eq!(ReadyTimeoutError.to_string(), "timed out waiting on ready");
+    assert_eq!(TryReadyError.to_string(), "all operations in select would block");
+    let boxed: Vec<Box<dyn std::error::Error + Send + Sync>> = vec![
+        Box::new(TryReadyError),
+        Box::new(TrySelectError),
+        Box::new(SendTimeoutError::Timeout(1u8)),
+    ];
+    assert_eq!(boxed.len(), 3);
+}
+
+#[test]
+fn handles_and_iterators_debug_print_without_the_element_type() {
+    struct Opaque;
+    let (s, r) = unbounded::<Opaque>();
+    assert_eq!(format!("{s:?}"), "Sender { .. }");
+    assert_eq!(format!("{r:?}"), "Receiver { .. }");
+    assert_eq!(format!("{:?}", r.iter()), "Iter { .. }");
+    assert_eq!(format!("{:?}", r.try_iter()), "TryIter { .. }");
+    assert_eq!(format!("{:?}", r.into_iter()), "IntoIter { .. }");
+}
+
+// ---- crossbeam: iterators ----
+
+#[test]
+fn iter_try_iter_and_into_iter_follow_crossbeam() {
+    both(|| {
+        // try_iter: what is there now, never blocks, and the receiver stays
+        // usable afterwards.
+        let (s, r) = unbounded();
+        s.send(1).unwrap();
+        s.send(2).unwrap();
+        assert_eq!(r.try_iter().collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(r.try_iter().next(), None, "empty: try_iter ends at once");
+        s.send(3).unwrap();
+        assert_eq!(r.try_iter().next(), Some(3));
+
+        // iter: blocks for more until every sender left.
+        let (s, r) = bounded(0);
+        let t = std::thread::spawn(move || {
+            for i in 0..5 {
+                s.send(i).unwrap();
+            }
+        });
+        assert_eq!(r.iter().collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+        t.join().unwrap();
+        assert_eq!(r.iter().next(), None, "disconnected: iter ends at once");
+
+        // into_iter and `for v in &r`.
+        let (s, r) = bounded(4);
+        for i in 0..4 {
+            s.send(i).unwrap();
+        }
+        drop(s);
+        let mut seen = Vec::new();
+        for v in &r {
+            seen.push(v);
+            if seen.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(seen, [0, 1]);
+        assert_eq!(r.into_iter().collect::<Vec<_>>(), [2, 3]);
+    })
+}
+
+// ---- crossbeam: timer channels ----
+
+#[test]
+fn at_delivers_exactly_its_instant() {
+    // crossbeam: "The message is the instant at which it is sent, which is
+    // the same as `when`."
+    both(|| {
+        let when = Instant::now() + ms(20);
+        let r = at(when);
+        assert_eq!(r.recv().unwrap(), when);
+        // Even when received late.
+        let when = Instant::now() + ms(1);
+        let r = at(when);
+        wait_past(when + ms(30));
+        assert_eq!(r.try_recv().unwrap(), when);
+        // An instant in the past is delivered at once, still as itself.
+        let past = Instant::now() - ms(100);
+        assert_eq!(at(past).try_recv(), Ok(past));
+    })
+}
+
+#[test]
+fn after_delivers_the_instant_it_was_due_not_when_it_was_received() {
+    // crossbeam: after(100 ms) received at 500 ms yields start + 100 ms.
+    both(|| {
+        let d = ms(5);
+        let before = Instant::now();
+        let r = after(d);
+        let made = Instant::now();
+        wait_past(made + d + ms(40));
+        let msg = r.recv().unwrap();
+        assert!(
+            msg >= before + d && msg <= made + d,
+            "the message is the due instant ({:?} after creation), not the receive time",
+            msg.saturating_duration_since(before)
+        );
+        // The same through select!.
+        let before = Instant::now();
+        let r = after(d);
+        let made = Instant::now();
+        wait_past(made + d + ms(40));
+        let msg = fiber::select! { recv(r) -> m => m.unwrap() };
+        assert!(msg >= before + d && msg <= made + d);
+    })
+}
+
+#[test]
+fn tick_delivers_due_instants_and_restarts_its_period_from_a_late_receive() {
+    // crossbeam: tick(100 ms) received at 100, then at 600 (the message says
+    // 200), then at 700 (the message says 700).
+    both(|| {
+        let d = ms(10);
+        let before = Instant::now();
+        let r = tick(d);
+        let made = Instant::now();
+        wait_past(made + d + ms(40));
+        let t0 = Instant::now();
+        let first = r.recv().unwrap();
+        let t1 = Instant::now();
+        assert!(
+            first >= before + d && first <= made + d,
+            "the first tick is its due instant"
+        );
+        // The next one is due one period after the late receive.
+        let second = r.recv().unwrap();
+        assert!(
+            second >= t0 + d && second <= t1 + d,
+            "the next tick is due a period after the late receive"
+        );
+        assert!(!r.is_closed());
+    })
+}
+
+#[test]
+fn timer_channels_of_duration_max_never_fire_and_never_disconnect() {
+    both(|| {
+        let a = after(Duration::MAX);
+        let t = tick(Duration::MAX);
+        assert_eq!(a.try_recv(), Err(TryRecvError::Empty));
+        assert_eq!(t.recv_timeout(ms(5)), Err(RecvTimeoutError::Timeout));
+        let v = fiber::select! {
+            recv(a) -> _ => unreachable!("after(MAX) fired"),
+            recv(t) -> _ => unreachable!("tick(MAX) fired"),
+            default(ms(10)) => 7,
+        };
+        assert_eq!(v, 7);
+    })
+}
+
+// ---- crossbeam: select! ----
+
+#[test]
+fn select_default_runs_only_when_no_operation_is_ready() {
+    both(|| {
+        let (s, r) = unbounded::<u8>();
+        let ran_default = fiber::select! {
+            recv(r) -> _ => false,
+            default => true,
+        };
+        assert!(ran_default);
+        s.send(1).unwrap();
+        let got = fiber::select! {
+            recv(r) -> v => v.unwrap(),
+            default => panic!("default ran while a message was ready"),
+        };
+        assert_eq!(got, 1);
+        // A disconnected channel is ready (with an error), so default does
+        // not run.
+        drop(s);
+        let disconnected = fiber::select! {
+            recv(r) -> v => v == Err(RecvError),
+            default => false,
+        };
+        assert!(disconnected);
+        // default(timeout): runs once the timeout passed with nothing ready.
+        let (_s, r) = unbounded::<u8>();
+        let start = Instant::now();
+        fiber::select! {
+            recv(r) -> _ => panic!("nothing was sent"),
+            default(ms(20)) => {}
+        }
+        assert!(start.elapsed() >= ms(20), "default(timeout) is never early");
+    })
+}
+
+#[test]
+fn select_may_name_one_channel_in_several_arms() {
+    // crossbeam: "It is also possible to use the same channel in multiple
+    // arms."
+    both(|| {
+        let (s, r) = bounded::<u32>(4);
+        for i in 0..4 {
+            s.send(i).unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            fiber::select! {
+                recv(r) -> v => got.push(v.unwrap()),
+                recv(r) -> v => got.push(v.unwrap() + 100),
+            }
+        }
+        let mut base: Vec<u32> = got.iter().map(|v| v % 100).collect();
+        base.sort_unstable();
+        assert_eq!(base, [0, 1, 2, 3], "each message once: {got:?}");
+        // Two send arms on one channel: exactly one sends.
+        fiber::select! {
+            send(s, 10) -> res => res.unwrap(),
+            send(s, 20) -> res => res.unwrap(),
+        }
+        let v = r.try_recv().unwrap();
+        assert!(v == 10 || v == 20);
+        assert_eq!(r.try_recv(), Err(TryRecvError::Empty));
+    })
+}
+
+#[test]
+fn select_send_arm_to_a_disconnected_channel_is_ready_with_the_value_back() {
+    both(|| {
+        let (s, r) = bounded::<String>(0);
+        drop(r);
+        let back = fiber::select! {
+            send(s, "hello".to_string()) -> res => res.unwrap_err().into_inner(),
+            default(Duration::from_secs(60)) => panic!("a send to a disconnected channel is ready"),
+        };
+        assert_eq!(back, "hello");
+    })
+}
+
+#[test]
+fn select_over_never_and_a_timer_takes_the_timer() {
+    // Go: a nil channel's case never proceeds; crossbeam's never() the same.
+    both(|| {
+        let start = Instant::now();
+        let v = fiber::select! {
+            recv(never::<u8>()) -> _ => unreachable!("never() fired"),
+            recv(after(ms(15))) -> t => t.unwrap(),
+        };
+        assert!(v >= start + ms(15));
+        let r = fiber::select! {
+            recv(never::<u8>()) -> _ => 1,
+            default => 2,
+        };
+        assert_eq!(r, 2);
+    })
+}
+
+#[test]
+fn dynamic_select_timeout_try_and_ready_report_crossbeam_errors() {
+    both(|| {
+        let (s, r) = unbounded::<u8>();
+        let mut sel = Select::new();
+        let i = sel.recv(&r);
+        assert_eq!(sel.try_select().map(|op| op.index()).err(), Some(TrySelectError));
+        assert_eq!(sel.try_ready(), Err(TryReadyError));
+        assert!(matches!(sel.select_timeout(ms(10)), Err(SelectTimeoutError)));
+        assert_eq!(sel.ready_timeout(ms(10)), Err(ReadyTimeoutError));
+        s.send(9).unwrap();
+        assert_eq!(sel.ready(), i);
+        assert_eq!(sel.try_ready(), Ok(i));
+        // ready did not take the message.
+        let op = sel.select_timeout(ms(10)).unwrap();
+        assert_eq!(op.index(), i);
+        assert_eq!(op.recv(&r), Ok(9));
+        // A send operation on an unbounded channel is always ready.
+        let mut sel = Select::new();
+        let j = sel.send(&s);
+        assert_eq!(sel.ready(), j);
+        let op = sel.select();
+        op.send(&s, 5).unwrap();
+        assert_eq!(r.try_recv(), Ok(5));
+    })
+}
+
+#[test]
+fn select_picks_randomly_among_ready_arms() {
+    // crossbeam: "If multiple operations are ready at the same time, a
+    // random one is chosen" (Go likewise). Loose bound: each of two always
+    // ready arms wins at least once in 400 rounds.
+    both(|| {
+        let (s1, r1) = unbounded::<u8>();
+        let (s2, r2) = unbounded::<u8>();
+        let mut wins = [0usize; 2];
+        for _ in 0..400 {
+            s1.send(1).unwrap();
+            s2.send(2).unwrap();
+            fiber::select! {
+                recv(r1) -> _ => wins[0] += 1,
+                recv(r2) -> _ => wins[1] += 1,
+            }
+            // Empty both again.
+            let _ = r1.try_recv();
+            let _ = r2.try_recv();
+        }
+        assert!(wins[0] > 0 && wins[1] > 0, "both arms win sometimes: {wins:?}");
+    })
+}
+
+#[test]
+fn same_channel_for_clones_timers_and_never() {
+    let (s, r) = bounded::<u8>(1);
+    assert!(s.same_channel(&s.clone()) && r.same_channel(&r.clone()));
+    let t = tick(ms(100));
+    assert!(t.same_channel(&t.clone()) && !t.same_channel(&tick(ms(100))));
+    // crossbeam: every never() is the same channel.
+    assert!(never::<u8>().same_channel(&never()));
+    assert!(!r.same_channel(&never()));
+}
+
+// ---- Go: close and rendezvous ----
+
+#[test]
+fn close_wakes_every_parked_receiver_on_every_flavor() {
+    // Go: "close ... after the last sent value is received, any receive
+    // from the closed channel succeeds without blocking" (here: fails with
+    // RecvError, crossbeam style, never blocks).
+    within(30, || {
+        rt().block_on(|| {
+            for cap in [Some(0), Some(3), None] {
+                let (s, r) = match cap {
+                    Some(c) => bounded::<u8>(c),
+                    None => unbounded(),
+                };
+                let woken = Arc::new(AtomicUsize::new(0));
+                let mut handles = Vec::new();
+                for _ in 0..4 {
+                    let r = r.clone();
+                    let woken = woken.clone();
+                    handles.push(fiber::spawn(move || {
+                        assert_eq!(r.recv(), Err(RecvError));
+                        woken.fetch_add(1, Ordering::SeqCst);
+                    }));
+                }
+                let r2 = r.clone();
+                let t = std::thread::spawn(move || r2.recv());
+                while s.waiting().0 < 5 {
+                    fiber::yield_now().unwrap();
+                }
+                assert!(s.close());
+                assert!(!s.close(), "a second close reports it was closed");
+                for h in handles {
+                    h.join().unwrap();
+                }
+                assert_eq!(t.join().unwrap(), Err(RecvError));
+                assert_eq!(woken.load(Ordering::SeqCst), 4);
+                assert_eq!(s.send(1), Err(SendError(1)), "send after close fails");
+            }
+        })
+    })
+}
+
+#[test]
+fn a_rendezvous_send_waits_for_a_receiver_on_a_plain_thread_and_a_fiber() {
+    both(|| {
+        let (s, r) = bounded::<u32>(0);
+        let (done_tx, done_rx) = unbounded();
+        let t = std::thread::spawn(move || {
+            s.send(5).unwrap();
+            done_tx.send(()).unwrap();
+        });
+        assert_eq!(
+            done_rx.recv_timeout(ms(30)),
+            Err(RecvTimeoutError::Timeout),
+            "no receiver yet"
+        );
+        assert_eq!(r.recv(), Ok(5));
+        done_rx.recv().unwrap();
+        t.join().unwrap();
+    })
+}
+
+// ---- drops ----
+
+/// A value that counts its drops in its own test's counter (tests run in
+/// parallel) and, if asked, panics when dropped.
+struct Counted(u32, bool, &'static AtomicUsize);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.2.fetch_add(1, Ordering::SeqCst);
+        if self.1 && !std::thread::panicking() {
+            panic!("drop of value {} panics", self.0);
+        }
+    }
+}
+
+#[test]
+fn values_left_in_a_channel_drop_exactly_once_even_if_one_drop_panics() {
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    within(30, || {
+        for cap in [Some(1), Some(16), None] {
+            DROPS.store(0, Ordering::SeqCst);
+            let (s, r) = match cap {
+                Some(c) => bounded(c),
+                None => unbounded(),
+            };
+            let n = cap.unwrap_or(16) as u32;
+            for i in 0..n {
+                s.send(Counted(i, false, &DROPS)).unwrap();
+            }
+            assert_eq!(r.recv().map(|c| c.0).unwrap(), 0);
+            assert_eq!(DROPS.load(Ordering::SeqCst), 1);
+            if n > 1 {
+                // Replace one buffered value with a panicking one.
+                s.send(Counted(99, true, &DROPS)).unwrap();
+            }
+            drop(s);
+            // The last handle drops the buffered values: each once.
+            let dropped = std::panic::catch_unwind(AssertUnwindSafe(move || drop(r)));
+            let expected = n as usize + usize::from(n > 1);
+            assert_eq!(DROPS.load(Ordering::SeqCst), expected, "cap {cap:?}");
+            assert_eq!(dropped.is_err(), n > 1, "the panicking drop is reported once");
+        }
+    })
+}
+
+#[test]
+fn the_last_receiver_leaving_drops_buffered_values_while_senders_live() {
+    // crossbeam: when all receivers are gone, messages still in the channel
+    // are dropped (they can never be received).
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    within(30, || {
+        let (s, r) = bounded(4);
+        s.send(Counted(1, false, &DROPS)).unwrap();
+        s.send(Counted(2, false, &DROPS)).unwrap();
+        let r2 = r.clone();
+        drop(r);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 0, "a receiver is left");
+        drop(r2);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 2);
+        let e = s.send(Counted(3, false, &DROPS)).unwrap_err();
+        assert_eq!(e.0 .0, 3);
+        drop(e);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 3);
+        drop(s);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 3);
+    })
+}
+
+#[test]
+fn chan_module_paths_match_crossbeam() {
+    // `fiber::chan` exports the crossbeam names used by ported code.
+    let _: fn(usize) -> (chan::Sender<u8>, Receiver<u8>) = chan::bounded::<u8>;
+    let _: fn() -> (chan::Sender<u8>, Receiver<u8>) = chan::unbounded::<u8>;
+    let _: fn(Duration) -> Receiver<Instant> = chan::after;
+    let _: fn(Instant) -> Receiver<Instant> = chan::at;
+    let _: fn(Duration) -> Receiver<Instant> = chan::tick;
+    let _: fn() -> Receiver<u8> = chan::never::<u8>;
+}
