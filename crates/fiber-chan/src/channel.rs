@@ -6,6 +6,7 @@ use crate::error::{RecvError, RecvTimeoutError, SendError, SendTimeoutError, Try
 use crate::sync::{lock, Mutex, Ordering};
 use fiber_core::WaitResult;
 use std::fmt;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -466,6 +467,15 @@ impl<T> Drop for Receiver<T> {
         }
     }
 }
+
+// As in crossbeam: a panic never leaves a channel broken (its lock guards
+// only pointer moves; user code, such as a value's destructor or a send
+// arm's value expression, runs outside it), so the handles may cross a
+// `catch_unwind` boundary as they are.
+impl<T> UnwindSafe for Sender<T> {}
+impl<T> RefUnwindSafe for Sender<T> {}
+impl<T> UnwindSafe for Receiver<T> {}
+impl<T> RefUnwindSafe for Receiver<T> {}
 
 impl<T> fmt::Debug for Sender<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

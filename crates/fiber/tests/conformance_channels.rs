@@ -652,3 +652,21 @@ fn chan_module_paths_match_crossbeam() {
     let _: fn(Duration) -> Receiver<Instant> = chan::tick;
     let _: fn() -> Receiver<u8> = chan::never::<u8>;
 }
+
+#[test]
+fn handles_are_send_sync_clone_and_unwind_safe_like_crossbeam() {
+    // crossbeam: `Sender<T>` and `Receiver<T>` are `Send + Sync` for
+    // `T: Send`, and `UnwindSafe + RefUnwindSafe` for every `T`, so a
+    // closure using them can go to `catch_unwind` as it is.
+    fn send_sync<T: Send + Sync>() {}
+    fn unwind_safe<T: std::panic::UnwindSafe + std::panic::RefUnwindSafe>() {}
+    send_sync::<chan::Sender<std::cell::Cell<u8>>>();
+    send_sync::<Receiver<std::cell::Cell<u8>>>();
+    unwind_safe::<chan::Sender<std::cell::Cell<u8>>>();
+    unwind_safe::<Receiver<std::cell::Cell<u8>>>();
+    let (s, r) = bounded::<u8>(1);
+    let sent = std::panic::catch_unwind(|| s.send(1));
+    assert_eq!(sent.unwrap(), Ok(()));
+    let got = std::panic::catch_unwind(|| r.recv());
+    assert_eq!(got.unwrap(), Ok(1));
+}
