@@ -617,6 +617,23 @@ impl fmt::Debug for Select<'_> {
     }
 }
 
+/// A copy with the same operations (removed ones stay removed, so indices
+/// match) and the same bias (crossbeam's `Select` is `Clone`). A select
+/// holds no outcome between calls (a `SelectedOperation` borrows it
+/// mutably), so the copy starts with none.
+impl<'a> Clone for Select<'a> {
+    fn clone(&self) -> Select<'a> {
+        let mut copy = Select {
+            biased: self.biased,
+            ..Select::new()
+        };
+        for op in &self.ops {
+            copy.push_op(op.handle);
+        }
+        copy
+    }
+}
+
 impl Default for Select<'_> {
     fn default() -> Self {
         Self::new()

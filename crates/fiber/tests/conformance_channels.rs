@@ -670,3 +670,31 @@ fn handles_are_send_sync_clone_and_unwind_safe_like_crossbeam() {
     let got = std::panic::catch_unwind(|| r.recv());
     assert_eq!(got.unwrap(), Ok(1));
 }
+
+#[test]
+fn a_select_can_be_cloned_with_its_operations_and_indices() {
+    // crossbeam: `Select` is `Clone`; the copy has the same operations
+    // (removed ones stay removed) and the same indices.
+    both(|| {
+        let (s1, r1) = unbounded::<u8>();
+        let (s2, r2) = unbounded::<u8>();
+        let (_s3, r3) = unbounded::<u8>();
+        let mut sel = Select::new_biased();
+        let i1 = sel.recv(&r1);
+        let i3 = sel.recv(&r3);
+        let i2 = sel.recv(&r2);
+        sel.remove(i3);
+        let mut copy = sel.clone();
+        s2.send(2).unwrap();
+        s1.send(1).unwrap();
+        // Biased is kept: the first added ready operation wins.
+        assert_eq!(copy.ready(), i1);
+        let op = copy.select();
+        assert_eq!(op.index(), i1);
+        assert_eq!(op.recv(&r1), Ok(1));
+        let op = sel.select();
+        assert_eq!(op.index(), i2);
+        assert_eq!(op.recv(&r2), Ok(2));
+        let _default = Select::default();
+    })
+}
