@@ -453,3 +453,25 @@ fn cancel_and_join_waits_for_a_child_that_finishes_its_cleanup() {
         });
     })
 }
+
+#[test]
+fn with_timeout_of_zero_times_out_at_once_without_running_the_block() {
+    // Kotlin: "If the given timeMillis is non-positive,
+    // TimeoutCancellationException is thrown immediately."
+    on_runtime(|| {
+        let ran = AtomicBool::new(false);
+        let dropped = AtomicUsize::new(0);
+        let guard = Ended(&dropped);
+        let r = fiber::with_timeout(Duration::ZERO, || {
+            let _guard = &guard;
+            ran.store(true, Ordering::SeqCst);
+            5
+        });
+        assert_eq!(r, Err(fiber::TimedOut));
+        assert!(!ran.load(Ordering::SeqCst), "the block did not run");
+        drop(guard);
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        assert!(!fiber::is_cancelled(), "the caller is not cancelled");
+        assert_eq!(fiber::with_timeout(Duration::from_secs(60), || 5), Ok(5));
+    })
+}
