@@ -32,6 +32,8 @@
 /// Arms: `recv(receiver) -> result => body`, `send(sender, value) -> result
 /// => body`, and at most one `default => body` (run if nothing is ready
 /// now) or `default(timeout) => body` (run if nothing completes in time).
+/// As in crossbeam, an argument list may end with a comma (`recv(r,)`,
+/// `send(s, v,)`, `default(t,)`) and `default()` is a plain default.
 /// Without a default, `select!` waits; with no operations and no default it
 /// panics (it could never return).
 ///
@@ -92,6 +94,20 @@ macro_rules! __select_internal {
     };
     (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) , $($rest:tt)*) => {
         $crate::__select_internal!(@parse $new ($($arms)*) ($($def)*) $($rest)*)
+    };
+    // crossbeam's spellings: a trailing comma inside an argument list, and
+    // `default()` for a plain default.
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) recv($r:expr ,) $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) ($($def)*) recv($r) $($rest)*)
+    };
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) send($s:expr, $v:expr ,) $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) ($($def)*) send($s, $v) $($rest)*)
+    };
+    (@parse $new:ident ($($arms:tt)*) () default() $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) () default $($rest)*)
+    };
+    (@parse $new:ident ($($arms:tt)*) () default($t:expr ,) $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) () default($t) $($rest)*)
     };
     (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) recv($r:expr) -> $p:pat => $body:block $($rest:tt)*) => {
         $crate::__select_internal!(@parse $new ($($arms)* [recv __h __i ($r) ($p) ($body)]) ($($def)*) $($rest)*)

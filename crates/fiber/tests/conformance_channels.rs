@@ -698,3 +698,141 @@ fn a_select_can_be_cloned_with_its_operations_and_indices() {
         let _default = Select::default();
     })
 }
+
+#[test]
+fn a_rendezvous_try_recv_takes_from_a_parked_sender_and_len_stays_zero() {
+    // crossbeam: on a zero-capacity channel, try_recv succeeds when a sender
+    // is waiting; the channel is always empty and full.
+    both(|| {
+        let (s, r) = bounded::<u8>(0);
+        let t = std::thread::spawn(move || s.send(3));
+        let got = loop {
+            assert_eq!((r.len(), r.is_empty(), r.is_full()), (0, true, true));
+            match r.try_recv() {
+                Ok(v) => break v,
+                Err(TryRecvError::Empty) => std::thread::yield_now(),
+                Err(e) => panic!("{e:?}"),
+            }
+        };
+        assert_eq!(got, 3);
+        assert_eq!(t.join().unwrap(), Ok(()));
+    })
+}
+
+#[test]
+fn len_never_counts_parked_senders_beyond_the_capacity() {
+    // Go: len(ch) <= cap(ch); crossbeam: len is the number of messages in
+    // the channel.
+    within(30, || {
+        rt().block_on(|| {
+            let (s, r) = bounded::<u32>(2);
+            s.send(0).unwrap();
+            s.send(1).unwrap();
+            let senders: Vec<_> = (2..5)
+                .map(|i| {
+                    let s = s.clone();
+                    fiber::spawn(move || s.send(i))
+                })
+                .collect();
+            while s.waiting().1 < 3 {
+                fiber::yield_now().unwrap();
+            }
+            assert_eq!((s.len(), r.len(), s.is_full()), (2, 2, true));
+            let mut got: Vec<u32> = (0..5).map(|_| r.recv().unwrap()).collect();
+            for h in senders {
+                h.join().unwrap().unwrap();
+            }
+            assert_eq!(&got[..2], &[0, 1], "FIFO: buffered values first");
+            got.sort_unstable();
+            assert_eq!(got, [0, 1, 2, 3, 4]);
+            assert_eq!(r.len(), 0);
+        })
+    })
+}
+
+#[test]
+fn crossbeams_send_or_receive_example_pairs_everyone_but_at_most_one() {
+    // crossbeam's select! example: five parties either send their name or
+    // receive someone else's over `bounded(1)`; at most one name is left.
+    fn seek(name: &'static str, s: chan::Sender<&'static str>, r: Receiver<&'static str>) -> Option<&'static str> {
+        fiber::select! {
+            recv(r) -> peer => Some(peer.unwrap()),
+            send(s, name) -> res => { res.unwrap(); None },
+        }
+    }
+    within(30, || {
+        for round in 0..20 {
+            let (s, r) = bounded(1);
+            let people = ["Anna", "Bob", "Cody", "Dave", "Eva"];
+            let received: Vec<Option<&str>> = if round % 2 == 0 {
+                rt().block_on(|| {
+                    let hs: Vec<_> = people
+                        .iter()
+                        .map(|&n| {
+                            let (s, r) = (s.clone(), r.clone());
+                            fiber::spawn(move || seek(n, s, r))
+                        })
+                        .collect();
+                    hs.into_iter().map(|h| h.join().unwrap()).collect()
+                })
+            } else {
+                let hs: Vec<_> = people
+                    .iter()
+                    .map(|&n| {
+                        let (s, r) = (s.clone(), r.clone());
+                        std::thread::spawn(move || seek(n, s, r))
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            };
+            let receivers = received.iter().filter(|x| x.is_some()).count();
+            let left = r.try_recv().ok();
+            // Each receiver got someone's name; a name sent and not received
+            // is still in the channel.
+            assert_eq!(
+                receivers + usize::from(left.is_some()),
+                5 - receivers,
+                "round {round}: {received:?} {left:?}"
+            );
+            assert!(left.is_none() || receivers == 2, "at most one unmatched send");
+        }
+    })
+}
+
+#[test]
+fn select_macro_accepts_crossbeams_syntax_variants() {
+    both(|| {
+        let (s, r) = bounded::<u8>(1);
+        // Trailing commas inside the argument lists, `default()` as a plain
+        // default, blocks without a comma, a final arm without a comma.
+        fiber::select! {
+            send(s, 1,) -> res => res.unwrap(),
+            default() => panic!("a free slot is ready"),
+        }
+        let v = fiber::select! {
+            recv(r,) -> m => { m.unwrap() }
+            default(ms(50),) => 0
+        };
+        assert_eq!(v, 1);
+        // A `mut` pattern binds as in a `let`.
+        s.send(4).unwrap();
+        fiber::select! {
+            recv(r) -> mut m => {
+                m = m.map(|v| v * 2);
+                assert_eq!(m, Ok(8));
+            }
+        }
+    })
+}
+
+#[test]
+fn select_with_only_a_default_runs_it() {
+    // crossbeam: with no operations, `default` runs at once and
+    // `default(timeout)` after the timeout.
+    both(|| {
+        assert_eq!(fiber::select! { default => 3 }, 3);
+        let start = Instant::now();
+        assert_eq!(fiber::select! { default(ms(10)) => 4 }, 4);
+        assert!(start.elapsed() >= ms(10));
+    })
+}

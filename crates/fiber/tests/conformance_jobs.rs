@@ -475,3 +475,83 @@ fn with_timeout_of_zero_times_out_at_once_without_running_the_block() {
         assert_eq!(fiber::with_timeout(Duration::from_secs(60), || 5), Ok(5));
     })
 }
+
+#[test]
+fn a_try_scope_body_returning_err_cancels_its_children() {
+    // Kotlin: when the block of coroutineScope fails, its children are
+    // cancelled; here the body's own `Err` plays that part.
+    on_runtime(|| {
+        let ended = AtomicUsize::new(0);
+        let r: Result<(), &str> = fiber::try_scope(|s| {
+            for _ in 0..2 {
+                let e = Ended(&ended);
+                s.spawn(move || -> Result<(), &str> {
+                    let _e = e;
+                    fiber::sleep(Duration::from_secs(3600)).map_err(|_| "cancelled")?;
+                    Ok(())
+                });
+            }
+            fiber::yield_now().unwrap();
+            Err("body")
+        });
+        assert_eq!(r, Err("body"), "the body's error, not a cancelled child's");
+        assert_eq!(ended.load(Ordering::SeqCst), 2);
+    })
+}
+
+#[test]
+fn a_panicking_try_scope_child_is_re_raised_as_a_panic() {
+    on_runtime(|| {
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let _: Result<(), &str> = fiber::try_scope(|s| {
+                s.spawn(|| -> Result<(), &str> { std::panic::panic_any(17u8) });
+                s.spawn(|| -> Result<(), &str> {
+                    fiber::sleep(Duration::from_secs(3600)).map_err(|_| "cancelled")?;
+                    Ok(())
+                });
+                Ok(())
+            });
+        }));
+        assert_eq!(*r.unwrap_err().downcast::<u8>().unwrap(), 17);
+    })
+}
+
+#[test]
+fn cancelling_after_a_child_completed_keeps_its_value() {
+    // Kotlin: cancelling a completed job has no effect; it stays completed.
+    on_runtime(|| {
+        fiber::scope(|s| {
+            let h = s.spawn(|| 11);
+            while !h.is_finished() {
+                fiber::yield_now().unwrap();
+            }
+            h.cancel();
+            s.job().cancel();
+            assert_eq!(h.join().unwrap(), 11, "a finished child keeps its value");
+        });
+    })
+}
+
+#[test]
+fn a_supervisor_inside_a_plain_scope_contains_its_childs_failure() {
+    on_runtime(|| {
+        let outer_sibling = AtomicBool::new(false);
+        let job = fiber::scope(|s| {
+            s.spawn(|| {
+                fiber::supervisor_scope(|inner| {
+                    let h = inner.spawn(|| panic!("contained"));
+                    assert!(h.join().unwrap_err().is_panic());
+                })
+            });
+            s.spawn(|| {
+                for _ in 0..5 {
+                    fiber::yield_now().expect("not cancelled by the contained failure");
+                }
+                outer_sibling.store(true, Ordering::SeqCst);
+            });
+            s.job()
+        });
+        assert!(outer_sibling.load(Ordering::SeqCst));
+        assert_eq!(job.state(), JobState::Completed);
+    })
+}
