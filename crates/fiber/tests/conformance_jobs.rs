@@ -555,3 +555,95 @@ fn a_supervisor_inside_a_plain_scope_contains_its_childs_failure() {
         assert_eq!(job.state(), JobState::Completed);
     })
 }
+
+#[test]
+fn a_child_spawned_into_a_cancelling_scope_never_runs_and_reports_cancelled() {
+    // spec/jobs.md: "A child created in a job that is already cancelling
+    // starts cancelled: its body never runs and its join reports
+    // Cancelled" (Kotlin: launch in a cancelled scope).
+    on_runtime(|| {
+        let ran = AtomicUsize::new(0);
+        for _ in 0..50 {
+            fiber::scope(|s| {
+                s.job().cancel();
+                let h = s.spawn(|| ran.fetch_add(1, Ordering::SeqCst));
+                assert!(h.join().unwrap_err().is_cancelled());
+                // Nested: a scope opened inside a cancelled scope's child
+                // context (here: the cancelled scope's body) starts cancelled.
+                fiber::scope(|inner| {
+                    assert!(
+                        inner.job().is_cancelled(),
+                        "a scope inside a cancelled job starts cancelled"
+                    );
+                    let h = inner.spawn(|| ran.fetch_add(1, Ordering::SeqCst));
+                    assert!(h.join().unwrap_err().is_cancelled());
+                });
+            });
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        // Through a plain thread's cancel of a supervisor scope.
+        fiber::supervisor_scope(|s| {
+            let job = s.job();
+            std::thread::spawn(move || job.cancel()).join().unwrap();
+            let h = s.spawn(|| ran.fetch_add(1, Ordering::SeqCst));
+            assert!(h.join().unwrap_err().is_cancelled());
+        });
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+    })
+}
+
+#[test]
+fn a_job_and_its_handles_are_send_sync_and_usable_from_plain_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Job>();
+    send_sync::<fiber::ScopedJoinHandle<'static, u8>>();
+    on_runtime(|| {
+        fiber::scope(|s| {
+            let (tx, rx) = fiber::chan::bounded::<Job>(1);
+            let h = s.spawn(move || {
+                tx.send(Job::current()).unwrap();
+                park_until_cancelled();
+            });
+            let job = rx.recv().unwrap();
+            let t = std::thread::spawn(move || {
+                assert!(job.is_active());
+                job.cancel_and_join()
+            });
+            assert!(h.join().unwrap_err().is_cancelled());
+            assert_eq!(t.join().unwrap(), Ok(JobState::Cancelled));
+        });
+    })
+}
+
+#[test]
+fn a_scope_whose_body_returned_stays_active_until_its_children_end() {
+    // Kotlin: a job whose body finished but whose children still run is
+    // "completing": isActive is true and isCompleted false until the last
+    // child ends (spec/jobs.md reports it Active).
+    on_runtime(|| {
+        let (job_tx, job_rx) = fiber::chan::bounded::<Job>(1);
+        let (go_tx, go_rx) = fiber::chan::bounded::<()>(0);
+        let body_returned = std::sync::Arc::new(AtomicBool::new(false));
+        let owner = {
+            let body_returned = body_returned.clone();
+            fiber::spawn(move || {
+                fiber::scope(|s| {
+                    s.spawn(move || go_rx.recv().unwrap());
+                    job_tx.send(s.job()).unwrap();
+                    body_returned.store(true, Ordering::SeqCst);
+                    9
+                })
+            })
+        };
+        let job = job_rx.recv().unwrap();
+        while !body_returned.load(Ordering::SeqCst) {
+            fiber::yield_now().unwrap();
+        }
+        assert!(job.is_active() && !job.is_completed() && !job.is_cancelled());
+        assert_eq!(job.state(), JobState::Active);
+        assert!(!owner.is_finished(), "the scope waits for its child");
+        go_tx.send(()).unwrap();
+        assert_eq!(owner.join().unwrap(), 9);
+        assert_eq!(job.join(), Ok(JobState::Completed));
+    })
+}
