@@ -836,3 +836,141 @@ fn select_with_only_a_default_runs_it() {
         assert!(start.elapsed() >= ms(10));
     })
 }
+
+#[test]
+fn parked_selects_are_woken_by_close_and_by_the_last_receiver_leaving() {
+    // Go: close wakes every receiver, including those blocked in select; a
+    // send blocked in select fails once nobody can receive (crossbeam:
+    // disconnection makes the operation ready with an error).
+    within(30, || {
+        rt().block_on(|| {
+            for cap in [Some(0), Some(1), None] {
+                let (s, r) = match cap {
+                    Some(c) => bounded::<u8>(c),
+                    None => unbounded(),
+                };
+                let (_keep, other) = unbounded::<u8>();
+                let mut waiters = Vec::new();
+                for _ in 0..3 {
+                    let (r, other) = (r.clone(), other.clone());
+                    waiters.push(fiber::spawn(move || {
+                        fiber::select! {
+                            recv(other) -> _ => panic!("nothing is sent on the other channel"),
+                            recv(r) -> v => v,
+                        }
+                    }));
+                }
+                let (r2, other2) = (r.clone(), other.clone());
+                let thread = std::thread::spawn(move || {
+                    fiber::select! {
+                        recv(r2) -> v => v,
+                        recv(other2) -> _ => panic!("nothing is sent on the other channel"),
+                    }
+                });
+                while s.waiting().0 < 4 {
+                    fiber::yield_now().unwrap();
+                }
+                s.close();
+                for w in waiters {
+                    assert_eq!(w.join().unwrap(), Err(RecvError), "cap {cap:?}");
+                }
+                assert_eq!(thread.join().unwrap(), Err(RecvError));
+            }
+            // A send arm parked on a full channel gets its value back when
+            // the last receiver leaves.
+            for cap in [0usize, 1] {
+                let (s, r) = bounded::<String>(cap);
+                if cap == 1 {
+                    s.send("filler".into()).unwrap();
+                }
+                let (_keep, other) = unbounded::<u8>();
+                let sender = {
+                    let s = s.clone();
+                    fiber::spawn(move || {
+                        fiber::select! {
+                            send(s, "mine".to_string()) -> res => res.map_err(|e| e.into_inner()),
+                            recv(other) -> _ => unreachable!(),
+                        }
+                    })
+                };
+                while s.waiting().1 < 1 {
+                    fiber::yield_now().unwrap();
+                }
+                drop(r);
+                assert_eq!(sender.join().unwrap(), Err("mine".to_string()), "cap {cap}");
+            }
+        })
+    })
+}
+
+#[test]
+fn each_consumer_sees_each_producers_values_in_the_order_sent() {
+    // Go: "Channels act as first-in-first-out queues": with several
+    // producers and consumers (fibers and threads), each consumer receives
+    // each producer's values in increasing order, and every value once.
+    const PER: u32 = 1500;
+    within(60, || {
+        rt().block_on(|| {
+            for cap in [Some(0), Some(4), None] {
+                let (s, r) = match cap {
+                    Some(c) => bounded::<(u32, u32)>(c),
+                    None => unbounded(),
+                };
+                let mut producers = Vec::new();
+                let mut threads = Vec::new();
+                for id in 0..3u32 {
+                    let s = s.clone();
+                    let send_all = move || {
+                        for seq in 0..PER {
+                            s.send((id, seq)).unwrap();
+                        }
+                    };
+                    if id == 2 {
+                        threads.push(std::thread::spawn(send_all));
+                    } else {
+                        producers.push(fiber::spawn(send_all));
+                    }
+                }
+                drop(s);
+                let check = |got: &[(u32, u32)]| {
+                    let mut last = [None::<u32>; 3];
+                    for &(id, seq) in got {
+                        let prev = &mut last[id as usize];
+                        assert!(
+                            prev.is_none_or(|p| p < seq),
+                            "producer {id}: {prev:?} then {seq} (cap {cap:?})"
+                        );
+                        *prev = Some(seq);
+                    }
+                };
+                let consumers: Vec<_> = (0..2)
+                    .map(|_| {
+                        let r = r.clone();
+                        fiber::spawn(move || r.iter().collect::<Vec<_>>())
+                    })
+                    .collect();
+                let r2 = r.clone();
+                let consumer_thread = std::thread::spawn(move || r2.iter().collect::<Vec<_>>());
+                drop(r);
+                let mut all = Vec::new();
+                for c in consumers {
+                    let got = c.join().unwrap();
+                    check(&got);
+                    all.extend(got);
+                }
+                let got = consumer_thread.join().unwrap();
+                check(&got);
+                all.extend(got);
+                for p in producers {
+                    p.join().unwrap();
+                }
+                for t in threads {
+                    t.join().unwrap();
+                }
+                all.sort_unstable();
+                let expected: Vec<_> = (0..3).flat_map(|id| (0..PER).map(move |s| (id, s))).collect();
+                assert!(all == expected, "every value exactly once (cap {cap:?})");
+            }
+        })
+    })
+}
