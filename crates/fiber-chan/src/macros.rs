@@ -157,20 +157,30 @@ macro_rules! __select_internal {
     // selected arm's result (`__Arm` chain, or `None` for the default);
     // the bodies run after it, with every borrow released.
     (@emit $new:ident ($([$kind:ident $h:ident $i:ident $operands:tt $p:tt $body:tt])*) ($($def:tt)*)) => {{
+        // Operands first, in order, each the scrutinee of a `match` that
+        // holds the rest: temporaries made while evaluating an operand
+        // (`recv(r.unwrap_or(&never()))`) live until the select is done,
+        // and are dropped at the end of this statement, before the bodies.
         #[allow(unreachable_code, clippy::diverging_sub_expression)]
-        let __outcome = {
-            // Operands first, in order (temporaries made here live to the
-            // end of this block, longer than the select that borrows them).
-            $( $crate::__select_internal!(@operand $kind $h $operands); )*
+        let __outcome = $crate::__select_internal!(@bind ($([$kind $h $operands])*) {
             let mut __select = $crate::Select::$new();
             $( let $i = $crate::__select_internal!(@add __select $kind $h); )*
             $crate::__select_internal!(@run __select ($([$kind $h $i $operands $p $body])*) ($($def)*))
-        };
+        });
         $crate::__select_internal!(@bodies __outcome ($([$kind $h $i $operands $p $body])*) ($($def)*))
     }};
 
-    (@operand recv $h:ident ($r:expr)) => { let $h = &$r; };
-    (@operand send $h:ident ($s:expr, $v:expr)) => { let $h = &$s; };
+    (@bind () $cont:tt) => { $cont };
+    (@bind ([recv $h:ident ($r:expr)] $($rest:tt)*) $cont:tt) => {
+        match &$r {
+            $h => $crate::__select_internal!(@bind ($($rest)*) $cont),
+        }
+    };
+    (@bind ([send $h:ident ($s:expr, $v:expr)] $($rest:tt)*) $cont:tt) => {
+        match &$s {
+            $h => $crate::__select_internal!(@bind ($($rest)*) $cont),
+        }
+    };
     (@add $sel:ident recv $h:ident) => { $sel.recv($h) };
     (@add $sel:ident send $h:ident) => { $sel.send($h) };
 

@@ -974,3 +974,32 @@ fn each_consumer_sees_each_producers_values_in_the_order_sent() {
         })
     })
 }
+
+#[test]
+fn select_operands_may_borrow_temporaries() {
+    // crossbeam: temporaries made while evaluating an operand live until
+    // the select ends, e.g. `recv(r.unwrap_or(&never()))` for an optional
+    // receiver.
+    both(|| {
+        let (s, r) = unbounded::<u8>();
+        s.send(1).unwrap();
+        let mut maybe = Some(&r);
+        let got = fiber::select! {
+            recv(maybe.unwrap_or(&never())) -> v => v.unwrap(),
+            default => panic!("the receiver holds a value"),
+        };
+        assert_eq!(got, 1);
+        maybe = None;
+        fiber::select! {
+            recv(maybe.unwrap_or(&never())) -> _ => panic!("never() is never ready"),
+            default => {}
+        }
+        let (s2, r2) = bounded::<u8>(1);
+        let maybe_s = if r2.is_empty() { Some(&s2) } else { None };
+        fiber::select! {
+            send(maybe_s.unwrap_or(&bounded(1).0), 7) -> res => res.unwrap(),
+            recv(maybe.unwrap_or(&never())) -> _ => unreachable!(),
+        }
+        assert_eq!(r2.try_recv(), Ok(7));
+    })
+}
