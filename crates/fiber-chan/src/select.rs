@@ -825,6 +825,46 @@ impl<'a> Select<'a> {
         self.rng
     }
 
+    /// A uniform draw in `0..bound` (`bound` > 0), by
+    /// multiply-and-shift (a 64-bit divide costs more than the rest of a
+    /// ready select's first pass).
+    fn random_below(&mut self, bound: usize) -> usize {
+        ((u128::from(self.next_random()) * bound as u128) >> 64) as usize
+    }
+
+    /// Try every operation once, in a uniformly random order (in the order
+    /// added for a biased select); the first that completes (or, with
+    /// `ready_only`, is ready) wins. A random permutation, as Go's
+    /// `pollorder` and crossbeam's shuffle: each ready operation is equally
+    /// likely to be the first one met, whatever the others are (a random
+    /// start with a linear scan favours an operation that follows
+    /// operations that are not ready).
+    fn try_pass(&mut self, ready_only: bool) -> Option<usize> {
+        let n = self.ops.len();
+        if self.biased || n <= 1 {
+            return (0..n).find(|&i| self.ops[i].try_now(&self.group, ready_only));
+        }
+        if n == 2 {
+            // A random start is already a uniform permutation of two.
+            let first = self.random_below(2);
+            return [first, 1 - first]
+                .into_iter()
+                .find(|&i| self.ops[i].try_now(&self.group, ready_only));
+        }
+        // Fisher-Yates, drawn lazily: the k-th operation tried is uniform
+        // among those not tried yet.
+        let mut order: SmallVec<[usize; INLINE_OPS]> = (0..n).collect();
+        for k in 0..n {
+            let j = k + self.random_below(n - k);
+            order.swap(k, j);
+            let i = order[k];
+            if self.ops[i].try_now(&self.group, ready_only) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
     fn run(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
         // Every outcome of an earlier run was consumed or given back (by
         // `SelectedOperation`, or below for `ready`): nothing to clear.
@@ -848,25 +888,8 @@ impl<'a> Select<'a> {
         let mut parks: SmallVec<[ParkSlot<'a>; INLINE_OPS]> = SmallVec::new();
         loop {
             let n = self.ops.len();
-            if n > 0 {
-                let start = if self.biased {
-                    0
-                } else {
-                    // Uniform in 0..n by multiply-and-shift (no division:
-                    // a 64-bit divide costs more than the rest of a ready
-                    // select's first pass).
-                    ((u128::from(self.next_random()) * n as u128) >> 64) as usize
-                };
-                let mut i = start;
-                for _ in 0..n {
-                    if self.ops[i].try_now(&self.group, ready_only) {
-                        return Some(i);
-                    }
-                    i += 1;
-                    if i == n {
-                        i = 0;
-                    }
-                }
+            if let Some(i) = self.try_pass(ready_only) {
+                return Some(i);
             }
             let deadline = match mode {
                 Mode::Try => return None,
@@ -903,11 +926,14 @@ impl<'a> Select<'a> {
                 fiber_wait(&SelectWaitable(std::marker::PhantomData), &mut wait, options)
             };
             if let Some(i) = wait.chosen.get() {
-                // A send arm woken by its probe reserves now; if the
-                // chance passed, go round.
-                if ready_only || self.ops[i].settled() || self.ops[i].try_now(&self.group, false) {
+                if self.ops[i].settled() {
                     return Some(i);
                 }
+                // A probe fired (a send arm, or any arm of `ready`): the
+                // operation can proceed, but so may others. Go round: the
+                // next pass picks among every ready operation in a random
+                // order (two send arms on one rendezvous channel would
+                // otherwise always give the receiver the first one queued).
                 continue;
             }
             if result == WaitResult::Cancelled {

@@ -1003,3 +1003,154 @@ fn select_operands_may_borrow_temporaries() {
         assert_eq!(r2.try_recv(), Ok(7));
     })
 }
+
+#[test]
+fn select_is_uniform_among_ready_arms_whatever_arms_are_not_ready() {
+    // Go: "a single one [of the communications that can proceed] is chosen
+    // via a uniform pseudo-random selection"; crossbeam: "a random one is
+    // chosen". Two always-ready arms behind two never-ready ones must each
+    // win about half the time (bounds far outside the noise of 2,000
+    // trials: 35% .. 65%).
+    both(|| {
+        let (_e1, empty1) = unbounded::<u8>();
+        let (_e2, empty2) = unbounded::<u8>();
+        let (s1, r1) = unbounded::<u8>();
+        let (s2, r2) = unbounded::<u8>();
+        s1.send(1).unwrap();
+        s2.send(2).unwrap();
+        let mut wins = [0u32; 2];
+        for _ in 0..2000 {
+            fiber::select! {
+                recv(empty1) -> _ => unreachable!(),
+                recv(empty2) -> _ => unreachable!(),
+                recv(r1) -> v => { wins[0] += 1; s1.send(v.unwrap()).unwrap(); }
+                recv(r2) -> v => { wins[1] += 1; s2.send(v.unwrap()).unwrap(); }
+            }
+        }
+        assert!((700..=1300).contains(&wins[0]), "unfair select: {wins:?}");
+        // The same for the dynamic `Select`.
+        let mut wins = [0u32; 2];
+        for _ in 0..2000 {
+            let mut sel = Select::new();
+            sel.recv(&empty1);
+            sel.recv(&empty2);
+            let a = sel.recv(&r1);
+            let b = sel.recv(&r2);
+            let op = sel.select();
+            let i = op.index();
+            if i == a {
+                wins[0] += 1;
+                s1.send(op.recv(&r1).unwrap()).unwrap();
+            } else {
+                assert_eq!(i, b);
+                wins[1] += 1;
+                s2.send(op.recv(&r2).unwrap()).unwrap();
+            }
+        }
+        assert!((700..=1300).contains(&wins[0]), "unfair Select: {wins:?}");
+    })
+}
+
+#[test]
+fn two_send_arms_on_one_rendezvous_channel_are_chosen_at_random_after_parking() {
+    // Go's TestPseudoRandomSend: a select with `send(c, 0)` and
+    // `send(c, 1)` on an unbuffered channel, parked before the receiver
+    // comes, still sends each value sometimes.
+    within(30, || {
+        let (s, r) = bounded::<u32>(0);
+        let probe = s.clone();
+        const ROUNDS: usize = 200;
+        let receiver = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            for _ in 0..ROUNDS {
+                // Let the select park both send arms first.
+                while probe.waiting().1 < 2 {
+                    std::thread::yield_now();
+                }
+                got.push(r.recv().unwrap());
+            }
+            got
+        });
+        for _ in 0..ROUNDS {
+            fiber::select! {
+                send(s, 0) -> res => res.unwrap(),
+                send(s, 1) -> res => res.unwrap(),
+            }
+        }
+        let got = receiver.join().unwrap();
+        let ones = got.iter().filter(|&&v| v == 1).count();
+        assert!(
+            (ROUNDS / 10..=ROUNDS - ROUNDS / 10).contains(&ones),
+            "want pseudo-random, got {ones} ones in {ROUNDS}"
+        );
+    })
+}
+
+#[test]
+fn try_ready_sees_a_peer_already_parked_on_a_rendezvous_channel() {
+    // crossbeam: `try_ready` reports an operation that would complete now;
+    // on a zero-capacity channel a send is ready when a receiver waits, a
+    // receive when a sender waits.
+    both(|| {
+        let (s, r) = bounded::<u8>(0);
+        let probe = s.clone();
+        let receiver = std::thread::spawn(move || r.recv());
+        while probe.waiting().0 < 1 {
+            std::thread::yield_now();
+        }
+        let mut sel = Select::new();
+        let i = sel.send(&s);
+        assert_eq!(sel.try_ready(), Ok(i), "a receiver is parked");
+        assert_eq!(sel.ready_timeout(ms(10)), Ok(i));
+        s.send(5).unwrap();
+        assert_eq!(receiver.join().unwrap(), Ok(5));
+
+        let (s, r) = bounded::<u8>(0);
+        let probe = s.clone();
+        let sender = std::thread::spawn(move || s.send(6));
+        while probe.waiting().1 < 1 {
+            std::thread::yield_now();
+        }
+        let mut sel = Select::new();
+        let j = sel.recv(&r);
+        assert_eq!(sel.try_ready(), Ok(j), "a sender is parked");
+        assert_eq!(r.recv(), Ok(6));
+        assert_eq!(sender.join().unwrap(), Ok(()));
+    })
+}
+
+#[test]
+fn ready_then_try_completes_against_parked_rendezvous_peers() {
+    // crossbeam's `ready` idiom: `ready()` names an operation that can
+    // proceed, then the caller performs it with `try_recv` / `try_send`.
+    // On zero-capacity channels the peer is parked: the try must succeed.
+    within(60, || {
+        const ROUNDS: u32 = 500;
+        let (s1, r1) = bounded::<u32>(0);
+        let (s2, r2) = bounded::<u32>(0);
+        let (s3, r3) = bounded::<()>(100);
+        let peer = std::thread::spawn(move || {
+            for i in 0..ROUNDS {
+                s1.send(i).unwrap();
+                assert_eq!(r2.recv().unwrap(), i);
+                r3.recv().unwrap();
+            }
+        });
+        for i in 0..ROUNDS {
+            for _ in 0..2 {
+                let mut sel = Select::new();
+                let a = sel.recv(&r1);
+                let b = sel.send(&s2);
+                let k = sel.ready();
+                if k == a {
+                    assert_eq!(r1.try_recv(), Ok(i));
+                } else {
+                    assert_eq!(k, b);
+                    assert_eq!(s2.try_send(i), Ok(()));
+                }
+            }
+            s3.send(()).unwrap();
+        }
+        peer.join().unwrap();
+    })
+}
