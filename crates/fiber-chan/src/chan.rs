@@ -665,9 +665,9 @@ fn pop_value<T>(ring: &Ring<T>) -> Option<T> {
     }
 }
 
-/// How often a non-blocking operation retries a ring step that another
-/// party is finishing (a slot being written or read) before it reports
-/// empty or full (under loom: once, which covers the retry path).
+/// How often `try_send` retries a ring slot that a receive is finishing
+/// before it reports full (under loom: once, which covers the retry path).
+/// (`try_recv` waits out a slot being written: see `Chan::try_recv`.)
 #[cfg(not(loom))]
 const RING_PATIENCE: u32 = 64;
 #[cfg(loom)]
@@ -1208,11 +1208,14 @@ impl<T> Chan<T> {
                         self.after_ring_op();
                         return Try::Done(value);
                     }
-                    Pop::Busy if spins < RING_PATIENCE => {
-                        spins += 1;
-                        std::hint::spin_loop();
-                    }
-                    Pop::Busy | Pop::Reserved | Pop::Empty { closed: false } => return Try::WouldBlock,
+                    // The slot at `head` is claimed by a send that has not
+                    // written it yet, and `tail` is past it: a later send
+                    // may have completed, so the channel is not empty
+                    // (reporting `Empty` would not be linearizable, as in
+                    // crossbeam's `linearizable` test). The writer awaits
+                    // nothing: wait it out (spin, then yield the thread).
+                    Pop::Busy => crate::sync::spin(&mut spins),
+                    Pop::Reserved | Pop::Empty { closed: false } => return Try::WouldBlock,
                     Pop::Empty { closed: true } => {
                         // Closed and empty: parked (admitted) senders may
                         // still hold values; decide under the lock.

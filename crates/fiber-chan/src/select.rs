@@ -492,6 +492,10 @@ struct SelectWait<'s, 'a> {
     /// One per operation, same index.
     parks: &'s mut [ParkSlot<'a>],
     group: &'s SelectGroup,
+    /// The order in which the operations queue their nodes: random for a
+    /// select that is not biased, so that of several nodes of this select
+    /// on one channel a peer does not always find the same one first.
+    order: &'s [usize],
     chosen: Cell<Option<usize>>,
     ready_only: bool,
 }
@@ -531,7 +535,7 @@ impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
     fn publish(&self, waiter: &Waiter, wait: &mut Self::Io) -> Publish {
         // No node of this group is queued now: the reset races with nobody.
         wait.group.reset();
-        for i in 0..wait.ops.len() {
+        for &i in wait.order {
             match wait.ops[i].register(&mut wait.parks[i], wait.group, i, waiter, wait.ready_only) {
                 Reg::Queued => {}
                 Reg::Completed(result) => {
@@ -905,10 +909,18 @@ impl<'a> Select<'a> {
             if parks.is_empty() {
                 parks.extend((0..n).map(|_| ParkSlot::empty()));
             }
+            let mut order: SmallVec<[usize; INLINE_OPS]> = (0..n).collect();
+            if !self.biased {
+                for k in (1..n).rev() {
+                    let j = self.random_below(k + 1);
+                    order.swap(k, j);
+                }
+            }
             let mut wait = SelectWait {
                 ops: &mut self.ops[..],
                 parks: &mut parks[..],
                 group: &self.group,
+                order: &order,
                 chosen: Cell::new(None),
                 ready_only,
             };

@@ -1154,3 +1154,62 @@ fn ready_then_try_completes_against_parked_rendezvous_peers() {
         peer.join().unwrap();
     })
 }
+
+#[test]
+fn duplicate_receive_arms_parked_on_one_channel_are_chosen_at_random() {
+    // crossbeam's `fairness_duplicates`: a select with the same receive arm
+    // five times, parked before the sender comes, still lets every arm
+    // win sometimes (the queue order of its waiters is random too).
+    within(30, || {
+        const ROUNDS: usize = 250;
+        let (s, r) = bounded::<u32>(0);
+        let probe = s.clone();
+        let sender = std::thread::spawn(move || {
+            for i in 0..ROUNDS as u32 {
+                while probe.waiting().0 < 5 {
+                    std::thread::yield_now();
+                }
+                probe.send(i).unwrap();
+            }
+        });
+        let mut hits = [0usize; 5];
+        for _ in 0..ROUNDS {
+            fiber::select! {
+                recv(r) -> _ => hits[0] += 1,
+                recv(r) -> _ => hits[1] += 1,
+                recv(r) -> _ => hits[2] += 1,
+                recv(r) -> _ => hits[3] += 1,
+                recv(r) -> _ => hits[4] += 1,
+            }
+        }
+        sender.join().unwrap();
+        drop(s);
+        assert!(
+            hits.iter().all(|&h| h >= ROUNDS / 5 / 4),
+            "every arm wins sometimes: {hits:?}"
+        );
+    })
+}
+
+#[test]
+fn try_recv_after_a_completed_send_never_reports_empty() {
+    // crossbeam's `linearizable`: with as many threads as slots, each
+    // sending then try-receiving, a try_recv always finds a value (its own
+    // completed send, at least, is in the channel), even while another
+    // sender is between claiming a slot and writing it.
+    within(60, || {
+        const THREADS: usize = 4;
+        const COUNT: usize = 20_000;
+        let (s, r) = bounded::<u8>(THREADS);
+        std::thread::scope(|scope| {
+            for _ in 0..THREADS {
+                scope.spawn(|| {
+                    for _ in 0..COUNT {
+                        s.send(0).unwrap();
+                        assert_eq!(r.try_recv(), Ok(0), "a completed send is in the channel");
+                    }
+                });
+            }
+        });
+    })
+}
