@@ -1213,3 +1213,21 @@ fn try_recv_after_a_completed_send_never_reports_empty() {
         });
     })
 }
+
+#[test]
+fn a_single_try_recv_takes_the_value_of_a_parked_rendezvous_sender() {
+    // crossbeam's zero::try_recv: once a sender is blocked in `send`, one
+    // `try_recv` receives its value.
+    both(|| {
+        let (s, r) = bounded::<u8>(0);
+        let probe = s.clone();
+        let sender = std::thread::spawn(move || s.send(7));
+        while probe.waiting().1 < 1 {
+            std::thread::yield_now();
+        }
+        assert_eq!(r.try_recv(), Ok(7));
+        assert_eq!(sender.join().unwrap(), Ok(()));
+        drop(probe);
+        assert_eq!(r.try_recv(), Err(TryRecvError::Disconnected));
+    })
+}
