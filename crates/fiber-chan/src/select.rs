@@ -857,6 +857,26 @@ impl<'a> Select<'a> {
         }
         // Fisher-Yates, drawn lazily: the k-th operation tried is uniform
         // among those not tried yet.
+        if n <= 8 {
+            // Up to 8 (the common case): the order in a byte array, and one
+            // 64-bit draw for all steps (each step takes the high word of
+            // `x * (n - k)` and keeps the low word as the next draw: it
+            // loses a few low bits per step, which the high word never
+            // depends on for so few steps).
+            let mut order: [u8; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+            let mut x = self.next_random();
+            for k in 0..n {
+                let wide = u128::from(x) * (n - k) as u128;
+                let j = k + (wide >> 64) as usize;
+                x = wide as u64;
+                order.swap(k, j);
+                let i = usize::from(order[k]);
+                if self.ops[i].try_now(&self.group, ready_only) {
+                    return Some(i);
+                }
+            }
+            return None;
+        }
         let mut order: SmallVec<[usize; INLINE_OPS]> = (0..n).collect();
         for k in 0..n {
             let j = k + self.random_below(n - k);
