@@ -665,9 +665,9 @@ fn pop_value<T>(ring: &Ring<T>) -> Option<T> {
     }
 }
 
-/// How often a non-blocking operation retries a ring step that another
-/// party is finishing (a slot being written or read) before it reports
-/// empty or full (under loom: once, which covers the retry path).
+/// How often `try_send` retries a ring slot that a receive is finishing
+/// before it reports full (under loom: once, which covers the retry path).
+/// (`try_recv` waits out a slot being written: see `Chan::try_recv`.)
 #[cfg(not(loom))]
 const RING_PATIENCE: u32 = 64;
 #[cfg(loom)]
@@ -678,7 +678,10 @@ fn has_partner<T>(queue: &WaitQueue<T>, own: *const SelectGroup) -> bool {
     queue.iter().any(|n| {
         // SAFETY: under the lock (every caller holds it).
         let n = unsafe { n.get() };
-        !n.probe && n.group() != own && n.is_claimable()
+        // A plain node is everybody's partner: its null group must not be
+        // mistaken for the caller's when the caller has none (`own` null,
+        // as for `Select::ready`'s first pass).
+        !n.probe && n.select.is_none_or(|(g, _)| g != own) && n.is_claimable()
     })
 }
 
@@ -1120,14 +1123,20 @@ impl<T> Chan<T> {
             None => Ok(()),
             Some(value) if self.has_room(inner) => {
                 inner.buf.push_back(value);
+                self.wake_recv_probes(inner, wakes);
                 Ok(())
             }
             Some(value) => Err((value, false)),
         }
     }
 
-    /// Rendezvous first: hand the value to a waiting receiver (probes are
-    /// told and skipped); the value back if there is none.
+    /// Rendezvous first: hand the value to a waiting receiver; the value
+    /// back if there is none. `Select::ready` receive probes are left
+    /// queued: a value handed to a receiver, or one that a `try_send`
+    /// takes back, is nothing they could receive. They are told once a
+    /// value is buffered or a sender has parked (`wake_recv_probes`), so a
+    /// `ready` that names a receive finds the value or the parked sender
+    /// there.
     fn hand_to_receiver(
         &self,
         inner: &mut Inner<T>,
@@ -1140,20 +1149,52 @@ impl<T> Chan<T> {
         }
         let before = wakes.count();
         let mut value = Some(value);
-        while let Some(node) = pop_claim(&mut inner.recvq, own) {
-            // SAFETY: claimed under the lock; the node is alive while queued.
-            let node = unsafe { node.get() };
-            if node.probe {
-                // A select waiting for receive readiness (`Select::ready`):
-                // tell it, and keep looking for a real receiver.
-                wakes.push(node.complete(NodeState::Done));
+        let mut cursor = inner.recvq.cursor();
+        while let Some(node) = cursor.next() {
+            // SAFETY: under the lock; the node is alive while queued.
+            let n = unsafe { node.get() };
+            if n.probe {
                 continue;
             }
-            wakes.push(node.deliver(value.take().expect("the value is still ours")));
+            if let Some((group, index)) = n.select {
+                if group == own {
+                    continue;
+                }
+                // SAFETY: the select's group outlives its queued nodes.
+                if !unsafe { &*group }.try_win(index) {
+                    // Its select completed another operation.
+                    inner.recvq.remove(n);
+                    n.set_state(NodeState::Idle);
+                    continue;
+                }
+            }
+            inner.recvq.remove(n);
+            wakes.push(n.deliver(value.take().expect("the value is still ours")));
             break;
         }
         self.note(wakes, before);
         value
+    }
+
+    /// Something can be received now (a value was buffered, or a sender
+    /// parked): claim and wake every `Select::ready` receive probe.
+    fn wake_recv_probes(&self, inner: &mut Inner<T>, wakes: &mut Wakes) {
+        let before = wakes.count();
+        let mut cursor = inner.recvq.cursor();
+        while let Some(node) = cursor.next() {
+            // SAFETY: under the lock.
+            let n = unsafe { node.get() };
+            if !n.probe {
+                continue;
+            }
+            inner.recvq.remove(n);
+            if n.win() {
+                wakes.push(n.complete(NodeState::Done));
+            } else {
+                n.set_state(NodeState::Idle);
+            }
+        }
+        self.note(wakes, before);
     }
 
     /// Receive without blocking.
@@ -1167,11 +1208,14 @@ impl<T> Chan<T> {
                         self.after_ring_op();
                         return Try::Done(value);
                     }
-                    Pop::Busy if spins < RING_PATIENCE => {
-                        spins += 1;
-                        std::hint::spin_loop();
-                    }
-                    Pop::Busy | Pop::Reserved | Pop::Empty { closed: false } => return Try::WouldBlock,
+                    // The slot at `head` is claimed by a send that has not
+                    // written it yet, and `tail` is past it: a later send
+                    // may have completed, so the channel is not empty
+                    // (reporting `Empty` would not be linearizable, as in
+                    // crossbeam's `linearizable` test). The writer awaits
+                    // nothing: wait it out (spin, then yield the thread).
+                    Pop::Busy => crate::sync::spin(&mut spins),
+                    Pop::Reserved | Pop::Empty { closed: false } => return Try::WouldBlock,
                     Pop::Empty { closed: true } => {
                         // Closed and empty: parked (admitted) senders may
                         // still hold values; decide under the lock.
@@ -1500,6 +1544,7 @@ impl<T> Chan<T> {
                     // Admitted when reserved: delivered even after a close.
                     if let Some(value) = self.hand_to_receiver(&mut inner, value, std::ptr::null(), &mut wakes) {
                         inner.buf.push_back(value);
+                        self.wake_recv_probes(&mut inner, &mut wakes);
                     }
                     Self::fail_receivers_if_drained(&mut inner, &mut wakes);
                     Ok(())
@@ -1699,24 +1744,11 @@ impl<T> Chan<T> {
                 if disconnected {
                     return Some(WaitResult::Closed);
                 }
-                let before = wakes.count();
-                // A sender now waits: `Select::ready` receive probes learn it.
-                let mut cursor = inner.recvq.cursor();
-                while let Some(probe) = cursor.next() {
-                    // SAFETY: under the lock.
-                    let n = unsafe { probe.get() };
-                    if !n.probe {
-                        continue;
-                    }
-                    inner.recvq.remove(n);
-                    if n.win() {
-                        wakes.push(n.complete(NodeState::Done));
-                    } else {
-                        n.set_state(NodeState::Idle);
-                    }
-                }
-                self.note(&wakes, before);
+                // A sender now waits: `Select::ready` receive probes learn
+                // it (the node is queued first, so a `ready` woken here
+                // finds it).
                 node.enqueue(&mut inner.sendq, waiter);
+                self.wake_recv_probes(&mut inner, &mut wakes);
                 None
             }
         }

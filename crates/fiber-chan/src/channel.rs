@@ -6,6 +6,7 @@ use crate::error::{RecvError, RecvTimeoutError, SendError, SendTimeoutError, Try
 use crate::sync::{lock, Mutex, Ordering};
 use fiber_core::WaitResult;
 use std::fmt;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,7 +33,8 @@ pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
     )
 }
 
-/// A receiver that delivers the current instant once, after `duration`.
+/// A receiver that delivers one message after `duration`: the instant it
+/// was due (creation plus `duration`), however late it is received.
 pub fn after(duration: Duration) -> Receiver<Instant> {
     let at = Instant::now().checked_add(duration);
     Receiver {
@@ -40,15 +42,18 @@ pub fn after(duration: Duration) -> Receiver<Instant> {
     }
 }
 
-/// A receiver that delivers the current instant once, at `when`.
+/// A receiver that delivers one message at `when`: the message is `when`
+/// itself (delivered at once if `when` is in the past).
 pub fn at(when: Instant) -> Receiver<Instant> {
     Receiver {
         flavor: Flavor::Timer(Arc::new(TimerChan::new(Some(when), None)), identity),
     }
 }
 
-/// A receiver that delivers the current instant every `duration` (a
-/// message not received is not queued up: at most one is pending).
+/// A receiver that delivers a message every `duration`: each message is
+/// the instant it was due. A message not received is not queued up (at
+/// most one is pending); after a late receive the next one is due
+/// `duration` after that receive, as in crossbeam.
 pub fn tick(duration: Duration) -> Receiver<Instant> {
     let at = Instant::now().checked_add(duration);
     Receiver {
@@ -85,7 +90,9 @@ impl TimerChan {
         *lock(&self.next)
     }
 
-    /// Take the message if it is due.
+    /// Take the message if it is due. The message is the instant it was
+    /// due (crossbeam: "the instant at which it is sent"; `at(when)`
+    /// delivers `when`), not the instant it is received.
     pub(crate) fn try_take(&self, now: Instant) -> Option<Instant> {
         let mut next = lock(&self.next);
         let due = (*next)?;
@@ -93,10 +100,11 @@ impl TimerChan {
             return None;
         }
         *next = self.period.and_then(|p| {
-            // The next tick is one period after this delivery.
+            // The next tick is one period after this delivery (a late
+            // receive restarts the period; ticks never pile up).
             now.checked_add(p)
         });
-        Some(now)
+        Some(due)
     }
 }
 
@@ -460,6 +468,15 @@ impl<T> Drop for Receiver<T> {
     }
 }
 
+// As in crossbeam: a panic never leaves a channel broken (its lock guards
+// only pointer moves; user code, such as a value's destructor or a send
+// arm's value expression, runs outside it), so the handles may cross a
+// `catch_unwind` boundary as they are.
+impl<T> UnwindSafe for Sender<T> {}
+impl<T> RefUnwindSafe for Sender<T> {}
+impl<T> UnwindSafe for Receiver<T> {}
+impl<T> RefUnwindSafe for Receiver<T> {}
+
 impl<T> fmt::Debug for Sender<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad("Sender { .. }")
@@ -473,9 +490,27 @@ impl<T> fmt::Debug for Receiver<T> {
 }
 
 /// Blocking iterator of a [`Receiver`].
-#[derive(Debug)]
 pub struct Iter<'a, T> {
     receiver: &'a Receiver<T>,
+}
+
+// Printed as crossbeam prints them, without requiring `T: Debug`.
+impl<T> fmt::Debug for Iter<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Iter { .. }")
+    }
+}
+
+impl<T> fmt::Debug for TryIter<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("TryIter { .. }")
+    }
+}
+
+impl<T> fmt::Debug for IntoIter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("IntoIter { .. }")
+    }
 }
 
 impl<T> Iterator for Iter<'_, T> {
@@ -486,7 +521,6 @@ impl<T> Iterator for Iter<'_, T> {
 }
 
 /// Non-blocking iterator of a [`Receiver`].
-#[derive(Debug)]
 pub struct TryIter<'a, T> {
     receiver: &'a Receiver<T>,
 }
@@ -499,7 +533,6 @@ impl<T> Iterator for TryIter<'_, T> {
 }
 
 /// Owning blocking iterator of a [`Receiver`].
-#[derive(Debug)]
 pub struct IntoIter<T> {
     receiver: Receiver<T>,
 }

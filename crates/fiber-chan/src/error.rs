@@ -54,9 +54,22 @@ pub enum RecvTimeoutError {
 #[derive(PartialEq, Eq, Clone, Copy, Debug)]
 pub struct TrySelectError;
 
+/// `Select::try_ready` found no ready operation (crossbeam's
+/// `TryReadyError`).
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub struct TryReadyError;
+
 /// `Select::ready_timeout` timed out.
 #[derive(PartialEq, Eq, Clone, Copy, Debug)]
 pub struct ReadyTimeoutError;
+
+impl fmt::Display for TryReadyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("all operations in select would block")
+    }
+}
+
+impl Error for TryReadyError {}
 
 impl fmt::Display for ReadyTimeoutError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -35,8 +35,8 @@ mod select;
 
 pub use channel::{after, at, bounded, never, tick, unbounded, IntoIter, Iter, Receiver, Sender, TryIter};
 pub use error::{
-    ReadyTimeoutError, RecvError, RecvTimeoutError, SelectTimeoutError, SendError, SendTimeoutError, TryRecvError,
-    TrySelectError, TrySendError,
+    ReadyTimeoutError, RecvError, RecvTimeoutError, SelectTimeoutError, SendError, SendTimeoutError, TryReadyError,
+    TryRecvError, TrySelectError, TrySendError,
 };
 pub use select::{Select, SelectedOperation};
 

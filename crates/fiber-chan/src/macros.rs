@@ -32,6 +32,8 @@
 /// Arms: `recv(receiver) -> result => body`, `send(sender, value) -> result
 /// => body`, and at most one `default => body` (run if nothing is ready
 /// now) or `default(timeout) => body` (run if nothing completes in time).
+/// As in crossbeam, an argument list may end with a comma (`recv(r,)`,
+/// `send(s, v,)`, `default(t,)`) and `default()` is a plain default.
 /// Without a default, `select!` waits; with no operations and no default it
 /// panics (it could never return).
 ///
@@ -93,6 +95,20 @@ macro_rules! __select_internal {
     (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) , $($rest:tt)*) => {
         $crate::__select_internal!(@parse $new ($($arms)*) ($($def)*) $($rest)*)
     };
+    // crossbeam's spellings: a trailing comma inside an argument list, and
+    // `default()` for a plain default.
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) recv($r:expr ,) $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) ($($def)*) recv($r) $($rest)*)
+    };
+    (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) send($s:expr, $v:expr ,) $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) ($($def)*) send($s, $v) $($rest)*)
+    };
+    (@parse $new:ident ($($arms:tt)*) () default() $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) () default $($rest)*)
+    };
+    (@parse $new:ident ($($arms:tt)*) () default($t:expr ,) $($rest:tt)*) => {
+        $crate::__select_internal!(@parse $new ($($arms)*) () default($t) $($rest)*)
+    };
     (@parse $new:ident ($($arms:tt)*) ($($def:tt)*) recv($r:expr) -> $p:pat => $body:block $($rest:tt)*) => {
         $crate::__select_internal!(@parse $new ($($arms)* [recv __h __i ($r) ($p) ($body)]) ($($def)*) $($rest)*)
     };
@@ -141,20 +157,30 @@ macro_rules! __select_internal {
     // selected arm's result (`__Arm` chain, or `None` for the default);
     // the bodies run after it, with every borrow released.
     (@emit $new:ident ($([$kind:ident $h:ident $i:ident $operands:tt $p:tt $body:tt])*) ($($def:tt)*)) => {{
+        // Operands first, in order, each the scrutinee of a `match` that
+        // holds the rest: temporaries made while evaluating an operand
+        // (`recv(r.unwrap_or(&never()))`) live until the select is done,
+        // and are dropped at the end of this statement, before the bodies.
         #[allow(unreachable_code, clippy::diverging_sub_expression)]
-        let __outcome = {
-            // Operands first, in order (temporaries made here live to the
-            // end of this block, longer than the select that borrows them).
-            $( $crate::__select_internal!(@operand $kind $h $operands); )*
+        let __outcome = $crate::__select_internal!(@bind ($([$kind $h $operands])*) {
             let mut __select = $crate::Select::$new();
             $( let $i = $crate::__select_internal!(@add __select $kind $h); )*
             $crate::__select_internal!(@run __select ($([$kind $h $i $operands $p $body])*) ($($def)*))
-        };
+        });
         $crate::__select_internal!(@bodies __outcome ($([$kind $h $i $operands $p $body])*) ($($def)*))
     }};
 
-    (@operand recv $h:ident ($r:expr)) => { let $h = &$r; };
-    (@operand send $h:ident ($s:expr, $v:expr)) => { let $h = &$s; };
+    (@bind () $cont:tt) => { $cont };
+    (@bind ([recv $h:ident ($r:expr)] $($rest:tt)*) $cont:tt) => {
+        match &$r {
+            $h => $crate::__select_internal!(@bind ($($rest)*) $cont),
+        }
+    };
+    (@bind ([send $h:ident ($s:expr, $v:expr)] $($rest:tt)*) $cont:tt) => {
+        match &$s {
+            $h => $crate::__select_internal!(@bind ($($rest)*) $cont),
+        }
+    };
     (@add $sel:ident recv $h:ident) => { $sel.recv($h) };
     (@add $sel:ident send $h:ident) => { $sel.send($h) };
 

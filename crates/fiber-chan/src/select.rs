@@ -21,7 +21,9 @@
 
 use crate::chan::{Node, Reg, Reservation, SelectGroup};
 use crate::channel::{sleep_until, Flavor, Receiver, Sender};
-use crate::error::{ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryRecvError, TrySelectError};
+use crate::error::{
+    ReadyTimeoutError, RecvError, SelectTimeoutError, SendError, TryReadyError, TryRecvError, TrySelectError,
+};
 use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use smallvec::SmallVec;
 use std::cell::Cell;
@@ -490,6 +492,10 @@ struct SelectWait<'s, 'a> {
     /// One per operation, same index.
     parks: &'s mut [ParkSlot<'a>],
     group: &'s SelectGroup,
+    /// The order in which the operations queue their nodes: random for a
+    /// select that is not biased, so that of several nodes of this select
+    /// on one channel a peer does not always find the same one first.
+    order: &'s [usize],
     chosen: Cell<Option<usize>>,
     ready_only: bool,
 }
@@ -529,7 +535,7 @@ impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
     fn publish(&self, waiter: &Waiter, wait: &mut Self::Io) -> Publish {
         // No node of this group is queued now: the reset races with nobody.
         wait.group.reset();
-        for i in 0..wait.ops.len() {
+        for &i in wait.order {
             match wait.ops[i].register(&mut wait.parks[i], wait.group, i, waiter, wait.ready_only) {
                 Reg::Queued => {}
                 Reg::Completed(result) => {
@@ -612,6 +618,23 @@ impl fmt::Debug for Select<'_> {
             .field("operations", &self.ops.len())
             .field("biased", &self.biased)
             .finish()
+    }
+}
+
+/// A copy with the same operations (removed ones stay removed, so indices
+/// match) and the same bias (crossbeam's `Select` is `Clone`). A select
+/// holds no outcome between calls (a `SelectedOperation` borrows it
+/// mutably), so the copy starts with none.
+impl<'a> Clone for Select<'a> {
+    fn clone(&self) -> Select<'a> {
+        let mut copy = Select {
+            biased: self.biased,
+            ..Select::new()
+        };
+        for op in &self.ops {
+            copy.push_op(op.handle);
+        }
+        copy
     }
 }
 
@@ -775,8 +798,8 @@ impl<'a> Select<'a> {
     }
 
     /// The index of an operation that is ready now, if any.
-    pub fn try_ready(&mut self) -> Result<usize, TrySelectError> {
-        self.run(Mode::Try, true).ok_or(TrySelectError)
+    pub fn try_ready(&mut self) -> Result<usize, TryReadyError> {
+        self.run(Mode::Try, true).ok_or(TryReadyError)
     }
 
     /// Wait at most `timeout` for an operation to become ready.
@@ -806,6 +829,66 @@ impl<'a> Select<'a> {
         self.rng
     }
 
+    /// A uniform draw in `0..bound` (`bound` > 0), by
+    /// multiply-and-shift (a 64-bit divide costs more than the rest of a
+    /// ready select's first pass).
+    fn random_below(&mut self, bound: usize) -> usize {
+        ((u128::from(self.next_random()) * bound as u128) >> 64) as usize
+    }
+
+    /// Try every operation once, in a uniformly random order (in the order
+    /// added for a biased select); the first that completes (or, with
+    /// `ready_only`, is ready) wins. A random permutation, as Go's
+    /// `pollorder` and crossbeam's shuffle: each ready operation is equally
+    /// likely to be the first one met, whatever the others are (a random
+    /// start with a linear scan favours an operation that follows
+    /// operations that are not ready).
+    fn try_pass(&mut self, ready_only: bool) -> Option<usize> {
+        let n = self.ops.len();
+        if self.biased || n <= 1 {
+            return (0..n).find(|&i| self.ops[i].try_now(&self.group, ready_only));
+        }
+        if n == 2 {
+            // A random start is already a uniform permutation of two.
+            let first = self.random_below(2);
+            return [first, 1 - first]
+                .into_iter()
+                .find(|&i| self.ops[i].try_now(&self.group, ready_only));
+        }
+        // Fisher-Yates, drawn lazily: the k-th operation tried is uniform
+        // among those not tried yet.
+        if n <= 8 {
+            // Up to 8 (the common case): the order in a byte array, and one
+            // 64-bit draw for all steps (each step takes the high word of
+            // `x * (n - k)` and keeps the low word as the next draw: it
+            // loses a few low bits per step, which the high word never
+            // depends on for so few steps).
+            let mut order: [u8; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+            let mut x = self.next_random();
+            for k in 0..n {
+                let wide = u128::from(x) * (n - k) as u128;
+                let j = k + (wide >> 64) as usize;
+                x = wide as u64;
+                order.swap(k, j);
+                let i = usize::from(order[k]);
+                if self.ops[i].try_now(&self.group, ready_only) {
+                    return Some(i);
+                }
+            }
+            return None;
+        }
+        let mut order: SmallVec<[usize; INLINE_OPS]> = (0..n).collect();
+        for k in 0..n {
+            let j = k + self.random_below(n - k);
+            order.swap(k, j);
+            let i = order[k];
+            if self.ops[i].try_now(&self.group, ready_only) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
     fn run(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
         // Every outcome of an earlier run was consumed or given back (by
         // `SelectedOperation`, or below for `ready`): nothing to clear.
@@ -829,25 +912,8 @@ impl<'a> Select<'a> {
         let mut parks: SmallVec<[ParkSlot<'a>; INLINE_OPS]> = SmallVec::new();
         loop {
             let n = self.ops.len();
-            if n > 0 {
-                let start = if self.biased {
-                    0
-                } else {
-                    // Uniform in 0..n by multiply-and-shift (no division:
-                    // a 64-bit divide costs more than the rest of a ready
-                    // select's first pass).
-                    ((u128::from(self.next_random()) * n as u128) >> 64) as usize
-                };
-                let mut i = start;
-                for _ in 0..n {
-                    if self.ops[i].try_now(&self.group, ready_only) {
-                        return Some(i);
-                    }
-                    i += 1;
-                    if i == n {
-                        i = 0;
-                    }
-                }
+            if let Some(i) = self.try_pass(ready_only) {
+                return Some(i);
             }
             let deadline = match mode {
                 Mode::Try => return None,
@@ -863,10 +929,18 @@ impl<'a> Select<'a> {
             if parks.is_empty() {
                 parks.extend((0..n).map(|_| ParkSlot::empty()));
             }
+            let mut order: SmallVec<[usize; INLINE_OPS]> = (0..n).collect();
+            if !self.biased {
+                for k in (1..n).rev() {
+                    let j = self.random_below(k + 1);
+                    order.swap(k, j);
+                }
+            }
             let mut wait = SelectWait {
                 ops: &mut self.ops[..],
                 parks: &mut parks[..],
                 group: &self.group,
+                order: &order,
                 chosen: Cell::new(None),
                 ready_only,
             };
@@ -884,11 +958,14 @@ impl<'a> Select<'a> {
                 fiber_wait(&SelectWaitable(std::marker::PhantomData), &mut wait, options)
             };
             if let Some(i) = wait.chosen.get() {
-                // A send arm woken by its probe reserves now; if the
-                // chance passed, go round.
-                if ready_only || self.ops[i].settled() || self.ops[i].try_now(&self.group, false) {
+                if self.ops[i].settled() {
                     return Some(i);
                 }
+                // A probe fired (a send arm, or any arm of `ready`): the
+                // operation can proceed, but so may others. Go round: the
+                // next pass picks among every ready operation in a random
+                // order (two send arms on one rendezvous channel would
+                // otherwise always give the receiver the first one queued).
                 continue;
             }
             if result == WaitResult::Cancelled {

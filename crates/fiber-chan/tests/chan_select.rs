@@ -190,7 +190,7 @@ fn ready_reports_without_performing() {
         let mut sel = Select::new();
         let i1 = sel.recv(&r1);
         let i2 = sel.recv(&r2);
-        assert_eq!(sel.try_ready(), Err(TrySelectError));
+        assert_eq!(sel.try_ready(), Err(TryReadyError));
         assert_eq!(sel.ready_timeout(Duration::from_millis(5)), Err(ReadyTimeoutError));
         s1.send(7).unwrap();
         assert_eq!(sel.ready(), i1);
@@ -213,7 +213,7 @@ fn ready_for_a_rendezvous_send_waits_for_a_receiver() {
         let (s, r) = bounded::<u32>(0);
         let mut sel = Select::new();
         let i = sel.send(&s);
-        assert_eq!(sel.try_ready(), Err(TrySelectError), "no receiver waits");
+        assert_eq!(sel.try_ready(), Err(TryReadyError), "no receiver waits");
         let receiver = go(move || r.recv());
         assert_eq!(sel.ready(), i);
         s.send(3).unwrap();

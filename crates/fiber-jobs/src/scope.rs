@@ -758,9 +758,14 @@ impl fiber_core::Waitable for Done {
 /// (whatever `f` returned is dropped); `f` sees the cancellation at its
 /// cancellable points. A timeout is its own error, never a plain
 /// cancellation; an explicit cancel of the enclosing job wins over it.
+/// A zero timeout returns `Err(TimedOut)` at once without running `f`
+/// (Kotlin's `withTimeout` with a non-positive time).
 #[track_caller]
 pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, TimedOut> {
     require_fiber("with_timeout");
+    if timeout.is_zero() {
+        return Err(TimedOut);
+    }
     let deadline = Instant::now().checked_add(timeout);
     let job = JobCore::with_deadline(current_job(), false, false, deadline);
     let done = Arc::new(Done(Mutex::new((false, None))));
