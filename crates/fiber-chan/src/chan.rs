@@ -1178,7 +1178,12 @@ impl<T> Chan<T> {
 
     /// Something can be received now (a value was buffered, or a sender
     /// parked): claim and wake every `Select::ready` receive probe.
+    #[inline]
     fn wake_recv_probes(&self, inner: &mut Inner<T>, wakes: &mut Wakes) {
+        if inner.recvq.is_empty() {
+            // Nobody waits to receive (the common case on the send path).
+            return;
+        }
         let before = wakes.count();
         let mut cursor = inner.recvq.cursor();
         while let Some(node) = cursor.next() {
