@@ -9,15 +9,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 mod common;
-use common::{in_child, ms, panic_message, within};
-
-fn rt() -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(2)
-        .shutdown_timeout(ms(500))
-        .build()
-        .unwrap()
-}
+use common::{in_child, ms, panic_message, rt, within};
 
 #[test]
 fn a_select_never_pairs_its_own_send_with_its_own_recv() {

@@ -7,15 +7,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 mod common;
-use common::{ms, panic_message, within};
-
-fn rt() -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(2)
-        .shutdown_timeout(ms(500))
-        .build()
-        .unwrap()
-}
+use common::{ms, panic_message, rt, within};
 
 /// A call on a plain thread either works or panics with a message that
 /// contains `name`.

@@ -9,15 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, within};
-
-fn rt() -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(2)
-        .shutdown_timeout(ms(500))
-        .build()
-        .unwrap()
-}
+use common::{ms, rt, within};
 
 /// Run `f` in a fiber and on a plain thread.
 fn both(f: fn()) {

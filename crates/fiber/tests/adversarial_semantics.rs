@@ -14,19 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, within};
-
-fn rt() -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(2)
-        .shutdown_timeout(ms(500))
-        .build()
-        .unwrap()
-}
-
-fn on_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    within(30, move || rt().block_on(f))
-}
+use common::{ms, on_runtime, rt, within};
 
 // ---- channels: crossbeam-channel and Go ----
 

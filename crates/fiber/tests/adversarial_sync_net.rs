@@ -11,18 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 mod common;
-use common::{ms, within};
-
-fn on_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    within(30, move || {
-        fiber::Runtime::builder()
-            .workers(2)
-            .shutdown_timeout(ms(500))
-            .build()
-            .unwrap()
-            .block_on(f)
-    })
-}
+use common::{ms, on_runtime, within};
 
 #[test]
 fn a_cancelled_condvar_wait_returns_with_the_mutex_locked() {

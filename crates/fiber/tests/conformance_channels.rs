@@ -14,15 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, within};
-
-fn rt() -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(2)
-        .shutdown_timeout(ms(500))
-        .build()
-        .unwrap()
-}
+use common::{ms, rt, within};
 
 /// Run `f` on a plain thread and in a fiber.
 fn both(f: fn()) {

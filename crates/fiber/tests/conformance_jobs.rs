@@ -9,19 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 mod common;
-use common::{ms, within};
-
-fn rt() -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(2)
-        .shutdown_timeout(ms(500))
-        .build()
-        .unwrap()
-}
-
-fn on_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    within(30, move || rt().block_on(f))
-}
+use common::{ms, on_runtime};
 
 /// Park until cancelled (a long sleep that only a cancellation ends).
 fn park_until_cancelled() {

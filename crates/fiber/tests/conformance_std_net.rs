@@ -9,18 +9,11 @@ use std::net::Shutdown;
 use std::time::Duration;
 
 mod common;
-use common::{ms, within};
+use common::{ms, rt, within};
 
 /// `body` in a fiber of a two-worker runtime, then on a plain thread.
 fn in_fiber_and_thread(body: fn()) {
-    within(30, move || {
-        fiber::Runtime::builder()
-            .workers(2)
-            .shutdown_timeout(ms(500))
-            .build()
-            .unwrap()
-            .block_on(body)
-    });
+    within(30, move || rt().block_on(body));
     within(30, body);
 }
 

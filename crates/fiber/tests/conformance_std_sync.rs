@@ -8,18 +8,7 @@ use std::sync::{Arc, TryLockError};
 use std::time::Duration;
 
 mod common;
-use common::{ms, within};
-
-fn on_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    within(30, move || {
-        fiber::Runtime::builder()
-            .workers(2)
-            .shutdown_timeout(ms(500))
-            .build()
-            .unwrap()
-            .block_on(f)
-    })
-}
+use common::{ms, on_runtime, within};
 
 /// `body` in a fiber of a two-worker runtime, then on a plain thread.
 fn in_fiber_and_thread(body: fn()) {

@@ -8,18 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
-use common::{ms, within};
-
-fn on_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    within(30, move || {
-        fiber::Runtime::builder()
-            .workers(2)
-            .shutdown_timeout(ms(500))
-            .build()
-            .unwrap()
-            .block_on(f)
-    })
-}
+use common::{ms, on_runtime, within};
 
 /// std: `join` returns `Err` with the panic payload when the thread
 /// panicked: a `&'static str` for `panic!("literal")`, a `String` for a

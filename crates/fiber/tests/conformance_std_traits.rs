@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::panic::{catch_unwind, RefUnwindSafe, UnwindSafe};
 
 mod common;
-use common::{ms, within};
+use common::{rt, within};
 
 fn unwind_safe<T: UnwindSafe + RefUnwindSafe + ?Sized>() {}
 fn send_sync<T: Send + Sync + ?Sized>() {}
@@ -55,14 +55,7 @@ fn catch_unwind_over_a_borrowed_lock_poisons_it() {
         assert!(r.is_err());
         assert!(m.is_poisoned() && l.is_poisoned());
     }
-    within(30, || {
-        fiber::Runtime::builder()
-            .workers(2)
-            .shutdown_timeout(ms(500))
-            .build()
-            .unwrap()
-            .block_on(body)
-    });
+    within(30, || rt().block_on(body));
     within(30, body);
 }
 

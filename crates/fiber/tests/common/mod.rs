@@ -1,5 +1,6 @@
-//! Helpers shared by the adversarial test files: a hang guard, a child
-//! process for scenarios that could abort, and panic-message capture.
+//! Helpers shared by the adversarial and conformance test files: the test
+//! runtime, a hang guard, a child process for scenarios that could abort,
+//! and panic-message capture.
 #![allow(dead_code)]
 
 use std::panic::AssertUnwindSafe;
@@ -28,6 +29,20 @@ pub fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'stat
 /// `n` milliseconds.
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
+}
+
+/// The runtime these tests use: 2 workers, a short shutdown grace.
+pub fn rt() -> fiber::Runtime {
+    fiber::Runtime::builder()
+        .workers(2)
+        .shutdown_timeout(ms(500))
+        .build()
+        .unwrap()
+}
+
+/// Run `f` as the root fiber of a fresh [`rt`], under a 30 s hang guard.
+pub fn on_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    within(30, move || rt().block_on(f))
 }
 
 /// The environment variable that tells a child process which scenario
