@@ -741,7 +741,7 @@ impl JobCore {
         if state.is_terminal() {
             return Some(state);
         }
-        match fiber_wait(&Join(self.clone()), &mut WaitSlot::default(), WaitOptions::new()) {
+        match fiber_wait(&Join(self), &mut WaitSlot::default(), WaitOptions::new()) {
             WaitResult::Ok => Some(self.state()),
             _ => None,
         }
@@ -752,7 +752,7 @@ impl JobCore {
     #[track_caller]
     pub(crate) fn join_children(self: &Arc<Self>) {
         let result = fiber_wait(
-            &Children(self.clone()),
+            &Children(self),
             &mut WaitSlot::default(),
             // The children borrow the scope owner's stack: not even
             // teardown may unwind the owner out of this wait.
@@ -820,10 +820,12 @@ pub(crate) struct WaitSlot {
     counted: bool,
 }
 
-/// Joining a job: a fiber-core waitable over the job's waiter list.
-struct Join(Arc<JobCore>);
+/// Joining a job: a fiber-core waitable over the job's waiter list (a
+/// borrow: the joiner holds the job for the whole wait, and a clone would
+/// cost two atomic updates per join).
+struct Join<'a>(&'a JobCore);
 
-impl Waitable for Join {
+impl Waitable for Join<'_> {
     type Io = WaitSlot;
 
     fn kind(&self) -> fiber_core::WaitKind {
@@ -869,9 +871,9 @@ impl Waitable for Join {
 
 /// Waiting for a job's children (the scope body is done; the job is not
 /// terminal until this returns and the scope finalizes).
-struct Children(Arc<JobCore>);
+struct Children<'a>(&'a JobCore);
 
-impl Waitable for Children {
+impl Waitable for Children<'_> {
     type Io = WaitSlot;
 
     fn kind(&self) -> fiber_core::WaitKind {
