@@ -74,8 +74,13 @@ impl fmt::Display for FiberId {
 }
 
 pub(crate) fn next_fiber_id() -> FiberId {
-    // Not a protocol: a unique counter, never modeled.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    // Not a protocol: a unique counter, never modeled. Padded: every spawn
+    // writes it, and unpadded it shared a line with statics that every
+    // worker reads on its hot paths (`tracing`'s dispatcher state, the
+    // coarse clock's epoch), so each spawn took that line from the other
+    // cores and their next read took it back.
+    static NEXT: crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64> =
+        crossbeam_utils::CachePadded::new(std::sync::atomic::AtomicU64::new(1));
     FiberId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
 }
 

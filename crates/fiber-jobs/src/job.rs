@@ -313,8 +313,11 @@ impl fmt::Debug for JobCore {
 }
 
 fn next_job_id() -> u64 {
-    // Not a protocol: a unique counter.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    // Not a protocol: a unique counter. Padded, like fiber-core's fiber id
+    // counter: every job creation writes it, and no flag that workers read
+    // on their hot paths may share its line.
+    static NEXT: crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64> =
+        crossbeam_utils::CachePadded::new(std::sync::atomic::AtomicU64::new(1));
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
