@@ -35,7 +35,7 @@
 
 use crate::ring::{Claim, Head, NoRoom, Pop, Ring};
 use crate::sync::{backoff, depth, fence, lock, spin, AtomicU8, AtomicUsize, Mutex, MutexGuard, Ordering, UnsafeCell};
-use fiber_core::{fiber_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -77,6 +77,13 @@ pub(crate) struct SelectGroup {
 }
 
 const NO_WINNER: usize = usize::MAX;
+
+/// How long a non-blocking receive that woke a select's parked send arm
+/// waits, as a parked receiver, for that select to run and hand its value
+/// over (see `Chan::try_recv`). Long enough for the woken fiber to be
+/// scheduled on a busy runtime; paid in full only when the select then
+/// takes another of its arms.
+const SELECT_SEND_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl SelectGroup {
     pub(crate) fn new() -> SelectGroup {
@@ -1226,7 +1233,7 @@ impl<T> Chan<T> {
                         // still hold values; decide under the lock.
                         let mut wakes = Wakes::new();
                         let mut inner = self.lock();
-                        return self.recv_locked(&mut inner, std::ptr::null(), &mut wakes);
+                        return self.recv_locked(&mut inner, std::ptr::null(), &mut wakes, &mut false);
                     }
                 }
             }
@@ -1235,23 +1242,55 @@ impl<T> Chan<T> {
         if self.hints.load(Ordering::Acquire) & RECV_HINT == 0 {
             return Try::WouldBlock;
         }
-        self.try_recv_locked()
+        let mut probed = false;
+        match self.try_recv_locked(&mut probed) {
+            // Only a select's parked send arm could give a value, and it
+            // has none until it runs again: it was woken to reserve a
+            // receiver and hand its value over, and a receiver that does
+            // not wait would never be there for it (a polling `try_recv`
+            // loop would wake it forever). So wait for it, briefly, as a
+            // parked receiver (crossbeam's `try_recv` waits for a selected
+            // sender's value too). `Empty` if it chose another arm. Not a
+            // cancellation point (a cancelled fiber still gets the value
+            // that was handed to it); at teardown it unwinds like any wait.
+            Try::WouldBlock if probed => {
+                let until = Instant::now() + SELECT_SEND_WAIT;
+                match self.recv_with(Some(until), Interrupt::NotCancellable) {
+                    Ok(value) => Try::Done(value),
+                    Err(WaitResult::Closed) => Try::Disconnected,
+                    Err(_) => Try::WouldBlock,
+                }
+            }
+            other => other,
+        }
     }
 
-    fn try_recv_locked(&self) -> Try<T> {
+    fn try_recv_locked(&self, probed: &mut bool) -> Try<T> {
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
-        self.recv_locked(&mut inner, std::ptr::null(), &mut wakes)
+        self.recv_locked(&mut inner, std::ptr::null(), &mut wakes, probed)
     }
 
-    fn recv_locked(&self, inner: &mut Inner<T>, own: *const SelectGroup, wakes: &mut Wakes) -> Try<T> {
+    fn recv_locked(
+        &self,
+        inner: &mut Inner<T>,
+        own: *const SelectGroup,
+        wakes: &mut Wakes,
+        probed: &mut bool,
+    ) -> Try<T> {
         let before = wakes.count();
-        let result = self.recv_locked_inner(inner, own, wakes);
+        let result = self.recv_locked_inner(inner, own, wakes, probed);
         self.note(wakes, before);
         result
     }
 
-    fn recv_locked_inner(&self, inner: &mut Inner<T>, own: *const SelectGroup, wakes: &mut Wakes) -> Try<T> {
+    fn recv_locked_inner(
+        &self,
+        inner: &mut Inner<T>,
+        own: *const SelectGroup,
+        wakes: &mut Wakes,
+        probed: &mut bool,
+    ) -> Try<T> {
         if let Some(ring) = &self.ring {
             let mut step = 0;
             loop {
@@ -1292,6 +1331,7 @@ impl<T> Chan<T> {
                 // A select's send arm or readiness probe: it wakes, reserves
                 // a receiver, and hands its value then. Keep looking.
                 wakes.push(node.complete(NodeState::Done));
+                *probed = true;
                 continue;
             }
             let value = node.take_sent();
@@ -1449,6 +1489,12 @@ impl<T> Chan<T> {
     /// Blocking receive with an optional deadline. `Err(why)`.
     #[track_caller]
     pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, WaitResult> {
+        self.recv_with(deadline, Interrupt::Cancellable)
+    }
+
+    /// [`recv`](Self::recv) with the wait's interrupt policy.
+    #[track_caller]
+    fn recv_with(&self, deadline: Option<Instant>, interrupt: Interrupt) -> Result<T, WaitResult> {
         depth::assert_unlocked("fiber-chan: a wait");
         // As in `send`.
         if self.ring.is_some() {
@@ -1459,7 +1505,11 @@ impl<T> Chan<T> {
             }
         }
         let mut node = Node::new(self, None);
-        match fiber_wait(&RecvWait(self), &mut node, WaitOptions::new().deadline(deadline)) {
+        match fiber_wait(
+            &RecvWait(self),
+            &mut node,
+            WaitOptions::new().deadline(deadline).interrupt(interrupt),
+        ) {
             WaitResult::Ok => Ok(node.take_value().expect("a completed receive holds its value")),
             why => Err(why),
         }
@@ -1642,7 +1692,7 @@ impl<T> Chan<T> {
             let closed = side == Side::Send && (inner.closed || inner.receivers_gone);
             return Reg::Completed(if closed { WaitResult::Closed } else { WaitResult::Ok });
         }
-        match self.recv_locked(&mut inner, own, &mut wakes) {
+        match self.recv_locked(&mut inner, own, &mut wakes, &mut false) {
             Try::Done(value) => {
                 node.put_value(value);
                 Reg::Completed(WaitResult::Ok)
@@ -1701,7 +1751,7 @@ impl<T> Chan<T> {
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
         self.announce();
-        match self.recv_locked(&mut inner, std::ptr::null(), &mut wakes) {
+        match self.recv_locked(&mut inner, std::ptr::null(), &mut wakes, &mut false) {
             Try::Done(value) => {
                 node.put_value(value);
                 Some(WaitResult::Ok)

@@ -1223,3 +1223,111 @@ fn a_single_try_recv_takes_the_value_of_a_parked_rendezvous_sender() {
         assert_eq!(r.try_recv(), Err(TryRecvError::Disconnected));
     })
 }
+
+/// A select parked on a send arm of `s` (and of a channel nobody reads),
+/// on a thread of its own; returns which arm it took.
+fn select_parked_on_a_send_arm(s: chan::Sender<u8>) -> std::thread::JoinHandle<usize> {
+    let (idle, idle_r) = bounded::<u8>(0);
+    let probe = s.clone();
+    let t = std::thread::spawn(move || {
+        let _keep = idle_r;
+        fiber::select! {
+            send(s, 42) -> r => { r.unwrap(); 0 }
+            send(idle, 7) -> r => { r.unwrap(); 1 }
+        }
+    });
+    while probe.waiting().1 < 1 {
+        std::thread::yield_now();
+    }
+    t
+}
+
+/// Yield the thread or the fiber, whichever runs this.
+fn yield_here() {
+    if fiber::core::in_fiber() {
+        fiber::yield_now().unwrap();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_polling_try_recv_takes_the_value_of_a_select_parked_on_a_send_arm() {
+    // Go: a non-blocking receive proceeds when a sender is ready, and a
+    // goroutine blocked in `select` on a send case is one; crossbeam's
+    // `try_recv` pairs with a select blocked on a send operation. A polling
+    // loop used to wake the select forever and never get the value.
+    both(|| {
+        let (s, r) = bounded::<u8>(0);
+        let t = select_parked_on_a_send_arm(s);
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let value = loop {
+            match r.try_recv() {
+                Ok(v) => break v,
+                Err(TryRecvError::Empty) => {
+                    assert!(Instant::now() < give_up, "try_recv never took the select's value");
+                    yield_here();
+                }
+                Err(TryRecvError::Disconnected) => panic!("the select still holds its sender"),
+            }
+        };
+        assert_eq!(value, 42);
+        assert_eq!(t.join().unwrap(), 0, "the select took its send arm");
+    })
+}
+
+#[test]
+fn a_polling_select_with_default_takes_the_value_of_a_select_parked_on_a_send_arm() {
+    // Go's `select { case v := <-c: ...; default: }` against a goroutine
+    // blocked in `select { case c <- 42: ... }`.
+    both(|| {
+        let (s, r) = bounded::<u8>(0);
+        let t = select_parked_on_a_send_arm(s);
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let value = loop {
+            let got = fiber::select! {
+                recv(r) -> m => Some(m.unwrap()),
+                default => None,
+            };
+            if let Some(v) = got {
+                break v;
+            }
+            assert!(Instant::now() < give_up, "the polling select never took the value");
+            yield_here();
+        };
+        assert_eq!(value, 42);
+        assert_eq!(t.join().unwrap(), 0);
+    })
+}
+
+#[test]
+fn a_try_recv_racing_a_select_that_may_take_another_arm_loses_and_duplicates_nothing() {
+    // Whichever arm the select takes, the value reaches the receiver iff
+    // the select reports its send arm.
+    both(|| {
+        for _ in 0..50 {
+            let (s, r) = bounded::<u8>(0);
+            let (other_s, other_r) = bounded::<u8>(1);
+            let probe = s.clone();
+            let t = std::thread::spawn(move || {
+                fiber::select! {
+                    send(s, 42) -> res => { res.unwrap(); 0 }
+                    recv(other_r) -> m => { assert_eq!(m, Ok(9)); 1 }
+                }
+            });
+            while probe.waiting().1 < 1 {
+                std::thread::yield_now();
+            }
+            other_s.send(9).unwrap();
+            let got = r.try_recv();
+            let arm = t.join().unwrap();
+            match arm {
+                0 => assert_eq!(got, Ok(42), "the select sent: the value was received"),
+                _ => {
+                    assert_eq!(got, Err(TryRecvError::Empty), "the select took its receive arm");
+                    assert_eq!(r.try_recv(), Err(TryRecvError::Empty));
+                }
+            }
+        }
+    })
+}
