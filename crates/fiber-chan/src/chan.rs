@@ -1192,21 +1192,29 @@ impl<T> Chan<T> {
             return;
         }
         let before = wakes.count();
-        let mut cursor = inner.recvq.cursor();
+        Self::wake_probes(&mut inner.recvq, std::ptr::null(), wakes);
+        self.note(wakes, before);
+    }
+
+    /// Claim and wake every parked probe in `queue` (a select's send arm
+    /// or `Select::ready` probe) of a group other than `own` (null: every
+    /// probe; a probe always belongs to a select). A probe whose select was
+    /// already won elsewhere is only unlinked.
+    fn wake_probes(queue: &mut WaitQueue<T>, own: *const SelectGroup, wakes: &mut Wakes) {
+        let mut cursor = queue.cursor();
         while let Some(node) = cursor.next() {
             // SAFETY: under the lock.
             let n = unsafe { node.get() };
-            if !n.probe {
+            if !n.probe || n.group() == own {
                 continue;
             }
-            inner.recvq.remove(n);
+            queue.remove(n);
             if n.win() {
                 wakes.push(n.complete(NodeState::Done));
             } else {
                 n.set_state(NodeState::Idle);
             }
         }
-        self.note(wakes, before);
     }
 
     /// Receive without blocking.
@@ -1704,20 +1712,7 @@ impl<T> Chan<T> {
 
     /// Claim and wake every parked send probe of another group.
     fn wake_send_probes(inner: &mut Inner<T>, own: *const SelectGroup, wakes: &mut Wakes) {
-        let mut cursor = inner.sendq.cursor();
-        while let Some(node) = cursor.next() {
-            // SAFETY: under the lock.
-            let n = unsafe { node.get() };
-            if !n.probe || n.group() == own {
-                continue;
-            }
-            inner.sendq.remove(n);
-            if n.win() {
-                wakes.push(n.complete(NodeState::Done));
-            } else {
-                n.set_state(NodeState::Idle);
-            }
-        }
+        Self::wake_probes(&mut inner.sendq, own, wakes);
     }
 
     fn recv_ready(&self, inner: &Inner<T>, own: *const SelectGroup) -> bool {
