@@ -13,20 +13,15 @@
 
 use std::time::Instant;
 
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
+mod support;
+use support::{env, fixed_runtime};
 
 fn main() {
     let n = env("N", 100_000) as usize;
     let iters = env("ITERS", 5);
     let workers = env("WORKERS", 2) as usize;
     let interleaved = env("MODE", 0) == 1;
-    let rt = fiber::Runtime::builder()
-        .workers(workers)
-        .max_workers(workers)
-        .build()
-        .expect("runtime");
+    let rt = fixed_runtime(workers);
     rt.block_on(move || {
         for _ in 0..iters {
             let start = Instant::now();

@@ -23,9 +23,8 @@ static FIRST_WAKE: AtomicU64 = AtomicU64::new(u64::MAX);
 static LAST_WAKE: AtomicU64 = AtomicU64::new(0);
 static LAST_START: AtomicU64 = AtomicU64::new(0);
 
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
+mod support;
+use support::{env, fixed_runtime};
 
 fn micros_since(base: Instant, at: Instant) -> u64 {
     at.saturating_duration_since(base).as_micros() as u64
@@ -41,11 +40,7 @@ fn main() {
     }
     let deep = std::env::var_os("DEEP").is_some();
     let stats = std::env::var_os("STATS").is_some();
-    let rt = fiber::Runtime::builder()
-        .workers(workers)
-        .max_workers(workers)
-        .build()
-        .expect("runtime");
+    let rt = fixed_runtime(workers);
     rt.block_on(move || {
         for _ in 0..iters {
             FIRST_WAKE.store(u64::MAX, Ordering::Relaxed);
