@@ -203,6 +203,9 @@ pub(crate) struct Node<T> {
     /// A node that only waits for readiness (a select's send arm, or
     /// `Select::ready`): no value moves through it.
     probe: bool,
+    /// A `Select::ready` probe: it reports readiness and never transfers
+    /// (unlike a select's send arm, which sends once it wakes).
+    ready_only: bool,
     /// The select this node belongs to, and its index there.
     select: Option<(*const SelectGroup, usize)>,
     /// The channel the node may be queued in (for unlinking on drop).
@@ -220,6 +223,7 @@ impl<T> Node<T> {
             state: AtomicU8::new(NodeState::Idle as u8),
             slot: UnsafeCell::new(value),
             probe: false,
+            ready_only: false,
             select: None,
             chan,
             queued: std::cell::Cell::new(false),
@@ -227,12 +231,22 @@ impl<T> Node<T> {
         }
     }
 
-    pub(crate) fn for_select(chan: &Chan<T>, probe: bool, group: &SelectGroup, index: usize) -> Node<T> {
+    /// A select's node: `probe` for a send arm or a readiness probe,
+    /// `ready_only` for a `Select::ready` probe (which is also a probe).
+    pub(crate) fn for_select(
+        chan: &Chan<T>,
+        probe: bool,
+        ready_only: bool,
+        group: &SelectGroup,
+        index: usize,
+    ) -> Node<T> {
+        debug_assert!(probe || !ready_only, "a readiness node is a probe");
         Node {
             waiter: UnsafeCell::new(None),
             state: AtomicU8::new(NodeState::Idle as u8),
             slot: UnsafeCell::new(None),
             probe,
+            ready_only,
             select: Some((group, index)),
             chan,
             queued: std::cell::Cell::new(false),
@@ -663,6 +677,20 @@ fn pop_claim<T>(queue: &mut WaitQueue<T>, own: *const SelectGroup) -> Option<Nod
     None
 }
 
+/// Drop every value; a panicking `Drop` of one does not stop the others,
+/// and the first panic is resumed at the end.
+fn drop_each<T>(values: Vec<T>) {
+    let mut first_panic = None;
+    for value in values {
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))) {
+            first_panic.get_or_insert(panic);
+        }
+    }
+    if let Some(panic) = first_panic {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 /// Take a value from the ring now (under the lock: a slot still being
 /// written counts as empty; its writer settles afterwards).
 fn pop_value<T>(ring: &Ring<T>) -> Option<T> {
@@ -689,6 +717,19 @@ fn has_partner<T>(queue: &WaitQueue<T>, own: *const SelectGroup) -> bool {
         // mistaken for the caller's when the caller has none (`own` null,
         // as for `Select::ready`'s first pass).
         !n.probe && n.select.is_none_or(|(g, _)| g != own) && n.is_claimable()
+    })
+}
+
+/// Is a select's send arm of another group parked in `queue` (a send
+/// queue), still claimable? It sends once woken, so a readiness probe on
+/// the receiving side counts it as a ready sender (crossbeam's zero-capacity
+/// `is_ready` counts a blocked select's send operation too). A
+/// `Select::ready` send probe does not count: it never sends.
+fn has_select_sender<T>(queue: &WaitQueue<T>, own: *const SelectGroup) -> bool {
+    queue.iter().any(|n| {
+        // SAFETY: under the lock (every caller holds it).
+        let n = unsafe { n.get() };
+        n.probe && !n.ready_only && n.group() != own && n.is_claimable()
     })
 }
 
@@ -1449,25 +1490,51 @@ impl<T> Chan<T> {
                 wakes.push(node.complete(NodeState::Closed));
             }
             self.note(&wakes, before);
-            let mut dropped = std::mem::take(&mut inner.buf);
-            if let Some(ring) = &self.ring {
-                // Values still being written stay in the ring; they are
-                // dropped with the channel.
-                while let Some(value) = pop_value(ring) {
-                    dropped.push_back(value);
-                }
-            }
-            dropped
+            std::mem::take(&mut inner.buf)
         };
         wakes.flush();
-        let mut first_panic = None;
-        for value in dropped {
-            if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))) {
-                first_panic.get_or_insert(panic);
+        let mut dropped: Vec<T> = dropped.into();
+        if self.ring.is_some() {
+            // SeqCst: pairs with the fence in `after_ring_fill` of a select
+            // completing (or giving back) a reserved position: either it
+            // reads `receivers == 0` after its fill and drops what is
+            // queued from there (`drop_abandoned`), or our pops below see
+            // its fill.
+            fence(Ordering::SeqCst);
+            self.take_ring_values(&mut dropped);
+        }
+        drop_each(dropped);
+    }
+
+    /// Take every value of the ring up to the first reserved position (or
+    /// the end), waiting out a send between its claim and its write (a
+    /// moment, as crossbeam's disconnect does). Values behind a reserved
+    /// position are taken by that reservation's completion
+    /// (`drop_abandoned`).
+    fn take_ring_values(&self, into: &mut Vec<T>) {
+        let Some(ring) = &self.ring else { return };
+        let mut step = 0;
+        loop {
+            match ring.pop() {
+                Pop::Value(value) => into.push(value),
+                Pop::Busy => spin(&mut step),
+                Pop::Empty { .. } | Pop::Reserved => return,
             }
         }
-        if let Some(panic) = first_panic {
-            std::panic::resume_unwind(panic);
+    }
+
+    /// After a reserved position was filled or given back (and
+    /// `after_ring_fill`'s fence): if every receiver has left meanwhile,
+    /// nobody else will take what is queued from there, so drop it now
+    /// instead of when the last sender leaves (see `disconnect_receivers`).
+    fn drop_abandoned(&self) {
+        // Relaxed: ordered by the SeqCst fence in `after_ring_fill` (which
+        // the caller ran after its fill), paired with the one in
+        // `disconnect_receivers`.
+        if self.receivers.load(Ordering::Relaxed) == 0 {
+            let mut dropped = Vec::new();
+            self.take_ring_values(&mut dropped);
+            drop_each(dropped);
         }
     }
 
@@ -1584,6 +1651,7 @@ impl<T> Chan<T> {
                 Ok(())
             };
             self.after_ring_fill();
+            self.drop_abandoned();
             return result;
         }
         let mut wakes = Wakes::new();
@@ -1626,10 +1694,13 @@ impl<T> Chan<T> {
                 .ring
                 .as_ref()
                 .expect("a ring reservation is made on a ring channel");
-            // A hole: receivers skip it.
-            ring.fill(Claim(index), None);
-            ring.skip_holes();
+            // Rolled back if it was the last position claimed, else a hole
+            // that receivers skip.
+            if !ring.give_back(Claim(index)) {
+                ring.skip_holes();
+            }
             self.after_ring_fill();
+            self.drop_abandoned();
             return;
         }
         let mut wakes = Wakes::new();
@@ -1672,6 +1743,7 @@ impl<T> Chan<T> {
         self.announce();
         let own = node.group();
         let ready = match side {
+            Side::Recv if node.ready_only => self.recv_ready_for_probe(&inner, own),
             Side::Recv => self.recv_ready(&inner, own),
             Side::Send => self.send_ready(&inner, own),
         };
@@ -1686,7 +1758,16 @@ impl<T> Chan<T> {
                     }
                     node.enqueue(&mut inner.recvq, waiter);
                 }
-                Side::Send => node.enqueue(&mut inner.sendq, waiter),
+                Side::Send => {
+                    if !node.ready_only && self.ring.is_none() {
+                        // A select's send arm now waits on a rendezvous
+                        // channel: `Select::ready` receive probes parked
+                        // here count it as a ready sender; tell them (the
+                        // only probes in the receive queue are those).
+                        Self::wake_probes(&mut inner.recvq, own, &mut wakes);
+                    }
+                    node.enqueue(&mut inner.sendq, waiter)
+                }
             }
             self.note(&wakes, before);
             return Reg::Queued;
@@ -1724,9 +1805,16 @@ impl<T> Chan<T> {
         !inner.buf.is_empty() || (inner.closed && inner.reserved == 0) || has_partner(&inner.sendq, own)
     }
 
+    /// Readiness as `Select::ready` sees it: `recv_ready`, or a select
+    /// parked on a send arm of this rendezvous channel (a receive wakes it
+    /// and waits for its value: see `try_recv`).
+    fn recv_ready_for_probe(&self, inner: &Inner<T>, own: *const SelectGroup) -> bool {
+        self.recv_ready(inner, own) || (self.ring.is_none() && has_select_sender(&inner.sendq, own))
+    }
+
     /// Would a receive complete (or fail as disconnected) right now?
     pub(crate) fn is_recv_ready(&self) -> bool {
-        self.recv_ready(&self.lock(), std::ptr::null())
+        self.recv_ready_for_probe(&self.lock(), std::ptr::null())
     }
 
     /// Would a send complete (or fail as disconnected) right now?

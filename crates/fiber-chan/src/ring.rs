@@ -30,7 +30,7 @@
 //! owner. A slot's value is an `Option<T>`: `None` is a *hole* (a select's
 //! reserved position given back without a value), which receivers skip.
 
-use crate::sync::{seqcst_rmw_point, AtomicBool, AtomicUsize, Ordering, UnsafeCell};
+use crate::sync::{moved_on, seqcst_rmw_point, AtomicBool, AtomicUsize, Ordering, UnsafeCell};
 // Keeps `head` and `tail` on separate cache lines.
 use crossbeam_utils::CachePadded as Padded;
 
@@ -180,6 +180,7 @@ impl<T> Ring<T> {
                 });
             } else {
                 // Another send claimed `pos` meanwhile.
+                moved_on();
                 tail = self.tail.load(Ordering::Relaxed);
             }
         }
@@ -202,6 +203,41 @@ impl<T> Ring<T> {
         // Relaxed: as in `reserve` (the reserving fiber stored it).
         let reserved = slot.stamp.load(Ordering::Relaxed);
         self.publish(slot, reserved.wrapping_sub(1), value);
+    }
+
+    /// Give a reserved position back without a value. If no position was
+    /// claimed after it, `tail` moves back over it and the slot is free for
+    /// the next send (the channel keeps its capacity); otherwise it becomes
+    /// a hole, which receivers skip. Returns `true` if it was rolled back.
+    pub(crate) fn give_back(&self, claim: Claim) -> bool {
+        let slot = &self.slots[claim.0];
+        // Relaxed: as in `fill` (the reserving fiber stored it).
+        let reserved = slot.stamp.load(Ordering::Relaxed);
+        let pos = reserved.wrapping_sub(2);
+        // SeqCst: as in `claim` (one order with the claims and the close).
+        let tail = self.tail.load(Ordering::SeqCst);
+        if tail & !self.mark == self.next(pos) {
+            // Free for a send at `pos` again; until `tail` is back at `pos`
+            // nobody can claim it (a claim needs `tail == pos`), and a
+            // receive at `head == pos` reads it as busy and waits.
+            // Release: pairs with the Acquire stamp load in `claim` of the
+            // send that claims `pos` once `tail` is back.
+            slot.stamp.store(pos, Ordering::Release);
+            // SeqCst: as in `claim`; fails if a send claimed the next
+            // position or the close mark was set meanwhile.
+            if self
+                .tail
+                .compare_exchange(tail, pos | (tail & self.mark), Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+            {
+                seqcst_rmw_point();
+                return true;
+            }
+            self.publish(slot, pos.wrapping_add(1), None);
+            return false;
+        }
+        self.publish(slot, pos.wrapping_add(1), None);
+        false
     }
 
     /// Write a claimed position (`None`: a hole) and publish it.
@@ -273,6 +309,7 @@ impl<T> Ring<T> {
                 return Pop::Reserved;
             } else {
                 // Another receive took `head` meanwhile.
+                moved_on();
                 head = self.head.load(Ordering::Relaxed);
             }
         }
@@ -332,6 +369,7 @@ impl<T> Ring<T> {
                 };
             }
             // `head` moved on meanwhile: look again.
+            moved_on();
         }
     }
 
@@ -363,6 +401,7 @@ impl<T> Ring<T> {
                 });
             }
             // `tail` moved on meanwhile: look again.
+            moved_on();
         }
     }
 

@@ -291,7 +291,9 @@ impl<T> Parked for ParkedRecv<'_, T> {
         let Flavor::Chan(chan) = &self.receiver.flavor else {
             return Reg::Queued;
         };
-        let node = self.node.insert(Node::for_select(chan, ready_only, group, index));
+        let node = self
+            .node
+            .insert(Node::for_select(chan, ready_only, ready_only, group, index));
         chan.register_recv(node, waiter)
     }
 
@@ -326,9 +328,9 @@ struct ParkedSend<'r, T> {
 }
 
 impl<T> Parked for ParkedSend<'_, T> {
-    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, _: bool) -> Reg {
+    fn register(&mut self, group: &SelectGroup, index: usize, waiter: &Waiter, ready_only: bool) -> Reg {
         let chan = &self.sender.chan;
-        let node = self.node.insert(Node::for_select(chan, true, group, index));
+        let node = self.node.insert(Node::for_select(chan, true, ready_only, group, index));
         chan.register_send(node, waiter)
     }
 
@@ -442,14 +444,18 @@ impl<'a> Op<'a> {
 
     /// Forget the outcome: drop a received value, give a reservation back.
     fn release(&mut self) {
-        match (self.status, self.handle) {
-            // SAFETY: the slot holds a value this handle took.
+        // Empty first: a value whose `Drop` panics must not be found again
+        // by this operation's own drop during the unwind (a double drop).
+        let status = std::mem::replace(&mut self.status, Status::Empty);
+        match (status, self.handle) {
+            // SAFETY: the slot holds a value this handle took (the status
+            // said so), and the status no longer does: it is taken once.
             (Status::Value, Handle::Recv(h)) => unsafe { h.drop_value(&mut self.slot) },
-            // SAFETY: the slot holds a reservation this handle made.
+            // SAFETY: the slot holds a reservation this handle made, taken
+            // once as above.
             (Status::Reserved, Handle::Send(h)) => unsafe { h.release(&mut self.slot) },
             _ => {}
         }
-        self.status = Status::Empty;
     }
 
     fn deadline(&self) -> Option<Instant> {

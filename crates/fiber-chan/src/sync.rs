@@ -230,6 +230,16 @@ pub(crate) fn spin(step: &mut u32) {
     }
 }
 
+/// A lock-free loop saw its position move on and looks again. Free in a
+/// real run (the other party has already made progress); under loom a
+/// yield, so that a model does not spin on a stale relaxed load while the
+/// thread that moved the position never gets scheduled.
+#[inline]
+pub(crate) fn moved_on() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
 /// Back off after losing a CAS race on a contended ring end: spin
 /// `2^step` times (up to 64), so that the cores competing for the line stop
 /// taking it from each other on every attempt. Never yields the thread:

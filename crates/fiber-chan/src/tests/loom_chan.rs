@@ -297,3 +297,89 @@ fn loom_woken_sender_sees_its_value_taken_without_the_lock() {
         assert_eq!(sender.join().unwrap(), Ok(()));
     });
 }
+
+/// A value that counts its drops (read after every thread has joined).
+struct Counted(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The last receiver leaves while a select holds a reserved ring position
+/// and a plain send races it: with a sender still alive, every value is
+/// dropped once (refused sends get theirs back; admitted ones are dropped
+/// by the receiver's drop or, behind the reservation, by its completion).
+/// Removing the SeqCst fence from `disconnect_receivers`, or the
+/// completion's `drop_abandoned`, leaves a value in the ring.
+#[test]
+fn loom_last_receiver_drop_vs_reserved_slot_completion() {
+    loom::model(|| {
+        let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (tx, rx) = bounded::<Counted>(2);
+        let dropper = thread::spawn(move || drop(rx));
+        let mut sel = Select::new();
+        sel.send(&tx);
+        let op = sel.select();
+        let _ = tx.try_send(Counted(drops.clone()));
+        let _ = op.send(&tx, Counted(drops.clone()));
+        dropper.join().unwrap();
+        drop(sel);
+        assert_eq!(
+            drops.load(std::sync::atomic::Ordering::Relaxed),
+            2,
+            "a value outlived the last receiver"
+        );
+        drop(tx);
+    });
+}
+
+/// A reservation given back while a plain sender waits for room on a
+/// full channel: the position is rolled back (or becomes a hole that is
+/// skipped) and the sender gets in by itself; nothing is lost. Without
+/// `after_ring_fill` on the give-back path the parked sender is never
+/// told (a deadlock).
+#[test]
+fn loom_given_back_reservation_vs_parked_sender() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let mut sel = Select::new();
+        sel.send(&tx);
+        let op = sel.select();
+        let sender = {
+            let tx = tx.clone();
+            thread::spawn(move || tx.send(7))
+        };
+        // Give the reservation back without a value (the select's value
+        // expression panicked, say).
+        let released = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(op)));
+        assert!(released.is_err(), "dropping an uncompleted SelectedOperation panics");
+        drop(sel);
+        // The sender gets the freed room on its own (no receive helps).
+        assert_eq!(sender.join().unwrap(), Ok(()));
+        assert_eq!(rx.try_recv(), Ok(7));
+        assert!(rx.try_recv().is_err());
+    });
+}
+
+/// The last receiver leaves while a plain send is between its claim and
+/// its write: the receiver's drop waits for the write and drops the value
+/// (the sender is still alive). Treating that busy position as the end
+/// leaves the value in the ring.
+#[test]
+fn loom_last_receiver_drop_vs_plain_send() {
+    loom::model(|| {
+        let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (tx, rx) = bounded::<Counted>(1);
+        let dropper = thread::spawn(move || drop(rx));
+        let _ = tx.try_send(Counted(drops.clone()));
+        dropper.join().unwrap();
+        assert_eq!(
+            drops.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "a value outlived the last receiver"
+        );
+        drop(tx);
+    });
+}
