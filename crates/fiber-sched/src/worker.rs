@@ -1160,12 +1160,12 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         if let Some(fiber) = shared.global.pop() {
             return Some(fiber);
         }
-        // Yielded fibers and outside wakes get a turn too, or a LIFO local
+        // Outside wakes and yielded fibers get a turn too, or a LIFO local
         // deque that keeps refilling would starve them.
-        if let Some(fiber) = ctx.yielded.pop() {
+        if let Some(fiber) = shared.slots[ctx.index].inbox.pop() {
             return Some(fiber);
         }
-        if let Some(fiber) = shared.slots[ctx.index].inbox.pop() {
+        if let Some(fiber) = ctx.yielded.pop() {
             return Some(fiber);
         }
     }
@@ -1182,10 +1182,22 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     if let Some(fiber) = ctx.local.pop() {
         return Some(fiber);
     }
-    if let Some(fiber) = ctx.yielded.pop() {
-        return Some(fiber);
+    // A fiber that yielded goes behind the fibers woken or spawned for
+    // this worker from outside (its inbox), or a fiber that yields in a
+    // loop would keep them out for as long as it loops. The global queue
+    // comes after it here, and first on every `GLOBAL_CHECK_INTERVAL`th
+    // round above (Go's one in 61), so a yield loop delays it by at most
+    // that many rounds. (`is_empty` first: two loads, where a `pop` on an
+    // empty queue also pays a SeqCst fence, on every round of a yield
+    // loop; a push it misses is seen on the next round, and the idle
+    // handshake re-checks with its own fence before the worker sleeps.)
+    let inbox = &shared.slots[ctx.index].inbox;
+    if !inbox.is_empty() {
+        if let Some(fiber) = inbox.pop() {
+            return Some(fiber);
+        }
     }
-    if let Some(fiber) = shared.slots[ctx.index].inbox.pop() {
+    if let Some(fiber) = ctx.yielded.pop() {
         return Some(fiber);
     }
     if let Some(fiber) = shared.global.pop() {
