@@ -1021,10 +1021,15 @@ pub trait CancelScope: Send + Sync + std::any::Any {
     /// scope). The default does nothing.
     fn cancel(&self) {}
 
-    /// The fiber whose root scope this is has finished its body (`panicked`
-    /// says how), called on that fiber. The default does nothing.
-    fn fiber_finished(self: Arc<Self>, panicked: bool) {
-        let _ = panicked;
+    /// The fiber whose root scope this is has finished its body, called on
+    /// that fiber: `panicked` if it panicked, `cancelled` if the fiber saw a
+    /// cancellation (its task's, this scope's, or its runtime's shutdown).
+    /// Returns whether the scope ended cancelled (`None`: not ended yet);
+    /// the fiber's `JoinHandle` reports the same. The default ends nothing
+    /// and returns `None`.
+    fn fiber_finished(self: Arc<Self>, panicked: bool, cancelled: bool) -> Option<bool> {
+        let _ = (panicked, cancelled);
+        None
     }
 }
 

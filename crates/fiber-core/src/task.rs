@@ -21,7 +21,9 @@ pub(crate) trait TaskControl: Send + Sync {
     /// `Some(true)` if the task was already cancelled (the caller cancels
     /// the scope itself), `None` if this kind of task takes no root scope.
     fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> Option<bool>;
-    /// Take the root scope back (the fiber's body has ended).
+    /// The fiber's body has ended: close the task to cancellation (a later
+    /// `JoinHandle::cancel` is a no-op, so the outcome decided from here on
+    /// stands) and to new root scopes, and take the root scope back.
     fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>>;
     /// Does `install_root_scope` accept a scope (`Some`) for this task?
     fn takes_root_scope(&self) -> bool {
@@ -189,6 +191,9 @@ struct Joiners {
     waiters: Vec<Waiter>,
     /// The fiber's root job, once a layer made one (see `install_root_scope`).
     root_scope: Option<Arc<dyn crate::CancelScope>>,
+    /// The body has ended (`take_root_scope`): the cancel flag is final and
+    /// no root scope is installed any more.
+    closed: bool,
 }
 
 /// The block shared by a spawned fiber and its [`JoinHandle`].
@@ -230,12 +235,23 @@ impl<T: Send> TaskControl for Task<T> {
 
     fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> Option<bool> {
         let mut joiners = lock(&self.joiners);
+        if joiners.closed {
+            // The body has ended (a fiber-local destructor asking for its
+            // job): a root job made now would never hear the end.
+            return None;
+        }
         joiners.root_scope = Some(scope);
         Some(self.cancel.load(Ordering::Relaxed))
     }
 
     fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>> {
-        lock(&self.joiners).root_scope.take()
+        let mut joiners = lock(&self.joiners);
+        joiners.closed = true;
+        joiners.root_scope.take()
+    }
+
+    fn takes_root_scope(&self) -> bool {
+        !lock(&self.joiners).closed
     }
 }
 
@@ -283,8 +299,11 @@ impl<T: Send> Task<T> {
     fn request_cancel(&self) {
         let root_scope = {
             let joiners = lock(&self.joiners);
-            if joiners.finished {
-                // Cancelling a finished task is a no-op: it keeps its outcome.
+            if joiners.finished || joiners.closed {
+                // Cancelling a finished task is a no-op: it keeps its
+                // outcome. So is cancelling one whose body has ended: its
+                // outcome (and its root job's) is being decided from the
+                // flag as it was then.
                 return;
             }
             self.cancel.store(true, Ordering::Relaxed);
@@ -579,6 +598,7 @@ where
             detached: false,
             waiters: Vec::new(),
             root_scope: None,
+            closed: false,
         }),
         result: UnsafeCell::new(None),
         park: crate::park::ParkToken::default(),
@@ -607,19 +627,34 @@ where
             return Exit::Cancelled;
         }
         let outcome = catch_unwind(AssertUnwindSafe(f));
+        // Closed: from here a `JoinHandle::cancel` is a no-op, so the flag
+        // read below is the one the outcome is decided from.
+        let root = completion.task.take_root_scope();
         // SAFETY: as above. A fiber whose task or job was cancelled before
         // its closure returned ends cancelled (its value is dropped), and so
         // does one still running when its runtime began to shut down.
-        let cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).is_cancel_requested() };
-        // The fiber's root job learns how the body ended, on the fiber.
-        if let Some(root) = completion.task.take_root_scope() {
-            let panicked = outcome.is_err();
-            drop_quietly(catch_unwind(AssertUnwindSafe(move || root.fiber_finished(panicked))));
+        let mut cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).is_cancel_requested() };
+        // The fiber's root job learns how the body ended, on the fiber; the
+        // handle reports what the job ended as (a cancel of the job itself
+        // may still land before it ends), so the two always agree. Torn
+        // down by shutdown is a cancellation, not a panic.
+        if let Some(root) = root {
+            let teardown = matches!(&outcome, Err(p) if crate::fiber::is_shutdown_unwind(&**p));
+            let panicked = outcome.is_err() && !teardown;
+            let cancelled = cancel_seen || teardown;
+            if let Ok(Some(ended_cancelled)) =
+                catch_unwind(AssertUnwindSafe(move || root.fiber_finished(panicked, cancelled)))
+            {
+                cancel_seen = ended_cancelled;
+            }
         }
         // Fiber-locals and the job the fiber ran in die with the body, on
-        // the fiber's own stack.
+        // the fiber's own stack. The job is taken out first: a fiber-local
+        // destructor runs with no job (as a scoped child's do), and no root
+        // job is made for it (the task is closed).
+        let scope = crate::fiber::swap_cancel_scope(None);
         let _ = catch_unwind(crate::fiber::drop_fiber_locals);
-        drop_quietly(crate::fiber::swap_cancel_scope(None));
+        drop_quietly(scope);
         match outcome {
             Ok(value) if cancel_seen => {
                 // The value of a fiber that acknowledged its cancellation is

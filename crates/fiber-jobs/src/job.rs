@@ -905,6 +905,27 @@ impl Waitable for Children<'_> {
     }
 }
 
+impl JobCore {
+    /// End a fiber's root job with its body (`CancelScope::fiber_finished`):
+    /// failed if it `panicked`, cancelled if the fiber saw a cancellation,
+    /// otherwise completed. Returns whether it ended cancelled, read after
+    /// `body_done` (a racing `Job::cancel` lands before it or not at all),
+    /// or `None` while a child still runs.
+    pub(crate) fn end_as_root(self: &Arc<Self>, panicked: bool, cancelled: bool) -> Option<bool> {
+        if panicked {
+            self.fail(Failure::Panic(Arc::new(Mutex::new(None))), CancelReason::Cancelled);
+        } else if cancelled {
+            self.cancel(CancelReason::Cancelled);
+        }
+        self.body_done();
+        match self.state() {
+            JobState::Cancelled => Some(true),
+            JobState::Completed | JobState::Failed => Some(false),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(not(loom))]
 impl fiber_core::CancelScope for JobCore {
     /// Cancelled, or past a `with_timeout` deadline: a body that only polls
@@ -923,21 +944,15 @@ impl fiber_core::CancelScope for JobCore {
     }
 
     /// The root job of a fiber ends with its body: failed if it panicked,
-    /// cancelled if the fiber was cancelled from outside the job (its
-    /// runtime shutting down, its task cancelled), as its `JoinHandle`
-    /// reports, otherwise completed.
-    fn fiber_finished(self: Arc<Self>, panicked: bool) {
-        // Read on the fiber, while this job is still its scope.
-        let cancelled = fiber_core::is_cancel_requested();
+    /// cancelled if the fiber was cancelled (its task, this job, or its
+    /// runtime shutting down), otherwise completed. Its final state is what
+    /// the fiber's `JoinHandle` reports: a cancel of this job that lands
+    /// before `body_done` makes it CANCELLED, and the handle follows.
+    fn fiber_finished(self: Arc<Self>, panicked: bool, cancelled: bool) -> Option<bool> {
         if let Some(me) = fiber_core::current_id() {
             self.remove_fiber(me);
         }
-        if panicked {
-            self.fail(Failure::Panic(Arc::new(Mutex::new(None))), CancelReason::Cancelled);
-        } else if cancelled {
-            self.cancel(CancelReason::Cancelled);
-        }
-        self.body_done();
+        self.end_as_root(panicked, cancelled)
     }
 }
 

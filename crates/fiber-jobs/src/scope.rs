@@ -609,8 +609,17 @@ fn open_scope(kind: Kind) -> Arc<JobCore> {
 /// re-raise a panic (the body's, or a child's) or report an error.
 #[track_caller]
 fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T, Option<Box<dyn Any + Send>>> {
+    let mut teardown = None;
     let body = match body {
         Ok(v) => Some(v),
+        Err(payload) if fiber_core::is_shutdown_unwind(&*payload) => {
+            // The runtime is tearing this fiber down: the scope is
+            // cancelled (shutdown is a cancellation, not a failure), and
+            // the unwind goes on once the children have ended.
+            job.cancel(CancelReason::Cancelled);
+            teardown = Some(payload);
+            None
+        }
         Err(payload) => {
             let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
             job.fail(Failure::Panic(shared), CancelReason::Cancelled);
@@ -619,6 +628,11 @@ fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T,
     };
     job.join_children();
     job.body_done();
+    if let Some(payload) = teardown {
+        // A child's failure, if any, is dropped with the job.
+        drop(job.take_failure());
+        resume_unwind(payload);
+    }
     match job.take_failure() {
         Some(Failure::Panic(shared)) => {
             let payload = lock(&shared).take();

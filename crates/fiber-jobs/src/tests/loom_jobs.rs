@@ -96,3 +96,26 @@ fn loom_job_cancel_reaches_a_parking_fiber() {
         }
     });
 }
+
+/// A fiber's root job ends while `Job::cancel` races it: what
+/// `end_as_root` (`fiber_finished`) reports (and the fiber's `JoinHandle` then says) is the
+/// job's final state. Reporting the reading taken before `body_done` (the
+/// fiber's own "was I cancelled") lets the handle say completed while the
+/// job ends CANCELLED.
+#[test]
+fn loom_root_job_end_is_what_the_handle_reports() {
+    loom::model(|| {
+        let job = JobCore::new(None, false, false);
+        let canceller = {
+            let job = job.clone();
+            thread::spawn(move || job.cancel(CancelReason::Cancelled))
+        };
+        let reported = job.end_as_root(false, false);
+        canceller.join().unwrap();
+        assert_eq!(
+            reported,
+            Some(job.state() == JobState::Cancelled),
+            "the handle would report another outcome than the job's"
+        );
+    });
+}
