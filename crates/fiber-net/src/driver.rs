@@ -193,7 +193,10 @@ impl fiber_core::IoPoll for WorkerPoll {
                 let hup = bits & libc::EPOLLHUP != 0;
                 let read = bits & (libc::EPOLLIN | libc::EPOLLPRI | libc::EPOLLRDHUP) != 0 || hup || error;
                 let write = bits & libc::EPOLLOUT != 0 || hup || error;
-                let read_closed = bits & libc::EPOLLRDHUP != 0 || hup || error;
+                // Urgent data (`EPOLLPRI`) also ends the short-read
+                // shortcut: a read stops at the urgent mark with more
+                // queued behind it (`Readiness::note_read_closed`).
+                let read_closed = bits & (libc::EPOLLRDHUP | libc::EPOLLPRI) != 0 || hup || error;
                 if let Some(readiness) = table.get(Token(event.u64 as usize)) {
                     batch.push((readiness.clone(), read, write, read_closed));
                 }
@@ -354,7 +357,11 @@ fn run(mut poll: Poll) {
                     let error = event.is_error();
                     let read = event.is_readable() || event.is_read_closed() || error;
                     let write = event.is_writable() || event.is_write_closed() || error;
-                    batch.push((readiness.clone(), read, write, event.is_read_closed() || error));
+                    // Urgent data ends the short-read shortcut too (as
+                    // in `harvest`).
+                    let no_skip = event.is_read_closed() || event.is_priority() || error;
+                    let read = read || event.is_priority();
+                    batch.push((readiness.clone(), read, write, no_skip));
                 }
             }
         }
@@ -377,15 +384,19 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
-    /// Register `source` for both directions, edge-triggered.
+    /// Register `source` for both directions, edge-triggered, and for
+    /// urgent data (`EPOLLPRI`: a TCP read stops short at the urgent mark
+    /// although more data is queued, which the short-read shortcut must
+    /// know; spec/net.md section 4a).
     pub(crate) fn new(source: &mut impl Source) -> io::Result<Registration> {
         let driver = driver()?;
         let readiness = Arc::new(Readiness::new());
         let token = lock(&driver.table).insert(readiness.clone());
-        if let Err(e) = driver
-            .registry
-            .register(source, token, Interest::READABLE | Interest::WRITABLE)
-        {
+        if let Err(e) = driver.registry.register(
+            source,
+            token,
+            Interest::READABLE | Interest::WRITABLE | Interest::PRIORITY,
+        ) {
             lock(&driver.table).remove(token);
             return Err(e);
         }

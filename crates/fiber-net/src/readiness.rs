@@ -155,8 +155,9 @@ pub(crate) struct Readiness {
     read_drained: AtomicUsize,
     /// An event reported the read side closed (end of stream, hang-up or
     /// error): a read returns at once from now on, so a short read no
-    /// longer means the next one would block. Set before the sequence bump
-    /// of that event.
+    /// longer means the next one would block. Also set by urgent data
+    /// (`EPOLLPRI`): a read stops short at the urgent mark with more data
+    /// queued. Set before the sequence bump of that event.
     read_closed: AtomicBool,
     waiters: Mutex<[Slot; 2]>,
     /// The socket's addresses as the fiber dump shows them, computed at
@@ -209,7 +210,8 @@ impl Readiness {
     }
 
     /// The poller saw the read side closed (`EPOLLRDHUP`, `EPOLLHUP` or
-    /// `EPOLLERR`); called before the event's `set_ready`, whose Release
+    /// `EPOLLERR`) or urgent data (`EPOLLPRI`); called before the event's
+    /// `set_ready`, whose Release
     /// bump publishes it to a reader that sees the new sequence.
     pub(crate) fn note_read_closed(&self) {
         // Relaxed: ordered before the Release bump of `set_ready` that

@@ -133,6 +133,12 @@ impl<S: Source + Describe> Io<S> {
         }
     }
 
+    /// Is another handle (made by `try_clone`) sharing this socket? The
+    /// socket's non-blocking mode belongs to it, not to one handle.
+    pub(crate) fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.settings) > 1
+    }
+
     /// Deregister and hand back the source.
     pub(crate) fn into_inner(mut self) -> S {
         let mut source = self.source.take().expect("into_inner runs once");

@@ -106,6 +106,9 @@ impl TcpListener {
     }
 
     /// Adopt a std listener (switched to non-blocking mode internally).
+    /// Non-blocking mode belongs to the socket, not to one handle: a std
+    /// handle cloned from it before (`try_clone`) is non-blocking from now
+    /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(listener: net::TcpListener) -> io::Result<TcpListener> {
         listener.set_nonblocking(true)?;
         Ok(TcpListener {
@@ -114,9 +117,18 @@ impl TcpListener {
     }
 
     /// Back to a std listener, in blocking mode.
+    ///
+    /// Unless a handle made from this one with `try_clone` is still open:
+    /// blocking mode belongs to the socket, which the handles share, and
+    /// it would make their calls block the thread instead of parking the
+    /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
+    /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::TcpListener> {
+        let shared = self.io.is_shared();
         let listener = net::TcpListener::from(self.io.into_inner());
-        listener.set_nonblocking(false)?;
+        if !shared {
+            listener.set_nonblocking(false)?;
+        }
         Ok(listener)
     }
 }
@@ -314,6 +326,9 @@ impl TcpStream {
 
     /// Adopt a std stream (switched to non-blocking mode internally). The
     /// stream should be connected.
+    /// Non-blocking mode belongs to the socket, not to one handle: a std
+    /// handle cloned from it before (`try_clone`) is non-blocking from now
+    /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(stream: net::TcpStream) -> io::Result<TcpStream> {
         stream.set_nonblocking(true)?;
         Ok(TcpStream {
@@ -323,9 +338,18 @@ impl TcpStream {
 
     /// Back to a std stream, in blocking mode (the timeouts set here are
     /// not carried over).
+    ///
+    /// Unless a handle made from this one with `try_clone` is still open:
+    /// blocking mode belongs to the socket, which the handles share, and
+    /// it would make their calls block the thread instead of parking the
+    /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
+    /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::TcpStream> {
+        let shared = self.io.is_shared();
         let stream = net::TcpStream::from(self.io.into_inner());
-        stream.set_nonblocking(false)?;
+        if !shared {
+            stream.set_nonblocking(false)?;
+        }
         Ok(stream)
     }
 }

@@ -201,6 +201,9 @@ impl UdpSocket {
     }
 
     /// Adopt a std socket (switched to non-blocking mode internally).
+    /// Non-blocking mode belongs to the socket, not to one handle: a std
+    /// handle cloned from it before (`try_clone`) is non-blocking from now
+    /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(socket: net::UdpSocket) -> io::Result<UdpSocket> {
         socket.set_nonblocking(true)?;
         Ok(UdpSocket {
@@ -209,9 +212,18 @@ impl UdpSocket {
     }
 
     /// Back to a std socket, in blocking mode.
+    ///
+    /// Unless a handle made from this one with `try_clone` is still open:
+    /// blocking mode belongs to the socket, which the handles share, and
+    /// it would make their calls block the thread instead of parking the
+    /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
+    /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::UdpSocket> {
+        let shared = self.io.is_shared();
         let socket = net::UdpSocket::from(self.io.into_inner());
-        socket.set_nonblocking(false)?;
+        if !shared {
+            socket.set_nonblocking(false)?;
+        }
         Ok(socket)
     }
 }

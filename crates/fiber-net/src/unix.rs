@@ -93,6 +93,9 @@ impl UnixListener {
     }
 
     /// Adopt a std listener.
+    /// Non-blocking mode belongs to the socket, not to one handle: a std
+    /// handle cloned from it before (`try_clone`) is non-blocking from now
+    /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(listener: net::UnixListener) -> io::Result<UnixListener> {
         listener.set_nonblocking(true)?;
         Ok(UnixListener {
@@ -101,9 +104,18 @@ impl UnixListener {
     }
 
     /// Back to a std listener, in blocking mode.
+    ///
+    /// Unless a handle made from this one with `try_clone` is still open:
+    /// blocking mode belongs to the socket, which the handles share, and
+    /// it would make their calls block the thread instead of parking the
+    /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
+    /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::UnixListener> {
+        let shared = self.io.is_shared();
         let listener = net::UnixListener::from(self.io.into_inner());
-        listener.set_nonblocking(false)?;
+        if !shared {
+            listener.set_nonblocking(false)?;
+        }
         Ok(listener)
     }
 }
@@ -213,6 +225,9 @@ impl UnixStream {
     }
 
     /// Adopt a std stream.
+    /// Non-blocking mode belongs to the socket, not to one handle: a std
+    /// handle cloned from it before (`try_clone`) is non-blocking from now
+    /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(stream: net::UnixStream) -> io::Result<UnixStream> {
         stream.set_nonblocking(true)?;
         Ok(UnixStream {
@@ -221,9 +236,18 @@ impl UnixStream {
     }
 
     /// Back to a std stream, in blocking mode.
+    ///
+    /// Unless a handle made from this one with `try_clone` is still open:
+    /// blocking mode belongs to the socket, which the handles share, and
+    /// it would make their calls block the thread instead of parking the
+    /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
+    /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::UnixStream> {
+        let shared = self.io.is_shared();
         let stream = net::UnixStream::from(self.io.into_inner());
-        stream.set_nonblocking(false)?;
+        if !shared {
+            stream.set_nonblocking(false)?;
+        }
         Ok(stream)
     }
 }
@@ -371,6 +395,9 @@ impl UnixDatagram {
     }
 
     /// Adopt a std socket.
+    /// Non-blocking mode belongs to the socket, not to one handle: a std
+    /// handle cloned from it before (`try_clone`) is non-blocking from now
+    /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(socket: net::UnixDatagram) -> io::Result<UnixDatagram> {
         socket.set_nonblocking(true)?;
         Ok(UnixDatagram {
@@ -379,9 +406,18 @@ impl UnixDatagram {
     }
 
     /// Back to a std socket, in blocking mode.
+    ///
+    /// Unless a handle made from this one with `try_clone` is still open:
+    /// blocking mode belongs to the socket, which the handles share, and
+    /// it would make their calls block the thread instead of parking the
+    /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
+    /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::UnixDatagram> {
+        let shared = self.io.is_shared();
         let socket = net::UnixDatagram::from(self.io.into_inner());
-        socket.set_nonblocking(false)?;
+        if !shared {
+            socket.set_nonblocking(false)?;
+        }
         Ok(socket)
     }
 }

@@ -1,0 +1,170 @@
+//! Adversarial: `fiber::net` against std on edges of the socket API.
+//! TCP urgent data: Linux stops a read at the urgent mark with more data
+//! queued, so "a short read drained the socket" must not park the next
+//! read (std returns the bytes behind the mark). `into_std` of one handle
+//! while a `try_clone` of it is open: the clone keeps parking (its read
+//! timeout works, its worker is not blocked in the kernel).
+
+use fiber::net::{TcpListener, TcpStream};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{ms, rt, within};
+
+fn rt_n(workers: usize) -> fiber::Runtime {
+    fiber::Runtime::builder()
+        .workers(workers)
+        .max_workers(workers)
+        .shutdown_timeout(ms(500))
+        .build()
+        .unwrap()
+}
+
+fn tcp_pair() -> (TcpStream, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = TcpStream::connect(addr).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    (client, server)
+}
+
+extern "C" {
+    fn send(fd: i32, buf: *const u8, len: usize, flags: i32) -> isize;
+}
+const MSG_OOB: i32 = 1;
+
+/// Send "abc", one urgent byte, "def"; read twice after it all arrived.
+fn oob_body() -> Vec<u8> {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sender = std::thread::spawn(move || {
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        (&s).write_all(b"abc").unwrap();
+        // SAFETY: valid fd and a 1-byte buffer.
+        let n = unsafe { send(s.as_raw_fd(), b"X".as_ptr(), 1, MSG_OOB) };
+        assert_eq!(n, 1);
+        (&s).write_all(b"def").unwrap();
+        std::thread::sleep(ms(3000));
+        drop(s);
+    });
+    let (mut conn, _) = listener.accept().unwrap();
+    // Let everything arrive and the readiness event be delivered.
+    std::thread::sleep(ms(300));
+    conn.set_read_timeout(Some(ms(1500))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    // Two reads: std gives "abc" then "def" (both already queued).
+    for _ in 0..2 {
+        match conn.read(&mut buf) {
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!(
+                "read after {:?} failed: {e} ({:?}); std returns the queued bytes",
+                String::from_utf8_lossy(&got),
+                e.kind()
+            ),
+        }
+    }
+    sender.join().unwrap();
+    got
+}
+
+#[test]
+fn oob_reference_std() {
+    within(20, || {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sender = std::thread::spawn(move || {
+            let s = std::net::TcpStream::connect(addr).unwrap();
+            (&s).write_all(b"abc").unwrap();
+            // SAFETY: valid fd and a 1-byte buffer.
+            unsafe { send(s.as_raw_fd(), b"X".as_ptr(), 1, MSG_OOB) };
+            (&s).write_all(b"def").unwrap();
+            std::thread::sleep(ms(3000));
+        });
+        let (mut conn, _) = listener.accept().unwrap();
+        std::thread::sleep(ms(300));
+        conn.set_read_timeout(Some(ms(1500))).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        for _ in 0..2 {
+            let n = conn.read(&mut buf).unwrap();
+            got.extend_from_slice(&buf[..n]);
+        }
+        sender.join().unwrap();
+        assert_eq!(got, b"abcdef");
+    });
+}
+
+#[test]
+fn oob_short_read_then_queued_data_on_a_thread() {
+    let got = within(20, oob_body);
+    assert_eq!(got, b"abcdef");
+}
+
+#[test]
+fn oob_short_read_then_queued_data_in_a_fiber() {
+    let got = within(20, || rt().block_on(oob_body));
+    assert_eq!(got, b"abcdef");
+}
+
+#[test]
+fn into_std_of_the_original_leaves_a_clone_with_working_timeouts() {
+    within(20, || {
+        rt().block_on(|| {
+            let (client, _server) = tcp_pair();
+            let clone = client.try_clone().unwrap();
+            let std_stream = client.into_std().unwrap();
+            clone.set_read_timeout(Some(ms(200))).unwrap();
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                let r = (&clone).read(&mut [0u8; 8]);
+                let _ = tx.send((r.map_err(|e| e.kind()), start.elapsed()));
+                drop(clone);
+            });
+            let (r, took) = rx
+                .recv_timeout(Duration::from_secs(5))
+                .expect("the clone's read with a 200 ms timeout was still blocked after 5 s");
+            assert_eq!(r, Err(ErrorKind::WouldBlock));
+            assert!(took < Duration::from_secs(2), "{took:?}");
+            drop(std_stream);
+        })
+    });
+}
+
+#[test]
+fn into_std_of_the_original_makes_a_clone_block_its_worker() {
+    within(20, || {
+        let rt = rt_n(1);
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let h = rt.handle();
+        std::thread::spawn(move || {
+            let r = h.block_on(|| {
+                let (client, _server) = tcp_pair();
+                let clone = client.try_clone().unwrap();
+                let _std_stream = client.into_std().unwrap();
+                clone.set_read_timeout(Some(ms(200))).unwrap();
+                let ticker = fiber::spawn(move || {
+                    fiber::sleep(ms(50)).unwrap();
+                    tx.send(()).unwrap();
+                });
+                let r = (&clone).read(&mut [0u8; 8]).map_err(|e| e.kind());
+                ticker.join().unwrap();
+                r
+            });
+            let _ = done_tx.send(r);
+        });
+        let ticked = rx.recv_timeout(Duration::from_secs(3)).is_ok();
+        let r = done_rx.recv_timeout(Duration::from_secs(3));
+        assert!(
+            ticked,
+            "another fiber never ran: the worker is blocked in the clone's read ({r:?})"
+        );
+        assert_eq!(r.unwrap(), Err(ErrorKind::WouldBlock));
+        std::mem::forget(rt);
+    });
+}
