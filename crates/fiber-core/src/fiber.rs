@@ -564,6 +564,17 @@ impl Fiber {
         self.task.with(|t| unsafe { (*t).clone() })
     }
 
+    /// The task of a fiber that teardown abandoned.
+    ///
+    /// # Safety
+    ///
+    /// The fiber is abandoned and not running: nothing writes its task
+    /// slot any more (only the running fiber and `prepare` do).
+    pub(crate) unsafe fn abandoned_task(&self) -> Option<Arc<dyn TaskControl>> {
+        // SAFETY: see the function's contract.
+        self.task.with(|t| unsafe { (*t).clone() })
+    }
+
     /// Record that a cancellable wait returned `Cancelled`.
     ///
     /// # Safety

@@ -501,10 +501,20 @@ impl FramePool {
                 idle_rounds = 0;
             }
         }
+        let mut abandoned = Vec::new();
         for frame in lock(&self.all).iter() {
             if frame.is_abandoned() {
                 report.note_abandoned(frame.id(), frame.spawned_at());
+                // SAFETY: abandoned, so never resumed again (the workers
+                // have stopped and teardown skips it): nobody writes its
+                // task slot.
+                abandoned.extend(unsafe { frame.abandoned_task() });
             }
+        }
+        // Its joiners learn it ended cancelled (outside the pool's lock:
+        // a wake may schedule a joiner).
+        for task in abandoned {
+            task.abandon();
         }
         if cfg!(panic = "abort") && report.abandoned > 0 {
             eprintln!(

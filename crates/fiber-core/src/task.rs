@@ -29,6 +29,11 @@ pub(crate) trait TaskControl: Send + Sync {
     fn takes_root_scope(&self) -> bool {
         true
     }
+    /// The fiber was abandoned at teardown (parked on a wait nothing will
+    /// complete in time, such as a `blocking` call that outlived the grace
+    /// time): it will never finish, so release its joiners now. The
+    /// default does nothing (a layer that spawned it carries its outcome).
+    fn abandon(&self) {}
 }
 
 /// Why a join did not produce the fiber's value.
@@ -250,6 +255,31 @@ impl<T: Send> TaskControl for Task<T> {
         joiners.root_scope.take()
     }
 
+    fn abandon(&self) {
+        let waiters = {
+            let mut joiners = lock(&self.joiners);
+            if joiners.finished {
+                return;
+            }
+            if !joiners.detached {
+                // SAFETY: `finished` is false, so nobody has written the
+                // result; the fiber never runs again (abandoned), and if it
+                // did, its `complete` sees `finished` under this lock and
+                // keeps its outcome. The handle reads only after `finished`.
+                self.result
+                    .with_mut(|r| unsafe { *r = Some(Err(JoinError::cancelled(self.id))) });
+            }
+            joiners.finished = true;
+            joiners.closed = true;
+            // Release: as in `complete`.
+            self.finished.store(true, Ordering::Release);
+            std::mem::take(&mut joiners.waiters)
+        };
+        for waiter in &waiters {
+            fiber_wake(waiter);
+        }
+    }
+
     fn takes_root_scope(&self) -> bool {
         !lock(&self.joiners).closed
     }
@@ -264,6 +294,11 @@ impl<T: Send> Task<T> {
         let mut unwanted = None;
         let waiters = {
             let mut joiners = lock(&self.joiners);
+            if joiners.finished {
+                // Abandoned at a teardown (`abandon`) and resumed after
+                // all: the joiners already have their answer.
+                return outcome;
+            }
             // The outcome is decided here, under the lock that a cancel
             // request takes too: a task cancelled before this point ends
             // cancelled even if its closure returned a value (the value goes

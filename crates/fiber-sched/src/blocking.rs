@@ -43,12 +43,26 @@ struct PoolState {
 }
 
 struct Pool {
+    /// The runtime whose calls this pool runs.
+    runtime_id: usize,
     /// Calls submitted and not yet completed (diagnostics: Relaxed).
     in_flight: std::sync::atomic::AtomicUsize,
     state: Mutex<PoolState>,
     work: Condvar,
     cap: usize,
     name: String,
+}
+
+std::thread_local! {
+    /// On a blocking-pool thread: the id of the runtime it serves (0 on
+    /// any other thread; runtime ids start at 1).
+    static POOL_THREAD_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Is this thread one of runtime `runtime_id`'s blocking-pool threads? A
+/// fiber of that runtime may be parked waiting for the call it runs.
+pub(crate) fn on_pool_thread_of(runtime_id: usize) -> bool {
+    POOL_THREAD_OF.try_with(|id| id.get() == runtime_id).unwrap_or(false)
 }
 
 /// Pools by runtime id, held weakly.
@@ -65,6 +79,7 @@ fn pool_for(shared: &Shared) -> Arc<Pool> {
         return pool;
     }
     let pool = Arc::new(Pool {
+        runtime_id: shared.id,
         in_flight: std::sync::atomic::AtomicUsize::new(0),
         state: Mutex::new(PoolState::default()),
         work: Condvar::new(),
@@ -133,6 +148,7 @@ impl Pool {
     }
 
     fn run(self: Arc<Self>, first: Arc<std::sync::Mutex<Option<Job>>>) {
+        POOL_THREAD_OF.with(|id| id.set(self.runtime_id));
         let first = first.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(job) = first {
             job();
@@ -312,6 +328,7 @@ mod tests {
     #[test]
     fn an_idle_thread_serves_one_queued_job() {
         let pool = Arc::new(Pool {
+            runtime_id: usize::MAX,
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             state: Mutex::new(PoolState::default()),
             work: Condvar::new(),

@@ -319,7 +319,10 @@ impl Runtime {
         if self.monitor.is_none() {
             return;
         }
-        if on_worker_of(self.shared.id) {
+        // A blocking-pool thread of this runtime is the same case: the
+        // fiber that waits for its call is one of the fibers the shutdown
+        // would wait for.
+        if on_worker_of(self.shared.id) || crate::blocking::on_pool_thread_of(self.shared.id) {
             let rest = Runtime {
                 shared: self.shared.clone(),
                 monitor: self.monitor.take(),
@@ -333,8 +336,9 @@ impl Runtime {
                 .is_ok();
             if !std::thread::panicking() {
                 panic!(
-                    "a fiber runtime was dropped (or shut down) from inside one of its own fibers; a runtime \
-                     cannot wait for itself: shut it down from the thread that created it{}",
+                    "a fiber runtime was dropped (or shut down) from inside one of its own fibers (or one of \
+                     its fiber::blocking calls); a runtime cannot wait for itself: shut it down from the \
+                     thread that created it{}",
                     if handed_off {
                         " (its shutdown goes on, on a thread of its own)"
                     } else {
@@ -361,7 +365,10 @@ impl Runtime {
             // Fibers parked on waits that cancellation does not end (a
             // scope waiting for its children, a lock) make no progress on
             // their own: once every live fiber is parked for a while, go on.
-            if shared.pool.all_parked() {
+            // Not while a `blocking` call is in flight: its fiber resumes
+            // when the call returns, and what waits for it (a lock it
+            // holds, a join) with it, so the grace time is theirs too.
+            if shared.pool.all_parked() && crate::blocking::in_flight(shared.id) == 0 {
                 let since = *all_parked_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= ALL_PARKED_GRACE {
                     break;

@@ -1,0 +1,277 @@
+//! Adversarial: shutdown while fibers are inside `fiber::blocking`. The
+//! README gives cancelled fibers a grace time (`shutdown_timeout`) to
+//! return; a fiber waiting for a blocking call, and what waits for it (a
+//! lock it holds, a join, `block_on`), gets that grace time instead of
+//! being abandoned after 50 ms because "every fiber is parked". A fiber
+//! abandoned anyway (its call outlived the grace time) releases its
+//! joiners with a cancellation. Dropping a runtime from one of its own
+//! blocking-pool threads is refused like dropping it from its own fiber.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{in_child, ms, panic_message, within};
+
+/// README: at shutdown fibers "get a grace time (`shutdown_timeout`, 5 s) to
+/// return; what is left is unwound". A fiber whose cleanup waits for a lock
+/// held by a fiber that is inside a `fiber::blocking` call (both parked, but
+/// the blocking call makes progress on its own) must be allowed to finish
+/// its cleanup well within the grace time.
+#[test]
+fn shutdown_grace_is_not_cut_short_while_a_blocking_call_is_in_flight() {
+    within(40, || {
+        let rt = fiber::Runtime::builder()
+            .workers(2)
+            .shutdown_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let lock = Arc::new(fiber::sync::Mutex::new(0u32));
+        let cleaned = Arc::new(AtomicBool::new(false));
+        let flushed = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let lock = lock.clone();
+            let flushed = flushed.clone();
+            let tx = tx.clone();
+            // The flusher: on cancellation, holds the lock across a 300 ms
+            // blocking write.
+            rt.spawn(move || {
+                let _ = tx.send(());
+                let _ = fiber::sleep(Duration::MAX);
+                let mut g = lock.lock().unwrap();
+                fiber::blocking(|| std::thread::sleep(ms(300)));
+                *g += 1;
+                flushed.store(true, Ordering::SeqCst);
+            });
+        }
+        {
+            let lock = lock.clone();
+            let cleaned = cleaned.clone();
+            rt.spawn(move || {
+                let _ = tx.send(());
+                let _ = fiber::sleep(Duration::MAX);
+                // Let the flusher take the lock first.
+                std::thread::sleep(ms(20));
+                let g = lock.lock().unwrap();
+                assert_eq!(*g, 1);
+                cleaned.store(true, Ordering::SeqCst);
+            });
+        }
+        rx.recv().unwrap();
+        rx.recv().unwrap();
+        std::thread::sleep(ms(50));
+        let t = Instant::now();
+        drop(rt);
+        let took = t.elapsed();
+        eprintln!(
+            "PROBE grace: flushed={} cleaned={} shutdown took {took:?}",
+            flushed.load(Ordering::SeqCst),
+            cleaned.load(Ordering::SeqCst)
+        );
+        assert!(
+            flushed.load(Ordering::SeqCst),
+            "the flusher's blocking write was cut short"
+        );
+        assert!(
+            cleaned.load(Ordering::SeqCst),
+            "the second fiber's cleanup was unwound after ~50 ms although the grace time is 10 s and \
+             the lock would be released after 300 ms (shutdown took {took:?})"
+        );
+    })
+}
+
+/// Simplest form: a fiber whose cleanup is a blocking call followed by more
+/// cleanup code runs that cleanup on a worker within the grace time.
+#[test]
+fn a_cleanup_blocking_call_within_the_grace_time_completes_on_a_worker() {
+    within(40, || {
+        let rt = fiber::Runtime::builder()
+            .workers(1)
+            .thread_name("probe-w")
+            .shutdown_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let where_ = Arc::new(Mutex::new(String::new()));
+        let w = where_.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.spawn(move || {
+            let _ = tx.send(());
+            let _ = fiber::sleep(Duration::MAX);
+            fiber::blocking(|| std::thread::sleep(ms(200)));
+            fiber::blocking(|| std::thread::sleep(ms(200)));
+            *w.lock().unwrap() = std::thread::current().name().unwrap_or("?").to_string();
+        });
+        rx.recv().unwrap();
+        std::thread::sleep(ms(20));
+        drop(rt);
+        let at = where_.lock().unwrap().clone();
+        eprintln!("PROBE cleanup ran on: {at:?}");
+        assert!(
+            at.starts_with("probe-w"),
+            "cleanup did not run on a worker (ran on {at:?}): the grace time was cut short"
+        );
+    })
+}
+
+/// adversarial_handles.rs establishes that a plain thread in
+/// `Handle::block_on` returns (with a panic) when the runtime is dropped.
+/// The same with the root fiber inside a short `fiber::blocking` call: the
+/// call ends after 300 ms, so `block_on` must return soon after, not hang.
+#[test]
+fn block_on_returns_when_the_runtime_is_dropped_during_a_blocking_call() {
+    in_child(
+        "block_on_returns_when_the_runtime_is_dropped_during_a_blocking_call",
+        40,
+        || {
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .shutdown_timeout(Duration::from_secs(5))
+                .build()
+                .unwrap();
+            let handle = rt.handle();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (in_tx, in_rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    handle.block_on(move || {
+                        fiber::blocking(move || {
+                            in_tx.send(()).unwrap();
+                            std::thread::sleep(ms(300));
+                        });
+                        "returned"
+                    })
+                }));
+                let _ = tx.send(r.map_err(|p| {
+                    p.downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                }));
+            });
+            in_rx.recv().unwrap();
+            let t = Instant::now();
+            drop(rt);
+            eprintln!("PROBE drop took {:?}", t.elapsed());
+            match rx.recv_timeout(Duration::from_secs(15)) {
+                Ok(r) => eprintln!("PROBE block_on ended: {r:?}"),
+                Err(_) => panic!(
+                    "hang: Handle::block_on never returned after the runtime was dropped while its root \
+                     fiber was in a 300 ms fiber::blocking call"
+                ),
+            }
+        },
+    );
+}
+
+/// A plain thread joining a fiber that is inside a short `fiber::blocking`
+/// call when the runtime is dropped: the join must end (Ok or an error).
+#[test]
+fn join_from_a_thread_ends_when_the_runtime_is_dropped_during_a_blocking_call() {
+    in_child(
+        "join_from_a_thread_ends_when_the_runtime_is_dropped_during_a_blocking_call",
+        40,
+        || {
+            let rt = fiber::Runtime::builder().workers(2).build().unwrap();
+            let (in_tx, in_rx) = std::sync::mpsc::channel();
+            let h = rt.spawn(move || {
+                fiber::blocking(move || {
+                    in_tx.send(()).unwrap();
+                    std::thread::sleep(ms(300));
+                });
+                5
+            });
+            in_rx.recv().unwrap();
+            drop(rt);
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(h.join().map_err(|e| e.to_string()));
+            });
+            match rx.recv_timeout(Duration::from_secs(15)) {
+                Ok(r) => eprintln!("PROBE join ended: {r:?}"),
+                Err(_) => panic!("hang: joining a fiber that was in fiber::blocking at shutdown never returns"),
+            }
+        },
+    );
+}
+
+/// Dropping a runtime from one of its own blocking-pool threads (while the
+/// calling fiber is parked in `fiber::blocking`): the README's rule "a
+/// runtime cannot wait for itself" applies, as for a drop inside one of its
+/// fibers: the drop panics naming the misuse, the shutdown goes on on a
+/// thread of its own, and the caller's `block_on` returns (the root was
+/// cancelled by that shutdown), never hangs.
+#[test]
+fn dropping_a_runtime_from_its_own_blocking_pool_thread_is_refused_and_does_not_hang() {
+    in_child(
+        "dropping_a_runtime_from_its_own_blocking_pool_thread_is_refused_and_does_not_hang",
+        40,
+        || {
+            let rt = fiber::Runtime::builder()
+                .workers(1)
+                .shutdown_timeout(ms(200))
+                .build()
+                .unwrap();
+            let slot = Arc::new(Mutex::new(None::<fiber::Runtime>));
+            let refusal = Arc::new(Mutex::new(None::<String>));
+            let handle = rt.handle();
+            *slot.lock().unwrap() = Some(rt);
+            let (s, seen) = (slot.clone(), refusal.clone());
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    handle.block_on(move || {
+                        fiber::blocking(move || {
+                            let rt = s.lock().unwrap().take();
+                            *seen.lock().unwrap() = panic_message(move || drop(rt));
+                        })
+                    })
+                }));
+                let _ = tx.send(r.is_ok());
+            });
+            rx.recv_timeout(Duration::from_secs(20))
+                .expect("hang: dropping the runtime from its own blocking-pool thread never returned");
+            let msg = refusal.lock().unwrap().clone();
+            assert!(
+                msg.as_deref().is_some_and(|m| m.contains("cannot wait for itself")),
+                "the drop was not refused: {msg:?}"
+            );
+        },
+    );
+}
+
+/// A blocking call that outlives the grace time: its fiber is abandoned
+/// (it cannot be unwound while the call may use its stack), and a plain
+/// thread joining it gets a cancellation instead of waiting forever.
+#[test]
+fn join_of_a_fiber_abandoned_in_a_long_blocking_call_ends_cancelled() {
+    in_child(
+        "join_of_a_fiber_abandoned_in_a_long_blocking_call_ends_cancelled",
+        40,
+        || {
+            let rt = fiber::Runtime::builder()
+                .workers(1)
+                .shutdown_timeout(ms(100))
+                .build()
+                .unwrap();
+            let (in_tx, in_rx) = std::sync::mpsc::channel();
+            let h = rt.spawn(move || {
+                fiber::blocking(move || {
+                    in_tx.send(()).unwrap();
+                    std::thread::sleep(ms(3_000));
+                });
+                5
+            });
+            in_rx.recv().unwrap();
+            drop(rt);
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(h.join().map_err(|e| e.is_cancelled()));
+            });
+            let r = rx
+                .recv_timeout(Duration::from_secs(2))
+                .expect("joining a fiber abandoned at shutdown never returned");
+            assert_eq!(r, Err(true), "an abandoned fiber's join reports a cancellation");
+        },
+    );
+}
