@@ -204,7 +204,9 @@ fn parse_blocking(setting: &str, value: &str) -> Result<usize, ConfigError> {
 fn parse_bool(setting: &str, value: &str) -> Result<bool, ConfigError> {
     match value.trim() {
         "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" | "" => Ok(false),
+        "0" | "false" | "no" | "off" => Ok(false),
+        // Empty is not a spelling of either: it would silently turn off a
+        // switch that is on by default (`FIBER_IO_HARVEST=`).
         _ => Err(err(setting, value, "expected 0 or 1")),
     }
 }
@@ -270,6 +272,15 @@ pub struct Overrides {
 impl Config {
     /// Defaults, then the process environment, then `overrides`, validated.
     pub fn resolve(overrides: &Overrides) -> Result<Config, ConfigError> {
+        // A value that is not UTF-8 is an error naming the variable, not
+        // "unset" (which `std::env::var(..).ok()` would make it).
+        for (name, value) in std::env::vars_os() {
+            if let (Some(name), None) = (name.to_str(), value.to_str()) {
+                if name.starts_with("FIBER_") {
+                    return Err(err(name, &value.to_string_lossy(), "not valid UTF-8"));
+                }
+            }
+        }
         Self::resolve_with(overrides, |name| std::env::var(name).ok())
     }
 
@@ -431,6 +442,22 @@ impl Config {
         }
         if self.thread_name.contains('\0') {
             return Err(err("thread_name", &self.thread_name, "must not contain a NUL byte"));
+        }
+        if let Some(signal) = self.dump_signal {
+            if signal != libc::SIGUSR1 && signal != libc::SIGUSR2 {
+                return Err(err(
+                    "dump_signal",
+                    &signal.to_string(),
+                    "must be SIGUSR1 or SIGUSR2 (another signal has a meaning of its own)",
+                ));
+            }
+        }
+        if self.io_park && !self.io_harvest {
+            return Err(err(
+                "io_park",
+                "true",
+                "needs io_harvest (an idle worker can wait in the I/O driver only if workers take I/O)",
+            ));
         }
         Ok(())
     }

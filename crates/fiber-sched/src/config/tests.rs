@@ -79,18 +79,30 @@ fn boolean_variables_reject_garbage() {
         let e = error_of(&[(var, "maybe")]);
         assert_eq!(e.to_string(), format!("invalid {var}=\"maybe\": expected 0 or 1"));
     }
+    // Empty is neither: it would silently turn off a switch that is on by
+    // default.
+    for var in ["FIBER_IO_HARVEST", "FIBER_DEBUG_STALL", "FIBER_STATS"] {
+        assert_eq!(error_of(&[(var, "")]).setting, var);
+    }
     let config = resolve(&[
         ("FIBER_STATS", "1"),
         ("FIBER_DEBUG_STALL", "0"),
         ("FIBER_DEADLOCK_ABORT", "1"),
         ("FIBER_BACKTRACE", "1"),
         ("FIBER_TRACE_SPANS", "1"),
-        ("FIBER_IO_HARVEST", "0"),
+        ("FIBER_IO_HARVEST", "1"),
         ("FIBER_IO_PARK", "1"),
     ])
     .unwrap();
-    assert!(!config.io_harvest);
+    assert!(config.io_harvest);
     assert!(config.io_park);
+    assert!(!resolve(&[("FIBER_IO_HARVEST", "0")]).unwrap().io_harvest);
+    // `io_park` needs `io_harvest`: the contradiction is an error, not
+    // silently ignored.
+    assert_eq!(
+        error_of(&[("FIBER_IO_HARVEST", "0"), ("FIBER_IO_PARK", "1")]).setting,
+        "io_park"
+    );
     assert_eq!(resolve(&[]).unwrap().io_park, crate::config::DEFAULT_IO_PARK);
     assert!(resolve(&[]).unwrap().io_harvest);
     assert!(config.fiber_spans);
@@ -173,4 +185,22 @@ fn fiber_max_blocking_is_validated_and_the_builder_wins() {
         Config::resolve_with(&bad, |_| None).unwrap_err().setting,
         "max_blocking_threads"
     );
+}
+
+#[test]
+fn a_dump_signal_other_than_sigusr1_or_sigusr2_is_refused() {
+    for signal in [libc::SIGSEGV, libc::SIGINT, libc::SIGKILL, 0, -1, 9999] {
+        let config = Config {
+            dump_signal: Some(signal),
+            ..Config::default()
+        };
+        assert_eq!(config.validate().unwrap_err().setting, "dump_signal", "{signal}");
+    }
+    for signal in [libc::SIGUSR1, libc::SIGUSR2] {
+        let config = Config {
+            dump_signal: Some(signal),
+            ..Config::default()
+        };
+        assert!(config.validate().is_ok());
+    }
 }
