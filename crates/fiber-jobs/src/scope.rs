@@ -102,8 +102,21 @@ impl Job {
     /// Wait until the job has ended and return its final state. A
     /// cancellable point: if the waiting fiber's own job is cancelled first,
     /// returns `Err(Cancelled)`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the calling fiber runs inside this job (its own job, or a
+    /// scope it runs in): the job ends only after this fiber does, so the
+    /// join would wait for itself (as `JoinHandle::join` on one's own
+    /// handle panics).
     #[track_caller]
     pub fn join(&self) -> Result<JobState, Cancelled> {
+        if !self.core.state().is_terminal() && runs_inside(&self.core) {
+            panic!(
+                "fiber::Job::join: the calling fiber runs inside the job it joins (its own job or an \
+                 enclosing scope's), which ends only after this fiber does; the join would wait for itself"
+            );
+        }
         self.core.join().ok_or(Cancelled)
     }
 
@@ -116,6 +129,23 @@ impl Job {
     pub fn id(&self) -> u64 {
         self.core.id
     }
+}
+
+/// Does the running fiber run inside `job` (its job is `job` or one of
+/// `job`'s descendants)? Makes no root job.
+fn runs_inside(job: &Arc<JobCore>) -> bool {
+    let Some(scope) = fiber_core::current_cancel_scope() else {
+        return false;
+    };
+    let scope: Arc<dyn std::any::Any + Send + Sync> = scope;
+    let mut at = scope.downcast::<JobCore>().ok();
+    while let Some(current) = at {
+        if Arc::ptr_eq(&current, job) {
+            return true;
+        }
+        at = current.parent.clone();
+    }
+    false
 }
 
 /// The running fiber's job: the one it runs in, or (for a fiber outside
@@ -610,6 +640,10 @@ fn open_scope(kind: Kind) -> Arc<JobCore> {
 #[track_caller]
 fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T, Option<Box<dyn Any + Send>>> {
     let mut teardown = None;
+    // The body's own panic: re-raised if the recorded failure's payload
+    // was taken by a join (the body typically re-raised it, or panicked
+    // on the join's error, as with `std::thread::scope`).
+    let mut body_panic: Option<SharedPayload> = None;
     let body = match body {
         Ok(v) => Some(v),
         Err(payload) if fiber_core::is_shutdown_unwind(&*payload) => {
@@ -622,6 +656,7 @@ fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T,
         }
         Err(payload) => {
             let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
+            body_panic = Some(shared.clone());
             job.fail(Failure::Panic(shared), CancelReason::Cancelled);
             None
         }
@@ -635,7 +670,9 @@ fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T,
     }
     match job.take_failure() {
         Some(Failure::Panic(shared)) => {
-            let payload = lock(&shared).take();
+            let payload = lock(&shared)
+                .take()
+                .or_else(|| body_panic.and_then(|own| lock(&own).take()));
             match payload {
                 Some(p) => resume_unwind(p),
                 None => panic!("a fiber of this scope panicked (its payload was taken by a join)"),
@@ -723,13 +760,21 @@ where
     let body = run_in_job(&job, || f(scope));
     let body = match body {
         Ok(Err(e)) => {
-            // The body's own error: cancel the children, return it.
-            job.cancel(CancelReason::Cancelled);
+            // The body's own error: record it, then fail the scope (which
+            // cancels the children). Recorded as the scope's failure, so
+            // a child that fails later (a panic on being cancelled) does
+            // not replace it: the first failure wins, as for children.
             let mut slot = lock(&error);
-            if slot.is_none() {
+            let first = slot.is_none();
+            if first {
                 *slot = Some(e);
             }
             drop(slot);
+            if first {
+                job.fail(Failure::Error, CancelReason::Cancelled);
+            } else {
+                job.cancel(CancelReason::Cancelled);
+            }
             Ok(None)
         }
         Ok(Ok(v)) => Ok(Some(v)),

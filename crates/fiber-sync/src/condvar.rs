@@ -57,8 +57,13 @@ pub struct Condvar {
     /// Nodes queued (changed under the queue lock): lets `notify_*` skip
     /// the lock when nobody waits.
     waiting: AtomicUsize,
-    /// Address of the mutex the waits use (0 before the first wait).
+    /// Address of the mutex the waits in progress use (changed under the
+    /// queue lock; meaningful while `users > 0`).
     mutex: AtomicUsize,
+    /// Waits in progress (changed under the queue lock). A mutex may move
+    /// between waits (nothing borrows it then), so the address binds only
+    /// while a wait is in progress.
+    users: AtomicUsize,
 }
 
 // Like std's synchronization types: its wait queue stay consistent when a
@@ -94,6 +99,7 @@ impl Condvar {
             queue: SpinLock::new(WaitQueue::new()),
             waiting: AtomicUsize::new(0),
             mutex: AtomicUsize::new(0),
+            users: AtomicUsize::new(0),
         }
     }
 
@@ -104,6 +110,7 @@ impl Condvar {
             queue: SpinLock::new(WaitQueue::new()),
             waiting: AtomicUsize::new(0),
             mutex: AtomicUsize::new(0),
+            users: AtomicUsize::new(0),
         }
     }
 
@@ -244,17 +251,33 @@ impl Condvar {
         WaitQueue::wake_all(&wakes);
     }
 
-    fn check_mutex(&self, raw: &RawMutex) {
+    /// A wait begins with `raw`: every wait in progress must use the same
+    /// mutex (std panics on a condvar used with two). Between waits the
+    /// mutex may have moved, so only waits in progress bind the address.
+    /// Undone by `CondIo`'s drop (`leave_mutex`).
+    fn enter_mutex(&self, raw: &RawMutex) {
         let addr = raw as *const RawMutex as usize;
-        // Relaxed: only the address is compared, no data is attached.
-        match self
-            .mutex
-            .compare_exchange(0, addr, Ordering::Relaxed, Ordering::Relaxed)
-        {
-            Ok(_) => {}
-            Err(seen) if seen == addr => {}
-            Err(_) => panic!("fiber_sync::Condvar: attempted to use a condition variable with two mutexes"),
+        let same = {
+            let _queue = self.queue.lock();
+            // Relaxed (both): written only under the queue lock we hold.
+            let users = self.users.load(Ordering::Relaxed);
+            let same = users == 0 || self.mutex.load(Ordering::Relaxed) == addr;
+            if same {
+                self.mutex.store(addr, Ordering::Relaxed);
+                self.users.store(users + 1, Ordering::Relaxed);
+            }
+            same
+        };
+        if !same {
+            panic!("fiber_sync::Condvar: attempted to use a condition variable with two mutexes");
         }
+    }
+
+    fn leave_mutex(&self) {
+        let _queue = self.queue.lock();
+        // Relaxed: written only under the queue lock we hold.
+        let users = self.users.load(Ordering::Relaxed);
+        self.users.store(users - 1, Ordering::Relaxed);
     }
 
     #[track_caller]
@@ -265,7 +288,7 @@ impl Condvar {
     ) -> (LockResult<MutexGuard<'a, T>>, Woke) {
         let mutex = guard.mutex();
         let raw = mutex.raw();
-        self.check_mutex(raw);
+        self.enter_mutex(raw);
         // The guard's unlock happens inside `publish`, after the node is
         // queued; its poison bookkeeping happens here.
         let poison = guard.take_for_wait();
@@ -323,6 +346,9 @@ impl Drop for CondIo<'_> {
                 self.condvar.waiting.fetch_sub(1, Ordering::Relaxed);
             }
         }
+        // The wait is over (returned or unwound): it no longer binds the
+        // mutex's address.
+        self.condvar.leave_mutex();
     }
 }
 

@@ -1,0 +1,171 @@
+//! Adversarial: which failure a scope reports, self-joins of jobs, and a
+//! condvar whose mutex moved. Kotlin: the first failure wins, later ones
+//! are suppressed (a `try_scope` body's `Err` before a child's panic on the
+//! cancellation it caused). std: a scope body that joins a panicked child
+//! and re-raises (or panics on the join's error) raises that payload, not
+//! a generic one. `Job::join` from inside the joined job panics naming the
+//! misuse (as `JoinHandle::join` on one's own handle does) instead of
+//! waiting for itself. A `Condvar` may be used with one mutex that moved
+//! between waits (std never panics there).
+
+use fiber::sync::{Condvar, Mutex};
+use fiber::Job;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{ms, panic_message, within};
+
+fn rt1() -> fiber::Runtime {
+    fiber::Runtime::builder()
+        .workers(1)
+        .max_workers(1)
+        .shutdown_timeout(ms(300))
+        .build()
+        .unwrap()
+}
+
+fn rt2() -> fiber::Runtime {
+    fiber::Runtime::builder()
+        .workers(2)
+        .max_workers(2)
+        .shutdown_timeout(ms(300))
+        .build()
+        .unwrap()
+}
+
+/// Run `f` on a 1-worker and then on a 2-worker runtime, each under a
+/// hang guard.
+fn on_both<T: Send + 'static>(f: impl Fn() -> T + Send + Sync + Clone + 'static) {
+    let g = f.clone();
+    within(20, move || rt1().block_on(move || drop(g())));
+    within(20, move || rt2().block_on(move || drop(f())));
+}
+
+/// Kotlin: "the first exception wins"; a failure that happens while the
+/// scope is already failing (because of an earlier failure) is suppressed.
+/// A `try_scope` body that returns `Err` first must have that `Err`
+/// returned, even if a child then panics on the cancellation it caused
+/// (the common `fiber::sleep(..).unwrap()` pattern).
+#[test]
+fn try_scope_body_err_first_then_child_panics_on_cancel() {
+    on_both(|| {
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            fiber::try_scope(|s| -> Result<(), &'static str> {
+                s.spawn(|| -> Result<(), &'static str> {
+                    fiber::sleep(Duration::from_secs(3600)).expect("child: cancelled");
+                    Ok(())
+                });
+                fiber::sleep(ms(20)).unwrap();
+                Err("body failed first")
+            })
+        }));
+        match r {
+            Ok(res) => assert_eq!(res, Err("body failed first")),
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+                panic!("the body's earlier Err was lost; the scope re-raised a later child panic instead: {msg:?}");
+            }
+        }
+    });
+}
+
+/// std::thread::scope idiom: the body joins a panicked child and re-raises
+/// its payload (`resume_unwind(e.into_panic())`). std propagates the body's
+/// panic (here: the child's original payload). fiber's scope recorded the
+/// child's failure first (payload since taken by the join) and then
+/// discards the body's panic, raising a generic message instead: the
+/// original payload, which the body handed back, is lost.
+#[test]
+fn scope_body_reraising_a_joined_childs_payload_keeps_it() {
+    on_both(|| {
+        let msg = panic_message(|| {
+            fiber::scope(|s| {
+                let h = s.spawn(|| -> u32 { panic!("original child panic") });
+                match h.join() {
+                    Ok(_) => unreachable!(),
+                    Err(e) => std::panic::resume_unwind(e.into_panic()),
+                }
+            })
+        });
+        assert_eq!(msg.as_deref(), Some("original child panic"));
+    });
+}
+
+/// The body joins a panicked child and then panics with its own message
+/// (e.g. `.expect("worker failed")`): std propagates the body's panic.
+#[test]
+fn scope_body_panicking_after_joining_a_panicked_child_keeps_its_message() {
+    on_both(|| {
+        let msg = panic_message(|| {
+            fiber::scope(|s| {
+                let h = s.spawn(|| -> u32 { panic!("child") });
+                h.join().expect("worker failed")
+            });
+        });
+        let msg = msg.unwrap_or_default();
+        assert!(msg.contains("worker failed"), "scope raised: {msg:?}");
+    });
+}
+
+/// std: a Condvar used with one mutex works however that mutex moves (the
+/// same mutex, moved between waits while unborrowed). std (futex) never
+/// panics here; fiber's "two mutexes" check compares addresses.
+#[test]
+fn condvar_with_the_same_mutex_after_it_moved_does_not_panic() {
+    let run = || {
+        let cv = Condvar::new();
+        let m = Mutex::new(0u32);
+        let (_g, to) = cv.wait_timeout(m.lock().unwrap(), ms(1)).unwrap();
+        assert!(to.timed_out());
+        drop(_g);
+        let moved = Box::new(m); // the same mutex, now on the heap
+        let msg = panic_message(|| {
+            let _ = cv.wait_timeout(moved.lock().unwrap(), ms(1));
+        });
+        assert_eq!(msg, None, "a Condvar used with the same (moved) mutex panicked");
+    };
+    within(10, run);
+    within(10, move || rt1().block_on(run));
+}
+
+/// `Job::current().join()` inside the fiber: a clear panic at once.
+#[test]
+fn joining_ones_own_job_panics_naming_the_misuse() {
+    on_both(|| {
+        let t = Instant::now();
+        let msg = panic_message(|| {
+            let _ = Job::current().join();
+        });
+        assert!(t.elapsed() < ms(500), "the self-join waited {:?}", t.elapsed());
+        let msg = msg.expect("joining one's own job panics");
+        assert!(msg.contains("wait for itself"), "{msg}");
+    });
+}
+
+/// A scope body (and a child of it) joining the scope's job: the same.
+#[test]
+fn joining_an_enclosing_scopes_job_panics_naming_the_misuse() {
+    on_both(|| {
+        fiber::scope(|s| {
+            let msg = panic_message(|| {
+                let _ = s.job().join();
+            });
+            assert!(msg.is_some_and(|m| m.contains("wait for itself")));
+            let job = s.job();
+            let child = s.spawn(move || {
+                panic_message(|| {
+                    let _ = job.join();
+                })
+            });
+            let msg = child.join().unwrap();
+            assert!(msg.is_some_and(|m| m.contains("wait for itself")));
+        });
+        // Joining a job that has ended, or another fiber's, is fine.
+        let other = fiber::spawn(Job::current).join().unwrap();
+        assert!(other.join().is_ok());
+    });
+}
