@@ -476,6 +476,13 @@ impl JobCore {
             let mut sync = lock(&self.sync);
             match self.state() {
                 JobState::Active => {
+                    // A request that arrives after this job's deadline
+                    // passed (its timer not fired yet: a busy machine)
+                    // comes second: the job timed out first.
+                    let reason = match (reason, self.deadline) {
+                        (CancelReason::Cancelled, Some(d)) if Instant::now() >= d => CancelReason::TimedOut,
+                        _ => reason,
+                    };
                     sync.reason = Some(reason);
                     let moved = transition(&self.state, JobState::Active, JobState::Cancelling, JobActor::Canceller);
                     self.trace_transition(JobState::Active, JobState::Cancelling, Some(reason));
@@ -485,10 +492,10 @@ impl JobCore {
                     bump(Counter::CancellationsRequested, 1);
                 }
                 JobState::Cancelling => {
-                    // Timeout loses to an explicit reason, never the reverse.
-                    if sync.reason == Some(CancelReason::TimedOut) && reason == CancelReason::Cancelled {
-                        sync.reason = Some(reason);
-                    }
+                    // The first reason stands (Kotlin keeps the first
+                    // cancellation cause): an explicit cancel after a
+                    // timeout does not turn it into an explicit one, and a
+                    // timeout never replaces an explicit reason.
                     return;
                 }
                 _ => return,

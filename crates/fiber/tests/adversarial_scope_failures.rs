@@ -6,7 +6,9 @@
 //! a generic one. `Job::join` from inside the joined job panics naming the
 //! misuse (as `JoinHandle::join` on one's own handle does) instead of
 //! waiting for itself. A `Condvar` may be used with one mutex that moved
-//! between waits (std never panics there).
+//! between waits (std never panics there). A `with_timeout` whose body
+//! overran its deadline reports `TimedOut` even if an explicit cancel
+//! came after the deadline (the first cancellation reason stands).
 
 use fiber::sync::{Condvar, Mutex};
 use fiber::Job;
@@ -167,5 +169,68 @@ fn joining_an_enclosing_scopes_job_panics_naming_the_misuse() {
         // Joining a job that has ended, or another fiber's, is fine.
         let other = fiber::spawn(Job::current).join().unwrap();
         assert!(other.join().is_ok());
+    });
+}
+
+/// The enclosing job is cancelled explicitly *after* the deadline of a
+/// with_timeout whose body ignores cancellation: spec says the result is
+/// `Err(TimedOut)` when the deadline passed before `f` returned.
+#[test]
+fn with_timeout_overrun_then_enclosing_cancel_reports() {
+    on_both(|| {
+        let r = fiber::scope(|s| {
+            let enclosing = s.job();
+            let h = s.spawn(move || {
+                fiber::with_timeout(ms(20), || {
+                    // spin past the deadline with no cancellation point
+                    let t = Instant::now();
+                    while t.elapsed() < ms(60) {}
+                    enclosing.cancel(); // e.g. a sibling cancels the scope now
+                    let t = Instant::now();
+                    while t.elapsed() < ms(5) {}
+                    5
+                })
+            });
+            h.join()
+        });
+        // The child job was cancelled before it finished: its join may be
+        // Cancelled; but if it returns a value, with_timeout must not have
+        // returned Ok for an overrun body.
+        match r {
+            Ok(v) => assert_eq!(
+                v,
+                Err(fiber::TimedOut),
+                "with_timeout returned Ok for a body that overran its deadline"
+            ),
+            Err(e) => assert!(e.is_cancelled()),
+        }
+    });
+}
+
+/// Same, observed directly in the fiber that called with_timeout
+/// (the fiber's own root job is cancelled after the deadline).
+#[test]
+fn with_timeout_overrun_then_own_job_cancelled_reports_timed_out() {
+    on_both(|| {
+        // In a fiber of its own: it cancels its own job, so it ends
+        // cancelled (a plain channel carries the result out, as a fiber
+        // channel's send would see the cancellation).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = fiber::spawn(move || {
+            let job = Job::current();
+            let r = fiber::with_timeout(ms(20), || {
+                let t = Instant::now();
+                while t.elapsed() < ms(60) {}
+                job.cancel();
+                1
+            });
+            tx.send(r).unwrap();
+        });
+        assert!(h.join().unwrap_err().is_cancelled());
+        assert_eq!(
+            rx.recv().unwrap(),
+            Err(fiber::TimedOut),
+            "deadline passed before f returned"
+        );
     });
 }
