@@ -2,7 +2,7 @@
 //! `block_on` from any thread, and the root-fiber runner behind
 //! `Runtime::block_on` that lets the root closure borrow the caller's stack.
 
-use crate::sync::Ordering;
+use crate::sync::lock;
 use crate::worker::Shared;
 use fiber_core::{try_spawn_on, JoinHandle, Schedule};
 use std::fmt;
@@ -235,10 +235,11 @@ where
             panic!("fiber::{what}: cannot spawn the root fiber: {e}");
         }
     };
-    shared.root_fiber.store(handle.id().0, Ordering::Relaxed);
+    let root_id = handle.id().0;
+    lock(&shared.root_fibers).push(root_id);
     let result = handle.join();
     drop(wait_done);
-    shared.root_fiber.store(0, Ordering::Relaxed);
+    lock(&shared.root_fibers).retain(|&id| id != root_id);
     match result {
         Ok(()) => value.expect("the root fiber finished without storing its value"),
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

@@ -380,9 +380,9 @@ fn decide_growth(
 
 /// Go-style "all fibers are asleep" report.
 fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut Option<Instant>, reported: &mut bool) {
-    let root = shared.root_fiber.load(Ordering::Relaxed);
+    let roots = lock(&shared.root_fibers).clone();
     let quiet = !busy
-        && root != 0
+        && !roots.is_empty()
         && !shared.timers.any_pending()
         && shared.global.is_empty()
         && shared.slots.iter().all(|s| !s.blocking.load(Ordering::Relaxed))
@@ -400,9 +400,12 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
         return;
     }
     let parked = shared.pool.parked_fibers();
-    if !parked.iter().any(|p| p.id.0 == root) {
+    // A root parked with nothing runnable and nothing pending anywhere is
+    // stuck, whatever other roots do (another `block_on` may have
+    // returned meanwhile).
+    let Some(root) = roots.iter().copied().find(|&r| parked.iter().any(|p| p.id.0 == r)) else {
         return;
-    }
+    };
     *reported = true;
     shared.counters.deadlock_reports.fetch_add(1, Ordering::Relaxed);
     let mut report = format!(

@@ -227,8 +227,9 @@ pub(crate) struct Shared {
     pub(crate) external_enqueued: AtomicU64,
     pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     pub(crate) monitor: Mutex<Option<std::thread::Thread>>,
-    /// Id of the `block_on` root fiber, 0 when none (deadlock reports).
-    pub(crate) root_fiber: AtomicU64,
+    /// Ids of the `block_on` root fibers running now (deadlock reports;
+    /// several plain threads may each run a `block_on`).
+    pub(crate) root_fibers: Mutex<Vec<u64>>,
     /// A worker sleeps in the I/O driver (`io_park`): at most one at a
     /// time, the others sleep on their words.
     pub(crate) io_sleeper: AtomicBool,
@@ -289,7 +290,7 @@ impl Shared {
             external_enqueued: AtomicU64::new(0),
             threads: Mutex::new(Vec::new()),
             monitor: Mutex::new(None),
-            root_fiber: AtomicU64::new(0),
+            root_fibers: Mutex::new(Vec::new()),
             slots: slots.into_boxed_slice(),
             config,
         }
