@@ -106,12 +106,18 @@ impl Job {
     /// # Panics
     ///
     /// Panics if the calling fiber runs inside this job (its own job, or a
-    /// scope it runs in): the job ends only after this fiber does, so the
-    /// join would wait for itself (as `JoinHandle::join` on one's own
-    /// handle panics).
+    /// scope it runs in) and is not cancelled: the job ends only after this
+    /// fiber does, so the join would wait for itself (as `JoinHandle::join`
+    /// on one's own handle panics). A cancelled fiber gets `Err(Cancelled)`
+    /// instead (`cancel_and_join` of its own job).
     #[track_caller]
     pub fn join(&self) -> Result<JobState, Cancelled> {
         if !self.core.state().is_terminal() && runs_inside(&self.core) {
+            if fiber_core::is_cancel_requested() {
+                // Cancelled (say by `cancel_and_join` of its own job): the
+                // join ends with that at once, as Kotlin's join throws.
+                return Err(Cancelled);
+            }
             panic!(
                 "fiber::Job::join: the calling fiber runs inside the job it joins (its own job or an \
                  enclosing scope's), which ends only after this fiber does; the join would wait for itself"
