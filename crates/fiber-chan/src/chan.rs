@@ -655,10 +655,23 @@ struct Inner<T> {
 /// group.
 #[inline]
 fn pop_claim<T>(queue: &mut WaitQueue<T>, own: *const SelectGroup) -> Option<NodeRef<T>> {
+    pop_claim_where(queue, own, |_| true)
+}
+
+/// As [`pop_claim`], over the nodes `eligible` accepts (the others are
+/// left queued and unclaimed).
+fn pop_claim_where<T>(
+    queue: &mut WaitQueue<T>,
+    own: *const SelectGroup,
+    eligible: impl Fn(&Node<T>) -> bool,
+) -> Option<NodeRef<T>> {
     let mut cursor = queue.cursor();
     while let Some(node) = cursor.next() {
         // SAFETY: we hold the channel lock (every caller does).
         let n = unsafe { node.get() };
+        if !eligible(n) {
+            continue;
+        }
         if let Some((group, index)) = n.select {
             if group == own {
                 continue;
@@ -1372,13 +1385,16 @@ impl<T> Chan<T> {
             self.admit_sender(inner, wakes);
             return Try::Done(value);
         }
-        // Rendezvous: take straight from a parked sender.
-        while let Some(node) = pop_claim(&mut inner.sendq, own) {
+        // Rendezvous: take straight from a parked sender. A `Select::ready`
+        // send probe has nothing to hand over: it is left queued (a
+        // receiver that parks tells it, `register`), so a `try_recv` never
+        // waits for it.
+        while let Some(node) = pop_claim_where(&mut inner.sendq, own, |n| !n.ready_only) {
             // SAFETY: claimed under the lock.
             let node = unsafe { node.get() };
             if node.probe {
-                // A select's send arm or readiness probe: it wakes, reserves
-                // a receiver, and hands its value then. Keep looking.
+                // A select's send arm: it wakes, reserves a receiver, and
+                // hands its value then. Keep looking.
                 wakes.push(node.complete(NodeState::Done));
                 *probed = true;
                 continue;
@@ -1841,7 +1857,15 @@ impl<T> Chan<T> {
             }
             Try::Disconnected => Some(WaitResult::Closed),
             Try::WouldBlock => {
+                let before = wakes.count();
+                if self.ring.is_none() {
+                    // A receiver now waits on a rendezvous channel: tell the
+                    // `Select::ready` send probes (`recv_locked` leaves them
+                    // queued; it woke the selects' send arms already).
+                    Self::wake_send_probes(&mut inner, std::ptr::null(), &mut wakes);
+                }
                 node.enqueue(&mut inner.recvq, waiter);
+                self.note(&wakes, before);
                 None
             }
         }

@@ -247,3 +247,68 @@ fn a_panicking_send_arm_value_does_not_shrink_a_bounded_channels_capacity() {
         assert_eq!(rx.try_iter().collect::<Vec<_>>(), vec![1, 2]);
     })
 }
+
+/// crossbeam's `try_recv` never waits. A `Select::ready` on the send side
+/// of a rendezvous channel never sends, so a `try_recv` next to it reports
+/// `Empty` at once (it waited 10 ms for a value that never came, as it
+/// does for a select's send arm, which does send).
+#[test]
+fn try_recv_does_not_wait_for_a_ready_probe_that_never_sends() {
+    within(20, || {
+        let (tx, rx) = bounded::<u32>(0);
+        let (stop_tx, stop_rx) = bounded::<()>(0);
+        let prober = std::thread::spawn(move || loop {
+            let mut sel = Select::new();
+            sel.send(&tx);
+            let stop = sel.recv(&stop_rx);
+            if sel.ready() == stop {
+                return;
+            }
+            // Ready to send, but this thread decides not to.
+            std::thread::sleep(ms(1));
+        });
+        std::thread::sleep(ms(20));
+        let mut took: Vec<Duration> = (0..21)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                assert!(rx.try_recv().is_err());
+                let d = t.elapsed();
+                std::thread::sleep(ms(2));
+                d
+            })
+            .collect();
+        drop(stop_tx);
+        prober.join().unwrap();
+        took.sort();
+        // The median, not the worst: a preempted call on a busy machine
+        // is not the defect (which made every call wait 10 ms).
+        assert!(
+            took[10] < ms(5),
+            "try_recv waited {:?} (median) next to a ready probe",
+            took[10]
+        );
+    })
+}
+
+/// The other direction still works: `Select::ready` on a rendezvous
+/// sender returns once a plain receiver parks on the channel, and the send
+/// that follows meets it.
+#[test]
+fn ready_on_a_rendezvous_sender_sees_a_receiver_that_parks_later() {
+    within(20, || {
+        let (tx, rx) = bounded::<u32>(0);
+        let sender = std::thread::spawn(move || {
+            let mut sel = Select::new();
+            sel.send(&tx);
+            let start = std::time::Instant::now();
+            // Woken when the receiver parks, not by its own deadline (a
+            // last look at the deadline would find the receiver too).
+            let woke = sel.ready_timeout(Duration::from_secs(5)).is_ok() && start.elapsed() < ms(2_500);
+            (woke, tx.try_send(5).is_ok())
+        });
+        std::thread::sleep(ms(50));
+        let got = rx.recv_timeout(Duration::from_secs(10));
+        assert_eq!(sender.join().unwrap(), (true, true));
+        assert_eq!(got, Ok(5));
+    })
+}
