@@ -167,7 +167,26 @@ struct ParkExtra {
 }
 
 /// Fiber-local values by key (the address of their static).
-type LocalMap = std::collections::HashMap<usize, Box<dyn std::any::Any + Send>>;
+type LocalMap = std::collections::HashMap<usize, LocalEntry>;
+
+/// One fiber-local value, with the order it was made in: destructors run
+/// newest first (as thread-local destructors do), so one made after
+/// another may still read it while it is dropped.
+struct LocalEntry {
+    made: u64,
+    value: Box<dyn std::any::Any + Send>,
+}
+
+impl LocalEntry {
+    fn new(value: Box<dyn std::any::Any + Send>) -> LocalEntry {
+        // Not a protocol: an ordering stamp (Relaxed).
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        LocalEntry {
+            made: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            value,
+        }
+    }
+}
 
 // SAFETY: every field is either atomic or an `UnsafeCell` accessed only by
 // the fiber's current owner as defined by the state machine (module docs);
@@ -1172,11 +1191,28 @@ thread_local! {
 pub fn with_fiber_local<T: Send + 'static, R>(key: usize, init: fn() -> T, f: impl FnOnce(&T) -> R) -> R {
     let fiber = current::get();
     let value: *const T = if fiber.is_null() {
-        THREAD_LOCALS.with(|map| {
-            let mut map = map.borrow_mut();
-            let entry = map.entry(key).or_insert_with(|| Box::new(init()));
-            entry.downcast_ref::<T>().expect("one type per fiber-local key") as *const T
-        })
+        let found = THREAD_LOCALS.try_with(|map| {
+            let known = map.borrow().contains_key(&key);
+            if !known {
+                // Initialize with no borrow held: `init` may itself use
+                // other fiber-locals.
+                let value: Box<dyn std::any::Any + Send> = Box::new(init());
+                map.borrow_mut().entry(key).or_insert_with(|| LocalEntry::new(value));
+            }
+            let map = map.borrow();
+            map[&key]
+                .value
+                .downcast_ref::<T>()
+                .expect("one type per fiber-local key") as *const T
+        });
+        match found {
+            Ok(value) => value,
+            // The thread is exiting and its fiber-locals are being
+            // dropped (a destructor reads a fiber-local): a fresh value,
+            // for this call only, rather than a panic in a thread-local
+            // destructor (which aborts the process).
+            Err(_) => return f(&init()),
+        }
     } else {
         // SAFETY: the running fiber owns its locals slot; the borrow of the
         // map ends before `f` runs, so a nested `with` can insert safely.
@@ -1188,10 +1224,13 @@ pub fn with_fiber_local<T: Send + 'static, R>(key: usize, init: fn() -> T, f: im
                     // `init` may itself use other fiber-locals.
                     let value: Box<dyn std::any::Any + Send> = Box::new(init());
                     let map = (*slot).get_or_insert_with(Default::default);
-                    map.entry(key).or_insert(value);
+                    map.entry(key).or_insert_with(|| LocalEntry::new(value));
                 }
                 let map = (*slot).as_ref().expect("just created");
-                map[&key].downcast_ref::<T>().expect("one type per fiber-local key") as *const T
+                map[&key]
+                    .value
+                    .downcast_ref::<T>()
+                    .expect("one type per fiber-local key") as *const T
             })
         }
     };
@@ -1201,23 +1240,42 @@ pub fn with_fiber_local<T: Send + 'static, R>(key: usize, init: fn() -> T, f: im
     f(unsafe { &*value })
 }
 
-/// Drop the running fiber's fiber-local values (at the end of its body, on
-/// its own stack).
-pub(crate) fn drop_fiber_locals() {
+/// Drop the running fiber's fiber-local values now, on its own stack (the
+/// end of its body; a scope's child calls it before its handle's join
+/// returns, as std's scoped join waits for thread-local destructors).
+///
+/// One value at a time, newest first, the others staying in place: a
+/// destructor that reads a fiber-local made before its own sees its current
+/// value (as with `thread_local!`), and one that re-creates a fiber-local
+/// has it dropped in a later round. A destructor that panics does not keep the others
+/// from being dropped; the first such panic is resumed at the end. Outside
+/// a fiber it does nothing.
+pub fn drop_fiber_locals() {
     let fiber = current::get();
     if fiber.is_null() {
         return;
     }
-    // SAFETY: the running fiber owns its locals slot.
-    // A destructor may touch a fiber-local again and re-create the map:
-    // go round a few times; what is still left is dropped at recycling.
-    for _ in 0..8 {
-        // SAFETY: the running fiber owns its locals slot; the map is taken
-        // out before any destructor runs.
-        let locals = unsafe { (*fiber).locals.with_mut(|slot| (*slot).take()) };
-        match locals {
-            Some(map) => drop(map),
-            None => return,
+    let mut first_panic = None;
+    // Bounded: a destructor that keeps re-creating a fiber-local (its own,
+    // say) leaves the rest for recycling.
+    for _ in 0..1024 {
+        // SAFETY: the running fiber owns its locals slot; the entry is
+        // taken out before its destructor runs, and no borrow of the map is
+        // held while it does.
+        let entry = unsafe {
+            (*fiber).locals.with_mut(|slot| {
+                let map = (*slot).as_mut()?;
+                // Newest first, as thread-local destructors run.
+                let key = map.iter().max_by_key(|(_, entry)| entry.made).map(|(key, _)| *key)?;
+                map.remove(&key)
+            })
+        };
+        let Some(value) = entry else { break };
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))) {
+            first_panic.get_or_insert(panic);
         }
+    }
+    if let Some(panic) = first_panic {
+        std::panic::resume_unwind(panic);
     }
 }

@@ -142,6 +142,10 @@ struct Sync_ {
     body_done: bool,
     waiters: WaiterSet,
     failure: Option<Failure>,
+    /// Panics of children that failed after `failure` was recorded (the
+    /// first failure wins), kept so that a scope can still raise one whose
+    /// payload no join took (boxed: almost always empty).
+    later_panics: Option<Box<Vec<SharedPayload>>>,
     reason: Option<CancelReason>,
     /// The fibers running in this job (`ModelFiber`s under loom).
     /// Inline room for one: a job almost always runs exactly one fiber, and
@@ -384,6 +388,7 @@ impl JobCore {
                     body_done: false,
                     waiters: WaiterSet::default(),
                     failure: None,
+                    later_panics: None,
                     reason: None,
                     fibers: Default::default(),
                     outcome: OutcomeSlot::default(),
@@ -526,11 +531,20 @@ impl JobCore {
     pub(crate) fn fail(&self, failure: Failure, reason: CancelReason) {
         {
             let mut sync = lock(&self.sync);
-            if sync.failure.is_none() {
-                sync.failure = Some(failure);
+            match failure {
+                failure if sync.failure.is_none() => sync.failure = Some(failure),
+                Failure::Panic(payload) => sync.later_panics.get_or_insert_with(Default::default).push(payload),
+                Failure::Error => {}
             }
         }
         self.cancel(reason);
+    }
+
+    /// A payload of a later failing child (see `later_panics`) that no join
+    /// has taken, if any.
+    pub(crate) fn take_unjoined_later_panic(&self) -> Option<Box<dyn Any + Send + 'static>> {
+        let later = lock(&self.sync).later_panics.take()?;
+        later.iter().find_map(|payload| lock(payload).take())
     }
 
     /// The body returned (successfully or not); finalize if no child is

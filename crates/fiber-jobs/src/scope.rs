@@ -317,6 +317,12 @@ where
                 Err(payload) => self.panicked(payload),
             }
         };
+        // The child's fiber-locals go before its outcome is published, so
+        // its handle's join returns after their destructors ran (std's
+        // scoped join waits for thread-local destructors); they run inside
+        // the child's job. A panicking one is swallowed (the others are
+        // still dropped), as for a spawned fiber.
+        let _ = catch_unwind(fiber_core::drop_fiber_locals);
         self.finish(outcome);
         drop(fiber_core::swap_cancel_scope(previous));
     }
@@ -678,10 +684,16 @@ fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T,
         Some(Failure::Panic(shared)) => {
             let payload = lock(&shared)
                 .take()
-                .or_else(|| body_panic.and_then(|own| lock(&own).take()));
-            match payload {
-                Some(p) => resume_unwind(p),
-                None => panic!("a fiber of this scope panicked (its payload was taken by a join)"),
+                .or_else(|| body_panic.and_then(|own| lock(&own).take()))
+                .or_else(|| job.take_unjoined_later_panic());
+            match (payload, body) {
+                (Some(p), _) => resume_unwind(p),
+                // Every failed child was joined by the body, which took its
+                // panic and returned: handled (std: "if you want to handle
+                // panics from spawned threads, join them before the end of
+                // the scope").
+                (None, Some(v)) => Ok(v),
+                (None, None) => panic!("a fiber of this scope panicked (its payload was taken by a join)"),
             }
         }
         Some(Failure::Error) => Err(None),
