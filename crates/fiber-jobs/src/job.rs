@@ -144,8 +144,8 @@ struct Sync_ {
     failure: Option<Failure>,
     /// Panics of children that failed after `failure` was recorded (the
     /// first failure wins), kept so that a scope can still raise one whose
-    /// payload no join took (boxed: almost always empty).
-    later_panics: Option<Box<Vec<SharedPayload>>>,
+    /// payload no join took (almost always empty: no allocation).
+    later_panics: Vec<SharedPayload>,
     reason: Option<CancelReason>,
     /// The fibers running in this job (`ModelFiber`s under loom).
     /// Inline room for one: a job almost always runs exactly one fiber, and
@@ -388,7 +388,7 @@ impl JobCore {
                     body_done: false,
                     waiters: WaiterSet::default(),
                     failure: None,
-                    later_panics: None,
+                    later_panics: Vec::new(),
                     reason: None,
                     fibers: Default::default(),
                     outcome: OutcomeSlot::default(),
@@ -533,7 +533,7 @@ impl JobCore {
             let mut sync = lock(&self.sync);
             match failure {
                 failure if sync.failure.is_none() => sync.failure = Some(failure),
-                Failure::Panic(payload) => sync.later_panics.get_or_insert_with(Default::default).push(payload),
+                Failure::Panic(payload) => sync.later_panics.push(payload),
                 Failure::Error => {}
             }
         }
@@ -543,7 +543,7 @@ impl JobCore {
     /// A payload of a later failing child (see `later_panics`) that no join
     /// has taken, if any.
     pub(crate) fn take_unjoined_later_panic(&self) -> Option<Box<dyn Any + Send + 'static>> {
-        let later = lock(&self.sync).later_panics.take()?;
+        let later = std::mem::take(&mut lock(&self.sync).later_panics);
         later.iter().find_map(|payload| lock(payload).take())
     }
 
