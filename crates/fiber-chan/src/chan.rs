@@ -1274,6 +1274,36 @@ impl<T> Chan<T> {
     /// Receive without blocking.
     #[inline]
     pub(crate) fn try_recv(&self) -> Try<T> {
+        let mut probed = false;
+        match self.try_recv_now(&mut probed) {
+            // Only a select's parked send arm could give a value, and it
+            // has none until it runs again: it was woken to reserve a
+            // receiver and hand its value over, and a receiver that does
+            // not wait would never be there for it (a polling `try_recv`
+            // loop would wake it forever). So wait for it, briefly, as a
+            // parked receiver (crossbeam's `try_recv` waits for a selected
+            // sender's value too). `Empty` if it chose another arm. Not a
+            // cancellation point (a cancelled fiber still gets the value
+            // that was handed to it); at teardown it unwinds like any wait.
+            Try::WouldBlock if probed => {
+                let until = Instant::now() + SELECT_SEND_WAIT;
+                match self.recv_with(Some(until), Interrupt::NotCancellable) {
+                    Ok(value) => Try::Done(value),
+                    Err(WaitResult::Closed) => Try::Disconnected,
+                    Err(_) => Try::WouldBlock,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// One attempt, never waiting: `probed` says a select's send arm was
+    /// woken (it will hand its value to a receiver that waits for it).
+    /// What a blocking receive's wait tries (it waits as a receiver
+    /// anyway): calling `try_recv` there would nest its brief wait inside
+    /// the wait, again and again (a stack overflow).
+    #[inline]
+    fn try_recv_now(&self, probed: &mut bool) -> Try<T> {
         if let Some(ring) = &self.ring {
             let mut spins = 0;
             loop {
@@ -1304,27 +1334,7 @@ impl<T> Chan<T> {
         if self.hints.load(Ordering::Acquire) & RECV_HINT == 0 {
             return Try::WouldBlock;
         }
-        let mut probed = false;
-        match self.try_recv_locked(&mut probed) {
-            // Only a select's parked send arm could give a value, and it
-            // has none until it runs again: it was woken to reserve a
-            // receiver and hand its value over, and a receiver that does
-            // not wait would never be there for it (a polling `try_recv`
-            // loop would wake it forever). So wait for it, briefly, as a
-            // parked receiver (crossbeam's `try_recv` waits for a selected
-            // sender's value too). `Empty` if it chose another arm. Not a
-            // cancellation point (a cancelled fiber still gets the value
-            // that was handed to it); at teardown it unwinds like any wait.
-            Try::WouldBlock if probed => {
-                let until = Instant::now() + SELECT_SEND_WAIT;
-                match self.recv_with(Some(until), Interrupt::NotCancellable) {
-                    Ok(value) => Try::Done(value),
-                    Err(WaitResult::Closed) => Try::Disconnected,
-                    Err(_) => Try::WouldBlock,
-                }
-            }
-            other => other,
-        }
+        self.try_recv_locked(probed)
     }
 
     fn try_recv_locked(&self, probed: &mut bool) -> Try<T> {
@@ -1589,7 +1599,7 @@ impl<T> Chan<T> {
         depth::assert_unlocked("fiber-chan: a wait");
         // As in `send`.
         if self.ring.is_some() {
-            match self.try_recv() {
+            match self.try_recv_now(&mut false) {
                 Try::Done(value) => return Ok(value),
                 Try::Disconnected => return Err(WaitResult::Closed),
                 Try::WouldBlock => {}
@@ -2015,7 +2025,9 @@ impl<T> Waitable for RecvWait<'_, T> {
     }
 
     fn try_complete(&self, node: &mut Node<T>) -> Option<WaitResult> {
-        match self.0.try_recv() {
+        // Never `try_recv`: this wait is already a receiver's (see
+        // `try_recv_now`).
+        match self.0.try_recv_now(&mut false) {
             Try::Done(value) => {
                 node.put_value(value);
                 Some(WaitResult::Ok)

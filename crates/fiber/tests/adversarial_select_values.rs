@@ -312,3 +312,43 @@ fn ready_on_a_rendezvous_sender_sees_a_receiver_that_parks_later() {
         assert_eq!(got, Ok(5));
     })
 }
+
+/// Two selects pairing over rendezvous channels, each with a send arm and
+/// a receive arm (Go's mirror-image selects), one on a plain thread, the
+/// other a fiber on the smallest stack. A receive's brief wait for a woken
+/// select's value used to make its attempts through `try_recv`, which
+/// could start another such wait inside it, and so on while the other
+/// select kept re-parking: a stack overflow (seen once in about 120 runs
+/// of `adversarial_select.rs::two_selects_pair_with_each_other_over_rendezvous_channels`
+/// under load; this test did not hit it in three runs before the fix, so
+/// it guards the pairing, not that interleaving).
+#[test]
+fn pairing_selects_do_not_nest_their_waits_on_a_small_stack() {
+    in_child("pairing_selects_do_not_nest_their_waits_on_a_small_stack", 120, || {
+        let rt = fiber::Runtime::builder()
+            .workers(2)
+            .max_workers(2)
+            .stack_size(16 * 1024)
+            .build()
+            .unwrap();
+        for _ in 0..2_000 {
+            let (a_tx, a_rx) = bounded::<u32>(0);
+            let (b_tx, b_rx) = bounded::<u32>(0);
+            // One side on a plain thread, truly in parallel with the fiber.
+            let x = std::thread::spawn(move || {
+                fiber::select! {
+                    send(a_tx, 1) -> r => { r.unwrap(); 1 }
+                    recv(b_rx) -> v => { assert_eq!(v, Ok(2)); 2 }
+                }
+            });
+            let y = rt.spawn(move || {
+                fiber::select! {
+                    send(b_tx, 2) -> r => { r.unwrap(); 2 }
+                    recv(a_rx) -> v => { assert_eq!(v, Ok(1)); 1 }
+                }
+            });
+            // One sent, the other received the same value.
+            assert_eq!(x.join().unwrap(), y.join().unwrap());
+        }
+    });
+}
