@@ -198,11 +198,23 @@ fn steal_all(shared: &Shared, index: usize) -> usize {
 /// yield point) for the retire interval goes DRAINING: it accepts no new
 /// work, what waits on it moves to the global queue, and it exits as soon
 /// as its fiber gives the thread back. A replacement starts at once if the
-/// pool is below its ceiling, so the pool keeps its capacity. Workers
+/// pool is below its ceiling, so the pool keeps its capacity; at the
+/// ceiling it drains only if at least `workers` others stay (or a growth-off
+/// runtime would lose its worker for good). Workers
 /// that are home to pinned fibers are exempt (those fibers resume only
 /// there).
 fn drain_stuck(shared: &Arc<Shared>, index: usize, running: u64, still: Duration) {
     let slot = &shared.slots[index];
+    // A drained worker exits when its fiber returns. At the ceiling no
+    // replacement can start, so drain only if the workers that stay are
+    // still at least `workers`: with growth off (`max_workers == workers`)
+    // draining left the runtime with no worker at all, for good. A stuck
+    // worker stays then (its waiting fibers are still rescued each scan).
+    let can_replace = shared.alive.load(Ordering::Relaxed) < shared.config.max_workers;
+    let enough_stay = shared.staying.load(Ordering::Relaxed) > shared.config.workers;
+    if !can_replace && !enough_stay {
+        return;
+    }
     // Relaxed CAS: the state word is advisory for placement here; the
     // worker's exit path fences before it drains (as for retirement).
     if slot
