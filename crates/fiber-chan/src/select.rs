@@ -756,6 +756,7 @@ impl<'a> Select<'a> {
     /// # Panics
     ///
     /// Panics if no operation was added: such a select could never return.
+    #[track_caller]
     pub fn select(&mut self) -> SelectedOperation<'_, 'a> {
         self.assert_live("select");
         let index = self
@@ -773,6 +774,7 @@ impl<'a> Select<'a> {
     }
 
     /// Wait at most `timeout` for an operation to complete.
+    #[track_caller]
     pub fn select_timeout(&mut self, timeout: Duration) -> Result<SelectedOperation<'_, 'a>, SelectTimeoutError> {
         match Instant::now().checked_add(timeout) {
             Some(deadline) => self.select_deadline(deadline),
@@ -784,6 +786,7 @@ impl<'a> Select<'a> {
     }
 
     /// Wait until `deadline` at most for an operation to complete.
+    #[track_caller]
     pub fn select_deadline(&mut self, deadline: Instant) -> Result<SelectedOperation<'_, 'a>, SelectTimeoutError> {
         match self.run(Mode::Until(deadline), false) {
             Some(index) => Ok(SelectedOperation::new(self, index)),
@@ -798,6 +801,7 @@ impl<'a> Select<'a> {
     /// # Panics
     ///
     /// Panics if no operation was added.
+    #[track_caller]
     pub fn ready(&mut self) -> usize {
         self.assert_live("ready");
         self.run(Mode::Block, true).expect("a blocking ready returns an index")
@@ -809,6 +813,7 @@ impl<'a> Select<'a> {
     }
 
     /// Wait at most `timeout` for an operation to become ready.
+    #[track_caller]
     pub fn ready_timeout(&mut self, timeout: Duration) -> Result<usize, ReadyTimeoutError> {
         match Instant::now().checked_add(timeout) {
             Some(deadline) => self.ready_deadline(deadline),
@@ -817,6 +822,7 @@ impl<'a> Select<'a> {
     }
 
     /// Wait until `deadline` at most for an operation to become ready.
+    #[track_caller]
     pub fn ready_deadline(&mut self, deadline: Instant) -> Result<usize, ReadyTimeoutError> {
         self.run(Mode::Until(deadline), true).ok_or(ReadyTimeoutError)
     }
@@ -895,6 +901,7 @@ impl<'a> Select<'a> {
         None
     }
 
+    #[track_caller]
     fn run(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
         // Every outcome of an earlier run was consumed or given back (by
         // `SelectedOperation`, or below for `ready`): nothing to clear.
@@ -909,6 +916,7 @@ impl<'a> Select<'a> {
         index
     }
 
+    #[track_caller]
     fn run_inner(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
         // The parked-phase state of each operation, on this stack, made
         // only when the select parks (up to `INLINE_OPS` operations without

@@ -125,7 +125,7 @@ impl fmt::Display for Dump {
                 .iter()
                 .map(|fb| {
                     let mut text = match &fb.name {
-                        Some(name) => format!("{} \"{name}\"", fb.id),
+                        Some(name) => format!("{} {name:?}", fb.id),
                         None => fb.id.to_string(),
                     };
                     if let Some(on) = &fb.on {

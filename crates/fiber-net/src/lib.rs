@@ -58,12 +58,14 @@ mod sync;
 macro_rules! stream_io {
     ($stream:ty) => {
         impl std::io::Read for &$stream {
+            #[track_caller]
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
                 let len = buf.len();
                 self.io
                     .read_stream::<$crate::readiness::op::Read>(len, |mut s| std::io::Read::read(&mut s, buf))
             }
 
+            #[track_caller]
             fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
                 self.io
                     .read::<$crate::readiness::op::Read, _>(|mut s| std::io::Read::read_vectored(&mut s, bufs))
@@ -71,11 +73,13 @@ macro_rules! stream_io {
         }
 
         impl std::io::Write for &$stream {
+            #[track_caller]
             fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
                 self.io
                     .write::<$crate::readiness::op::Write, _>(|mut s| std::io::Write::write(&mut s, buf))
             }
 
+            #[track_caller]
             fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
                 self.io
                     .write::<$crate::readiness::op::Write, _>(|mut s| std::io::Write::write_vectored(&mut s, bufs))
@@ -87,20 +91,24 @@ macro_rules! stream_io {
         }
 
         impl std::io::Read for $stream {
+            #[track_caller]
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
                 std::io::Read::read(&mut &*self, buf)
             }
 
+            #[track_caller]
             fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
                 std::io::Read::read_vectored(&mut &*self, bufs)
             }
         }
 
         impl std::io::Write for $stream {
+            #[track_caller]
             fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
                 std::io::Write::write(&mut &*self, buf)
             }
 
+            #[track_caller]
             fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
                 std::io::Write::write_vectored(&mut &*self, bufs)
             }

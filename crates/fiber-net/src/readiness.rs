@@ -236,6 +236,7 @@ impl Readiness {
     /// `WouldBlock`, parking between tries. `nonblocking` returns the
     /// `WouldBlock` to the caller instead (std's `set_nonblocking`).
     #[cfg(any(test, loom))]
+    #[track_caller]
     pub(crate) fn poll_io<K: op::Name, R>(
         &self,
         dir: usize,
@@ -251,6 +252,7 @@ impl Readiness {
     /// `describe` gives its addresses (`None` while they are not known
     /// yet, e.g. before a connect completes); it runs only when a wait is
     /// about to park and the label is not set yet.
+    #[track_caller]
     pub(crate) fn poll_io_described<K: op::Name, R>(
         &self,
         dir: usize,
@@ -299,6 +301,7 @@ impl Readiness {
     /// costs one `recv` per message instead of two. End of file (0 bytes)
     /// never counts as drained, and a non-blocking socket always makes
     /// the call.
+    #[track_caller]
     pub(crate) fn poll_stream_read<K: op::Name>(
         &self,
         len: usize,

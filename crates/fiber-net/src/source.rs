@@ -149,6 +149,7 @@ impl<S: Source + Describe> Io<S> {
     /// Run `op` for reading until it does not block, honouring the read
     /// timeout (expiry: `WouldBlock`, as std on Linux).
     #[inline]
+    #[track_caller]
     pub(crate) fn read<K: op::Name, R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
         let deadline = deadline(&self.settings.read_timeout);
         self.poll::<K, R>(READ, deadline, OnTimeout::WouldBlock, op)
@@ -157,6 +158,7 @@ impl<S: Source + Describe> Io<S> {
     /// A stream read into a buffer of `len` bytes (`Readiness::poll_stream_read`:
     /// after a short read, the next one parks without a `WouldBlock` call).
     #[inline]
+    #[track_caller]
     pub(crate) fn read_stream<K: op::Name>(
         &self,
         len: usize,
@@ -177,12 +179,14 @@ impl<S: Source + Describe> Io<S> {
 
     /// As [`read`](Self::read) for writing.
     #[inline]
+    #[track_caller]
     pub(crate) fn write<K: op::Name, R>(&self, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
         let deadline = deadline(&self.settings.write_timeout);
         self.poll::<K, R>(WRITE, deadline, OnTimeout::WouldBlock, op)
     }
 
     /// Run `op` until it does not block, for `dir`, with an explicit deadline.
+    #[track_caller]
     pub(crate) fn poll<K: op::Name, R>(
         &self,
         dir: usize,

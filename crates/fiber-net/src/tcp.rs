@@ -59,12 +59,14 @@ impl TcpListener {
     /// Accept a connection, parking until one arrives. A cancellation point:
     /// a cancelled wait is an error of kind `Other` wrapping
     /// [`fiber_core::Cancelled`].
+    #[track_caller]
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let (stream, addr) = self.io.read::<op::Accept, _>(|l| l.accept())?;
         Ok((TcpStream { io: Io::new(stream)? }, addr))
     }
 
     /// An endless iterator over accepted connections.
+    #[track_caller]
     pub fn incoming(&self) -> Incoming<'_> {
         Incoming { listener: self }
     }
@@ -77,6 +79,7 @@ impl TcpListener {
     /// A second handle on the same socket (a duplicated fd with its own
     /// registration): accepts on either handle take from one queue. As in
     /// std, options set on one handle (non-blocking mode) apply to both.
+    #[track_caller]
     pub fn try_clone(&self) -> io::Result<TcpListener> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
         let mut clone = TcpListener::from_std(net::TcpListener::from(fd))?;
@@ -175,6 +178,7 @@ pub struct Incoming<'a> {
 
 impl Iterator for Incoming<'_> {
     type Item = io::Result<TcpStream>;
+    #[track_caller]
     fn next(&mut self) -> Option<io::Result<TcpStream>> {
         Some(self.listener.accept().map(|(stream, _)| stream))
     }
@@ -197,12 +201,14 @@ pub struct TcpStream {
 impl TcpStream {
     /// Connect to `addr` (each resolved address in turn), parking until the
     /// handshake completes.
+    #[track_caller]
     pub fn connect<A: ToSocketAddrs>(addr: A) -> io::Result<TcpStream> {
         each_addr(addr, |addr| TcpStream::connect_deadline(addr, None))
     }
 
     /// Connect with a timeout: an error of kind `TimedOut` when it expires
     /// (a zero timeout is `InvalidInput`, as in std).
+    #[track_caller]
     pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
         if timeout.is_zero() {
             return Err(io::Error::new(
@@ -213,6 +219,7 @@ impl TcpStream {
         TcpStream::connect_deadline(*addr, Instant::now().checked_add(timeout))
     }
 
+    #[track_caller]
     fn connect_deadline(addr: SocketAddr, deadline: Option<Instant>) -> io::Result<TcpStream> {
         let stream = TcpStream {
             io: Io::new(mio::net::TcpStream::connect(addr)?)?,
@@ -259,6 +266,7 @@ impl TcpStream {
     /// registration), for a reader fiber and a writer fiber. As in std,
     /// options set on one handle (timeouts, non-blocking mode, socket
     /// options) apply to both.
+    #[track_caller]
     pub fn try_clone(&self) -> io::Result<TcpStream> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
         let mut clone = TcpStream::from_std(net::TcpStream::from(fd))?;
@@ -267,6 +275,7 @@ impl TcpStream {
     }
 
     /// Read without consuming, parking until data (or end-of-file) is there.
+    #[track_caller]
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.io.read::<op::Read, _>(|s| s.peek(buf))
     }
@@ -284,11 +293,13 @@ impl TcpStream {
     }
 
     /// The read timeout.
+    #[track_caller]
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.io.read_timeout())
     }
 
     /// The write timeout.
+    #[track_caller]
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.io.write_timeout())
     }

@@ -37,6 +37,7 @@ impl UdpSocket {
     }
 
     /// Send `buf` to `addr` (its first resolved address).
+    #[track_caller]
     pub fn send_to<A: ToSocketAddrs>(&self, buf: &[u8], addr: A) -> io::Result<usize> {
         let target = addr
             .to_socket_addrs()?
@@ -46,32 +47,38 @@ impl UdpSocket {
     }
 
     /// Receive one datagram, parking until one arrives.
+    #[track_caller]
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.io.read::<op::Recv, _>(|s| s.recv_from(buf))
     }
 
     /// Receive one datagram without removing it from the queue.
+    #[track_caller]
     pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.io.read::<op::Recv, _>(|s| s.peek_from(buf))
     }
 
     /// Set the default peer (each resolved address in turn); `send` and
     /// `recv` then use it and datagrams from other peers are dropped.
+    #[track_caller]
     pub fn connect<A: ToSocketAddrs>(&self, addr: A) -> io::Result<()> {
         each_addr(addr, |addr| self.io.get().connect(addr))
     }
 
     /// Send to the connected peer.
+    #[track_caller]
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         self.io.write::<op::Send, _>(|s| s.send(buf))
     }
 
     /// Receive from the connected peer.
+    #[track_caller]
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.io.read::<op::Recv, _>(|s| s.recv(buf))
     }
 
     /// Receive from the connected peer without removing the datagram.
+    #[track_caller]
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.io.read::<op::Recv, _>(|s| s.peek(buf))
     }
@@ -98,11 +105,13 @@ impl UdpSocket {
     }
 
     /// The receive timeout.
+    #[track_caller]
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.io.read_timeout())
     }
 
     /// The send timeout.
+    #[track_caller]
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.io.write_timeout())
     }
@@ -193,6 +202,7 @@ impl UdpSocket {
     /// A second handle on the same socket (a duplicated fd with its own
     /// registration). As in std, options set on one handle (timeouts,
     /// non-blocking mode, socket options) apply to both.
+    #[track_caller]
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
         let mut clone = UdpSocket::from_std(net::UdpSocket::from(fd))?;

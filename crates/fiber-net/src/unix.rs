@@ -56,12 +56,14 @@ impl UnixListener {
     }
 
     /// Accept a connection, parking until one arrives.
+    #[track_caller]
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
         let (stream, addr) = self.io.read::<op::Accept, _>(|l| l.accept())?;
         Ok((UnixStream { io: Io::new(stream)? }, addr))
     }
 
     /// An endless iterator over accepted connections.
+    #[track_caller]
     pub fn incoming(&self) -> impl Iterator<Item = io::Result<UnixStream>> + '_ {
         std::iter::repeat_with(move || self.accept().map(|(s, _)| s))
     }
@@ -74,6 +76,7 @@ impl UnixListener {
     /// A second handle (a duplicated fd with its own registration). As in
     /// std, options set on one handle (timeouts, non-blocking mode) apply
     /// to both.
+    #[track_caller]
     pub fn try_clone(&self) -> io::Result<UnixListener> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
         let mut clone = UnixListener::from_std(net::UnixListener::from(fd))?;
@@ -129,17 +132,20 @@ pub struct UnixStream {
 impl UnixStream {
     /// Connect to the socket at `path`. A listener whose backlog is full
     /// gives `WouldBlock` (Unix sockets report no readiness for it).
+    #[track_caller]
     pub fn connect<P: AsRef<Path>>(path: P) -> io::Result<UnixStream> {
         UnixStream::connected(mio::net::UnixStream::connect(path)?)
     }
 
     /// Connect to `addr` (a path or, on Linux, an abstract name), like
     /// `std::os::unix::net::UnixStream::connect_addr`.
+    #[track_caller]
     pub fn connect_addr(addr: &SocketAddr) -> io::Result<UnixStream> {
         UnixStream::connected(mio::net::UnixStream::connect_addr(addr)?)
     }
 
     /// Register a socket whose connect was started and wait for it to end.
+    #[track_caller]
     fn connected(socket: mio::net::UnixStream) -> io::Result<UnixStream> {
         let stream = UnixStream { io: Io::new(socket)? };
         stream
@@ -186,6 +192,7 @@ impl UnixStream {
     /// A second handle (a duplicated fd with its own registration). As in
     /// std, options set on one handle (timeouts, non-blocking mode) apply
     /// to both.
+    #[track_caller]
     pub fn try_clone(&self) -> io::Result<UnixStream> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
         let mut clone = UnixStream::from_std(net::UnixStream::from(fd))?;
@@ -204,11 +211,13 @@ impl UnixStream {
     }
 
     /// The read timeout.
+    #[track_caller]
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.io.read_timeout())
     }
 
     /// The write timeout.
+    #[track_caller]
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.io.write_timeout())
     }
@@ -289,6 +298,7 @@ impl UnixDatagram {
     }
 
     /// Set the default peer.
+    #[track_caller]
     pub fn connect<P: AsRef<Path>>(&self, path: P) -> io::Result<()> {
         self.io.get().connect(path)
     }
@@ -318,22 +328,26 @@ impl UnixDatagram {
     }
 
     /// Send to `path`.
+    #[track_caller]
     pub fn send_to<P: AsRef<Path>>(&self, buf: &[u8], path: P) -> io::Result<usize> {
         let path = path.as_ref();
         self.io.write::<op::Send, _>(|s| s.send_to(buf, path))
     }
 
     /// Receive one datagram, parking until one arrives.
+    #[track_caller]
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.io.read::<op::Recv, _>(|s| s.recv_from(buf))
     }
 
     /// Send to the connected peer.
+    #[track_caller]
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         self.io.write::<op::Send, _>(|s| s.send(buf))
     }
 
     /// Receive from the connected peer.
+    #[track_caller]
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.io.read::<op::Recv, _>(|s| s.recv(buf))
     }
@@ -359,11 +373,13 @@ impl UnixDatagram {
     }
 
     /// The receive timeout.
+    #[track_caller]
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.io.read_timeout())
     }
 
     /// The send timeout.
+    #[track_caller]
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.io.write_timeout())
     }
@@ -382,6 +398,7 @@ impl UnixDatagram {
     /// A second handle (a duplicated fd with its own registration). As in
     /// std, options set on one handle (timeouts, non-blocking mode) apply
     /// to both.
+    #[track_caller]
     pub fn try_clone(&self) -> io::Result<UnixDatagram> {
         let fd = self.io.get().as_fd().try_clone_to_owned()?;
         let mut clone = UnixDatagram::from_std(net::UnixDatagram::from(fd))?;

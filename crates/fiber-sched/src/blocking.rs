@@ -268,6 +268,7 @@ impl<R> Drop for Guard<'_, R> {
 }
 
 /// Run `f` on `shared`'s blocking pool, parking the calling fiber.
+#[track_caller]
 pub(crate) fn run<F, R>(shared: &Shared, f: F) -> R
 where
     F: FnOnce() -> R + Send,

@@ -605,6 +605,7 @@ fn sleep_deadline(deadline: Option<Instant>) -> Result<(), WaitResult> {
 /// Sockets do not need this (`fiber::net` parks on readiness); files do:
 /// Linux reports regular files as always ready, so a read from a slow disk
 /// would hold a worker in the kernel.
+#[track_caller]
 pub fn blocking<F, R>(f: F) -> R
 where
     F: FnOnce() -> R + Send,
