@@ -97,6 +97,9 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
                 shared.pool.trim();
             }
             idle_frames_seen = idle;
+            // Dead timer entries (waits that ended early) of big wheels go
+            // once a second, not only when a wheel doubles.
+            shared.timers.purge_dead(crate::timer::PURGE_FLOOR);
         }
         if crate::dumpsig::take_dump_request() {
             eprintln!("{}", shared.pool.dump());
@@ -395,7 +398,6 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
     let roots = lock(&shared.root_fibers).clone();
     let quiet = !busy
         && !roots.is_empty()
-        && !shared.timers.any_pending()
         && shared.global.is_empty()
         && shared.slots.iter().all(|s| !s.blocking.load(Ordering::Relaxed))
         // A fiber waiting for a blocking-pool call, or for a socket, may
@@ -409,6 +411,15 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
     }
     let since = *quiet_since.get_or_insert(now);
     if *reported || now.duration_since(since) < DEADLOCK_AFTER {
+        return;
+    }
+    // A pending timer may still wake a fiber, but only a live one: an
+    // entry left by a wait that ended early (a `recv_timeout(1h)` answered
+    // at once) wakes nobody, and must not hide a deadlock for an hour. So
+    // the wheels are swept of dead entries first (once per quiet window,
+    // not every tick: a sweep is linear in the entries).
+    if shared.timers.any_pending() && shared.timers.purge_dead(1) > 0 {
+        *quiet_since = Some(now);
         return;
     }
     let parked = shared.pool.parked_fibers();

@@ -272,8 +272,9 @@ impl<T: Expire> Wheel<T> {
         self.elapsed = now;
     }
 
-    /// Drop the dead entries.
-    fn purge(&mut self) {
+    /// Drop the dead entries (also the monitor's periodic sweep: see
+    /// `Timers::purge_dead`).
+    pub(crate) fn purge(&mut self) {
         let mut kept = 0;
         for l in &mut self.levels {
             for (s, slot) in l.slots.iter_mut().enumerate() {
@@ -484,6 +485,28 @@ impl<T: Expire> Timers<T> {
             .min()
             .unwrap_or(NEVER);
         workers.min(self.shared.next_tick())
+    }
+
+    /// Drop the dead entries of every wheel holding at least `floor`
+    /// entries; returns how many entries are left in all. The monitor's
+    /// sweep: a wheel purges itself only when it doubles since its last
+    /// purge, so after a burst of early-ended waits (20,000
+    /// `recv_timeout(1h)` answered at once) the dead entries would stay
+    /// until the wheel grew past twice the burst; the sweep bounds them by
+    /// time too, and lets the deadlock check see that no live timer is
+    /// left.
+    pub(crate) fn purge_dead(&self, floor: usize) -> usize {
+        let mut left = 0;
+        for cell in self.wheels.iter().map(|c| &**c).chain(std::iter::once(&*self.shared)) {
+            let mut w = lock(&cell.wheel);
+            if w.len() >= floor.max(1) {
+                w.purge();
+                // Relaxed: a hint; written under the lock (module docs).
+                cell.next.store(w.next_tick(), Ordering::Relaxed);
+            }
+            left += w.len();
+        }
+        left
     }
 
     /// Is any timer pending (dead ones included)?
