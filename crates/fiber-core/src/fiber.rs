@@ -1019,11 +1019,19 @@ const TEARDOWN_MAX_RAISES: u32 = 8;
 ///
 /// Called by the running fiber itself, on its own stack.
 pub(crate) unsafe fn teardown_unwind(fiber: &Fiber) {
-    if std::thread::panicking() {
-        return;
-    }
+    // Waits that return `Cancelled` at once because the thread is
+    // panicking count too: the thread may be "panicking" only because
+    // another fiber parked in the middle of its unwind (spec/lifecycle.md
+    // section 10), and a fiber that loops on such a wait would otherwise
+    // spin on the teardown thread for ever instead of being abandoned.
+    let panicking = std::thread::panicking();
+    let limit = if panicking {
+        TEARDOWN_MAX_PANICKING_WAITS
+    } else {
+        TEARDOWN_MAX_RAISES
+    };
     // SAFETY: see the function's contract.
-    if unsafe { fiber.note_teardown_raise() } > TEARDOWN_MAX_RAISES {
+    if unsafe { fiber.note_teardown_raise() } > limit {
         fiber.mark_abandoned();
         loop {
             fiber.state.transition_to_parking();
@@ -1032,8 +1040,16 @@ pub(crate) unsafe fn teardown_unwind(fiber: &Fiber) {
             unsafe { fiber.suspend(Suspend::Park) };
         }
     }
+    if panicking {
+        return;
+    }
     std::panic::resume_unwind(Box::new(ShutdownUnwind))
 }
+
+/// Cancelled waits a fiber may make at teardown while its thread counts
+/// as panicking (a destructor's waits during an unwind return at once)
+/// before it is abandoned as looping.
+const TEARDOWN_MAX_PANICKING_WAITS: u32 = 1024;
 
 /// A cancellation scope a fiber can run in (fiber-jobs' jobs implement it):
 /// while set, a cancellable wait of the fiber ends with `Cancelled` once the

@@ -347,3 +347,48 @@ fn shutdown_while_a_try_recv_loop_waits_on_a_select_send_arm_ends_and_loses_noth
         }
     })
 }
+
+/// Two fibers that ignore cancellation are unwound at teardown, and a
+/// destructor of one opens a `fiber::scope`. That fiber parks at its scope
+/// wait in the middle of its unwind, which leaves the teardown thread
+/// counting as panicking; the other fiber, resumed on that thread, then
+/// got `Cancelled` at once from every `fiber::sleep` (a wait during an
+/// unwind) without ever being unwound, and looped for ever: dropping the
+/// runtime hung. Such a fiber is now abandoned after a bound
+/// (spec/reliability.md: shutdown ends in bounded time; a fiber that keeps
+/// waiting is not looped on).
+#[test]
+fn teardown_ends_when_a_destructor_opens_a_scope_next_to_a_fiber_looping_on_sleep() {
+    in_child(
+        "teardown_ends_when_a_destructor_opens_a_scope_next_to_a_fiber_looping_on_sleep",
+        20,
+        || {
+            struct OpensScope;
+            impl Drop for OpensScope {
+                fn drop(&mut self) {
+                    fiber::scope(|s| {
+                        s.spawn(|| {});
+                    });
+                }
+            }
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .shutdown_timeout(ms(300))
+                .build()
+                .unwrap();
+            rt.block_on(|| {
+                for _ in 0..2 {
+                    drop(fiber::spawn(|| {
+                        let _v = OpensScope;
+                        loop {
+                            // Ignores cancellation: unwound at teardown.
+                            let _ = fiber::sleep(ms(5));
+                        }
+                    }));
+                }
+                fiber::sleep(ms(10)).unwrap();
+            });
+            drop(rt);
+        },
+    );
+}
