@@ -1266,7 +1266,14 @@ pub fn with_fiber_local<T: Send + 'static, R>(key: usize, init: fn() -> T, f: im
 /// has it dropped in a later round. A destructor that panics does not keep the others
 /// from being dropped; the first such panic is resumed at the end. Outside
 /// a fiber it does nothing.
-pub fn drop_fiber_locals() {
+///
+/// # Safety
+///
+/// No reference handed out by [`with_fiber_local`] on the running fiber
+/// may be alive: call it where the fiber's body has returned (its own top
+/// frame), never from inside a `with_fiber_local` closure, whose value it
+/// would drop while the closure still uses it.
+pub unsafe fn drop_fiber_locals() {
     let fiber = current::get();
     if fiber.is_null() {
         return;

@@ -688,7 +688,9 @@ where
         // destructor runs with no job (as a scoped child's do), and no root
         // job is made for it (the task is closed).
         let scope = crate::fiber::swap_cancel_scope(None);
-        let _ = catch_unwind(crate::fiber::drop_fiber_locals);
+        // SAFETY: the body has returned: no `with_fiber_local` reference
+        // of this fiber is alive.
+        let _ = catch_unwind(|| unsafe { crate::fiber::drop_fiber_locals() });
         drop_quietly(scope);
         match outcome {
             Ok(value) if cancel_seen => {
@@ -818,7 +820,9 @@ where
         let outcome = catch_unwind(AssertUnwindSafe(f));
         // SAFETY: as above.
         let cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).is_cancel_requested() };
-        let _ = catch_unwind(crate::fiber::drop_fiber_locals);
+        // SAFETY: the body has returned: no `with_fiber_local` reference
+        // of this fiber is alive.
+        let _ = catch_unwind(|| unsafe { crate::fiber::drop_fiber_locals() });
         drop_quietly(crate::fiber::swap_cancel_scope(None));
         match outcome {
             Ok(()) if !cancel_seen => Exit::Done,

@@ -322,7 +322,10 @@ where
         // scoped join waits for thread-local destructors); they run inside
         // the child's job. A panicking one is swallowed (the others are
         // still dropped), as for a spawned fiber.
-        let _ = catch_unwind(fiber_core::drop_fiber_locals);
+        // SAFETY: this is the fiber's body, its top frame, and the child's
+        // closure has returned: no `with_fiber_local` reference of this
+        // fiber is alive.
+        let _ = catch_unwind(|| unsafe { fiber_core::drop_fiber_locals() });
         self.finish(outcome);
         drop(fiber_core::swap_cancel_scope(previous));
     }
