@@ -279,17 +279,17 @@ impl Fiber {
         // Relaxed).
         this.parked_sp
             .store(top.saturating_sub(PREFETCH_STACK_BYTES), Ordering::Relaxed);
-        let entry = move |yielder: &Yielder<(), Suspend>, ()| {
-            // SAFETY: the frame owns this coroutine and outlives it
-            // (`prepare`'s contract), and this fiber is the owner while it
-            // runs, so writing its own yielder slot is exclusive.
-            unsafe { (*fiber_ptr).yielder.with_mut(|y| *y = yielder as *const _) };
-            body()
+        // corosensei moves the entry closure onto the new stack and refuses
+        // (panics on) one over 1 KiB; a body that captured a big array by
+        // value goes to the heap instead, and only its box is moved.
+        let coroutine = if std::mem::size_of_val(&body) <= INLINE_BODY_MAX {
+            // SAFETY: this function's contract.
+            unsafe { Self::coroutine(fiber_ptr, stack, body) }
+        } else {
+            let body = Box::new(body);
+            // SAFETY: this function's contract.
+            unsafe { Self::coroutine(fiber_ptr, stack, body) }
         };
-        // SAFETY: the body's borrows outlive its run or its drop (this
-        // function's contract); everything else the coroutine holds is
-        // `'static`.
-        let coroutine = unsafe { Coroutine::with_stack_unchecked(stack, entry) };
         this.id.store(id.0, std::sync::atomic::Ordering::Relaxed);
         this.last_worker.store(NO_WORKER, Ordering::Relaxed);
         this.spawned_at
@@ -303,6 +303,30 @@ impl Fiber {
             this.cancel_seen.with_mut(|c| *c = false);
             this.teardown_raises.with_mut(|c| *c = 0);
         }
+    }
+
+    /// The coroutine that records its yielder in the frame and runs `body`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Fiber::prepare`]: `fiber_ptr` is the frame that will own the
+    /// coroutine, and `body`'s borrows outlive its run or its drop.
+    unsafe fn coroutine<'a>(
+        fiber_ptr: *const Fiber,
+        stack: FiberStack,
+        body: impl FnOnce() -> Exit + Send + 'a,
+    ) -> FiberCoroutine {
+        let entry = move |yielder: &Yielder<(), Suspend>, ()| {
+            // SAFETY: the frame owns this coroutine and outlives it
+            // (`prepare`'s contract), and this fiber is the owner while it
+            // runs, so writing its own yielder slot is exclusive.
+            unsafe { (*fiber_ptr).yielder.with_mut(|y| *y = yielder as *const _) };
+            body()
+        };
+        // SAFETY: the body's borrows outlive its run or its drop (the
+        // caller's contract); everything else the coroutine holds is
+        // `'static`.
+        unsafe { Coroutine::with_stack_unchecked(stack, entry) }
     }
 
     /// Take the stack kept from the previous incarnation, if any.
@@ -848,6 +872,11 @@ fn stack_overflow_abort(fiber: &Fiber) -> ! {
 /// Bytes of a parked fiber's stack above its saved stack pointer that a
 /// wake prefetches (the switch frame and the frames of a typical park).
 const PREFETCH_STACK_BYTES: usize = 768;
+
+/// The largest fiber body (closure with its captures) placed on the new
+/// stack as is; a bigger one is boxed. corosensei accepts at most 1 KiB for
+/// the entry closure (the body plus the frame pointer).
+const INLINE_BODY_MAX: usize = 512;
 
 /// Software prefetch: a hint to the CPU, never a memory access in the
 /// language's sense.
