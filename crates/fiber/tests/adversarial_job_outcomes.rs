@@ -10,16 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
-use common::{in_child, ms, within};
-
-fn rt1() -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(1)
-        .max_workers(1)
-        .shutdown_timeout(ms(300))
-        .build()
-        .unwrap()
-}
+use common::{in_child, ms, rt1, within};
 
 fn job_stats() -> fiber::JobStats {
     rt1().block_on(|| fiber::stats().jobs)

@@ -16,25 +16,7 @@ use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, panic_message, within};
-
-fn rt1() -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(1)
-        .max_workers(1)
-        .shutdown_timeout(ms(300))
-        .build()
-        .unwrap()
-}
-
-fn rt2() -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(2)
-        .max_workers(2)
-        .shutdown_timeout(ms(300))
-        .build()
-        .unwrap()
-}
+use common::{ms, panic_message, rt1, rt2, within};
 
 /// Run `f` on a 1-worker and then on a 2-worker runtime, each under a
 /// hang guard.

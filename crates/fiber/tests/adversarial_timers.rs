@@ -7,16 +7,7 @@
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, within};
-
-fn rt2() -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(2)
-        .max_workers(2)
-        .shutdown_timeout(ms(300))
-        .build()
-        .unwrap()
-}
+use common::{ms, rt2, within};
 
 #[test]
 fn dead_timers_of_a_burst_are_swept_without_new_timer_traffic() {

@@ -10,16 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, within};
-
-fn rt1() -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(1)
-        .max_workers(1)
-        .shutdown_timeout(ms(300))
-        .build()
-        .unwrap()
-}
+use common::{ms, rt1, within};
 
 #[test]
 fn a_yield_loop_on_one_fixed_worker_lets_timers_fire() {

@@ -40,6 +40,25 @@ pub fn rt() -> fiber::Runtime {
         .unwrap()
 }
 
+/// A runtime of exactly one worker (growth off), 300 ms shutdown grace.
+pub fn rt1() -> fiber::Runtime {
+    fixed(1)
+}
+
+/// A runtime of exactly two workers (growth off), 300 ms shutdown grace.
+pub fn rt2() -> fiber::Runtime {
+    fixed(2)
+}
+
+fn fixed(workers: usize) -> fiber::Runtime {
+    fiber::Runtime::builder()
+        .workers(workers)
+        .max_workers(workers)
+        .shutdown_timeout(ms(300))
+        .build()
+        .unwrap()
+}
+
 /// Run `f` as the root fiber of a fresh [`rt`], under a 30 s hang guard.
 pub fn on_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     within(30, move || rt().block_on(f))
