@@ -742,24 +742,32 @@ pub(crate) struct ThreadParker {
     thread: Thread,
 }
 
+impl ThreadParker {
+    fn for_this_thread() -> Arc<ThreadParker> {
+        Arc::new(ThreadParker {
+            state: StateWord::new_running(),
+            thread: current_thread(),
+        })
+    }
+}
+
 #[cfg(not(loom))]
 thread_local! {
-    static PARKER: Arc<ThreadParker> = Arc::new(ThreadParker {
-        state: StateWord::new_running(),
-        thread: current_thread(),
-    });
+    static PARKER: Arc<ThreadParker> = ThreadParker::for_this_thread();
 }
 
 #[cfg(loom)]
 loom::thread_local! {
-    static PARKER: Arc<ThreadParker> = Arc::new(ThreadParker {
-        state: StateWord::new_running(),
-        thread: current_thread(),
-    });
+    static PARKER: Arc<ThreadParker> = ThreadParker::for_this_thread();
 }
 
 fn thread_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: WaitOptions) -> WaitResult {
-    let parker = PARKER.with(|p| p.clone());
+    // A wait from a thread-local destructor at thread exit may find the
+    // thread's parker already destroyed: that wait gets a parker of its own
+    // (nothing else can hold it, as no wait of this thread is in progress).
+    let parker = PARKER
+        .try_with(|p| p.clone())
+        .unwrap_or_else(|_| ThreadParker::for_this_thread());
     loop {
         let ticket = parker.state.transition_to_parking();
         let waiter = Waiter {

@@ -610,23 +610,33 @@ pub(crate) mod deferred {
     }
 
     /// Record `target` (`usize::MAX`: the global queue) if a batch is open.
+    /// A wake from a thread-local destructor at thread exit may find
+    /// `TARGETS` destroyed: no batch is open there, the push notifies.
     pub(crate) fn record(target: usize) -> bool {
-        TARGETS.with(|t| match t.borrow_mut().as_mut() {
-            Some(targets) => {
-                if !targets.contains(&target) {
-                    targets.push(target);
+        TARGETS
+            .try_with(|t| match t.borrow_mut().as_mut() {
+                Some(targets) => {
+                    if !targets.contains(&target) {
+                        targets.push(target);
+                    }
+                    true
                 }
-                true
-            }
-            None => false,
-        })
+                None => false,
+            })
+            .unwrap_or(false)
     }
 
     /// Run `f` as a batch; returns its value and the recorded targets.
+    /// (Where `TARGETS` is gone, `record` declines and every push notifies
+    /// at once.)
     pub(crate) fn batch<R>(f: impl FnOnce() -> R) -> (R, Vec<usize>) {
-        TARGETS.with(|t| *t.borrow_mut() = Some(Vec::new()));
+        let _ = TARGETS.try_with(|t| *t.borrow_mut() = Some(Vec::new()));
         let r = f();
-        let targets = TARGETS.with(|t| t.borrow_mut().take()).unwrap_or_default();
+        let targets = TARGETS
+            .try_with(|t| t.borrow_mut().take())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
         (r, targets)
     }
 }
