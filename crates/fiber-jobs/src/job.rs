@@ -476,6 +476,26 @@ impl JobCore {
 
     /// Request cancellation (and of every child).
     pub(crate) fn cancel(&self, reason: CancelReason) {
+        // The subtree is walked with a list, not by recursion: a chain of
+        // hundreds of nested scopes would overflow the canceller's stack (a
+        // fiber's is 256 KiB).
+        let Some(mut pending) = self.cancel_one(reason) else {
+            return;
+        };
+        while let Some(child) = pending.pop() {
+            if let Some(grandchildren) = child.cancel_one(CancelReason::Cancelled) {
+                // Listed in reverse: children are cancelled in the order
+                // they were added, each subtree before the next sibling.
+                pending.extend(grandchildren);
+            }
+        }
+    }
+
+    /// Move this job alone to CANCELLING and interrupt its fibers. Returns
+    /// the children still to cancel (in reverse order), or `None` if the
+    /// job was not ACTIVE (already cancelling or ended: nothing below it to
+    /// do for this request).
+    fn cancel_one(&self, reason: CancelReason) -> Option<Vec<Arc<JobCore>>> {
         crate::trace_event!("JOB_CANCEL_REQ", self.id);
         let (fibers, children) = {
             let mut sync = lock(&self.sync);
@@ -501,15 +521,16 @@ impl JobCore {
                     // cancellation cause): an explicit cancel after a
                     // timeout does not turn it into an explicit one, and a
                     // timeout never replaces an explicit reason.
-                    return;
+                    return None;
                 }
-                _ => return,
+                _ => return None,
             }
             (
                 sync.fibers.clone(),
                 // Finished children (not swept yet) need no cancel.
                 sync.children
                     .iter()
+                    .rev()
                     .filter(|c| !c.state().is_terminal())
                     .cloned()
                     .collect::<Vec<_>>(),
@@ -521,9 +542,7 @@ impl JobCore {
         for fiber in &fibers {
             fiber.interrupt();
         }
-        for child in &children {
-            child.cancel(CancelReason::Cancelled);
-        }
+        Some(children)
     }
 
     /// Record a failure (the first one is kept) and cancel the job so the
