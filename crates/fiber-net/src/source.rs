@@ -222,6 +222,11 @@ impl<S: Source + Describe> Io<S> {
         get_timeout(&self.settings.write_timeout)
     }
 
+    /// Does `set_nonblocking(true)` hold (calls return `WouldBlock`)?
+    pub(crate) fn is_nonblocking(&self) -> bool {
+        self.settings.nonblocking.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn set_nonblocking(&self, nonblocking: bool) {
         self.settings.nonblocking.store(nonblocking, Ordering::Relaxed);
     }

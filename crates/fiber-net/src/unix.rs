@@ -334,10 +334,38 @@ impl UnixDatagram {
         self.io.write::<op::Send, _>(|s| s.send_to(buf, path))
     }
 
-    /// Receive one datagram, parking until one arrives.
+    /// Receive one datagram, parking until one arrives. After
+    /// `shutdown(Read)` (by this handle or a clone) it returns `Ok(0)` at
+    /// once, with an unnamed address, as std's blocking socket does.
     #[track_caller]
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.io.read::<op::Recv, _>(|s| s.recv_from(buf))
+        self.io.read::<op::Recv, _>(|s| match s.recv_from(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.read_shut_down() => {
+                Ok((0, net::UnixDatagram::unbound()?.local_addr()?))
+            }
+            other => other,
+        })
+    }
+
+    /// Is the read side shut down, with nothing queued (the receive just
+    /// returned `WouldBlock`)? A blocking datagram receive then returns 0,
+    /// a non-blocking one `EAGAIN`, and no further readiness event comes:
+    /// without this check a parked receive would wait for ever. Asked of
+    /// the kernel (`POLLRDHUP`), as a clone may have shut the socket down.
+    /// In non-blocking mode the `WouldBlock` stands, as with std.
+    fn read_shut_down(&self) -> bool {
+        if self.io.is_nonblocking() {
+            return false;
+        }
+        let mut pollfd = libc::pollfd {
+            fd: self.io.get().as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid `pollfd` for a descriptor this handle owns;
+        // a zero timeout never blocks.
+        let n = unsafe { libc::poll(&mut pollfd, 1, 0) };
+        n == 1 && pollfd.revents & libc::POLLRDHUP != 0
     }
 
     /// Send to the connected peer.
@@ -346,10 +374,14 @@ impl UnixDatagram {
         self.io.write::<op::Send, _>(|s| s.send(buf))
     }
 
-    /// Receive from the connected peer.
+    /// Receive from the connected peer (`Ok(0)` after `shutdown(Read)`, as
+    /// [`recv_from`](Self::recv_from)).
     #[track_caller]
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.read::<op::Recv, _>(|s| s.recv(buf))
+        self.io.read::<op::Recv, _>(|s| match s.recv(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.read_shut_down() => Ok(0),
+            other => other,
+        })
     }
 
     /// The local address.

@@ -3,7 +3,11 @@
 //! queued, so "a short read drained the socket" must not park the next
 //! read (std returns the bytes behind the mark). `into_std` of one handle
 //! while a `try_clone` of it is open: the clone keeps parking (its read
-//! timeout works, its worker is not blocked in the kernel).
+//! timeout works, its worker is not blocked in the kernel). A Unix
+//! datagram socket after `shutdown(Read)`: std's `Shutdown::Read` says
+//! "all currently blocked and future reads will return Ok(0)"; Linux gives
+//! a non-blocking datagram receive `EAGAIN` there and no further event, so
+//! such a receive parked for ever.
 
 use fiber::net::{TcpListener, TcpStream};
 use std::io::{ErrorKind, Read, Write};
@@ -166,5 +170,46 @@ fn into_std_of_the_original_makes_a_clone_block_its_worker() {
         );
         assert_eq!(r.unwrap(), Err(ErrorKind::WouldBlock));
         std::mem::forget(rt);
+    });
+}
+
+fn in_fiber_and_thread(body: fn()) {
+    within(10, move || rt().block_on(body));
+    within(10, body);
+}
+
+#[test]
+fn unix_datagram_receive_after_shutdown_read_returns_zero() {
+    in_fiber_and_thread(|| {
+        use std::net::Shutdown;
+        for how in [Shutdown::Read, Shutdown::Both] {
+            let (a, b) = fiber::net::unix::UnixDatagram::pair().unwrap();
+            b.send(b"abc").unwrap();
+            a.shutdown(how).unwrap();
+            // What was queued first, then end of data, as std.
+            assert_eq!(a.recv(&mut [0u8; 8]).unwrap(), 3);
+            assert_eq!(a.recv(&mut [0u8; 8]).unwrap(), 0);
+            let (n, addr) = a.recv_from(&mut [0u8; 8]).unwrap();
+            assert_eq!(n, 0);
+            assert!(addr.is_unnamed());
+            // In non-blocking mode the kernel's `WouldBlock` stands, as std.
+            a.set_nonblocking(true).unwrap();
+            assert_eq!(a.recv(&mut [0u8; 8]).unwrap_err().kind(), ErrorKind::WouldBlock);
+        }
+    });
+}
+
+#[test]
+fn unix_datagram_receive_parked_when_a_clone_shuts_reading_down_returns_zero() {
+    in_fiber_and_thread(|| {
+        let (a, _b) = fiber::net::unix::UnixDatagram::pair().unwrap();
+        let a2 = a.try_clone().unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(ms(100));
+            a2.shutdown(std::net::Shutdown::Read).unwrap();
+            a2
+        });
+        assert_eq!(a.recv(&mut [0u8; 8]).unwrap(), 0);
+        drop(t.join().unwrap());
     });
 }
