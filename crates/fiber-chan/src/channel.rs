@@ -94,16 +94,22 @@ impl TimerChan {
     /// due (crossbeam: "the instant at which it is sent"; `at(when)`
     /// delivers `when`), not the instant it is received.
     pub(crate) fn try_take(&self, now: Instant) -> Option<Instant> {
+        self.try_take_since(now, now)
+    }
+
+    /// [`try_take`](Self::try_take) by a receive that began waiting at
+    /// `since`. The next tick is one period after the later of this
+    /// delivery's due instant and `since`: a receive that was already
+    /// waiting keeps the schedule (how late its wake-up came does not
+    /// push the next tick back), a late one restarts the period from when
+    /// it came, so ticks never pile up. As crossbeam's `tick`.
+    pub(crate) fn try_take_since(&self, now: Instant, since: Instant) -> Option<Instant> {
         let mut next = lock(&self.next);
         let due = (*next)?;
         if due > now {
             return None;
         }
-        *next = self.period.and_then(|p| {
-            // The next tick is one period after this delivery (a late
-            // receive restarts the period; ticks never pile up).
-            now.checked_add(p)
-        });
+        *next = self.period.and_then(|p| due.max(since).checked_add(p));
         Some(due)
     }
 }
@@ -283,12 +289,13 @@ impl<T> Receiver<T> {
         match &self.flavor {
             Flavor::Chan(chan) => chan.recv(None).map_err(|_| RecvError),
             Flavor::Timer(timer, convert) => loop {
+                let since = Instant::now();
                 // Wait for the due instant (forever when exhausted); a
                 // cancellation ends the receive.
                 if !sleep_until(timer.due()) {
                     return Err(RecvError);
                 }
-                if let Some(at) = timer.try_take(Instant::now()) {
+                if let Some(at) = timer.try_take_since(Instant::now(), since) {
                     return Ok(convert(at));
                 }
             },
@@ -348,9 +355,10 @@ impl<T> Receiver<T> {
                 }
             }),
             Flavor::Timer(timer, convert) => loop {
+                let since = Instant::now();
                 let until = timer.due().map_or(deadline, |due| due.min(deadline));
                 let cancelled = !sleep_until(Some(until));
-                if let Some(at) = timer.try_take(Instant::now()) {
+                if let Some(at) = timer.try_take_since(Instant::now(), since) {
                     return Ok(convert(at));
                 }
                 if cancelled || Instant::now() >= deadline {
@@ -520,6 +528,10 @@ impl<T> Iterator for Iter<'_, T> {
     }
 }
 
+// Once disconnected (or cancelled), a receive keeps failing: fused, as
+// crossbeam's.
+impl<T> std::iter::FusedIterator for Iter<'_, T> {}
+
 /// Non-blocking iterator of a [`Receiver`].
 pub struct TryIter<'a, T> {
     receiver: &'a Receiver<T>,
@@ -543,6 +555,8 @@ impl<T> Iterator for IntoIter<T> {
         self.receiver.recv().ok()
     }
 }
+
+impl<T> std::iter::FusedIterator for IntoIter<T> {}
 
 impl<'a, T> IntoIterator for &'a Receiver<T> {
     type Item = T;

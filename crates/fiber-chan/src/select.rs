@@ -605,7 +605,7 @@ enum Mode {
 ///
 /// The parked phase is a cancellation point. A fiber cancelled while a
 /// blocking [`select`](Select::select) waits gets its first operation on a
-/// channel (the first operation if there is none), which fails as if
+/// channel (the first operation not removed if there is none), which fails as if
 /// disconnected: `recv` gives `Err(RecvError)` and took nothing, `send`
 /// gives the value back in `Err(SendError(v))`. `select_timeout` /
 /// `select_deadline` / `ready_timeout` report a timeout instead. An
@@ -985,7 +985,14 @@ impl<'a> Select<'a> {
             if result == WaitResult::Cancelled {
                 return match mode {
                     Mode::Block => {
-                        let i = self.ops.iter().position(|op| op.is_channel()).unwrap_or(0);
+                        // A channel operation, else the first one not
+                        // removed (a removed index is no operation).
+                        let i = self
+                            .ops
+                            .iter()
+                            .position(|op| op.is_channel())
+                            .or_else(|| self.ops.iter().position(|op| !matches!(op.handle, Handle::Removed)))
+                            .unwrap_or(0);
                         if !ready_only {
                             self.ops[i].fail();
                         }

@@ -343,3 +343,39 @@ fn two_selects_pair_with_each_other_over_rendezvous_channels() {
         }
     })
 }
+
+/// `Select`'s rustdoc: a cancelled blocking select "gets its first
+/// operation on a channel (the first operation not removed if there is
+/// none)". With the channel operation removed and a timer left, it returned
+/// the removed index, which no `recv` could complete.
+#[test]
+fn a_cancelled_select_never_returns_a_removed_index() {
+    within(30, || {
+        rt().block_on(|| {
+            let (out_s, out_r) = chan::unbounded();
+            let h = fiber::spawn(move || {
+                let (_s, r) = chan::unbounded::<u8>();
+                let t = chan::after(Duration::from_secs(3600));
+                let mut sel = chan::Select::new();
+                let i0 = sel.recv(&r);
+                let i1 = sel.recv(&t);
+                sel.remove(i0);
+                let oper = sel.select();
+                let i = oper.index();
+                let completed = if i == i1 {
+                    oper.recv(&t).is_err()
+                } else {
+                    std::mem::forget(oper);
+                    false
+                };
+                out_s.send((i, i1, completed)).unwrap();
+            });
+            fiber::sleep(ms(20)).unwrap();
+            h.cancel();
+            let _ = h.join();
+            let (i, i1, completed) = out_r.recv().unwrap();
+            assert_eq!(i, i1, "the cancelled select returned the removed index");
+            assert!(completed, "the timer operation fails as if disconnected");
+        })
+    })
+}

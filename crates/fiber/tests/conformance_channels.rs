@@ -1331,3 +1331,50 @@ fn a_try_recv_racing_a_select_that_may_take_another_arm_loses_and_duplicates_not
         }
     })
 }
+
+/// crossbeam's `tick`: a blocking receive computes the next delivery as
+/// `max(delivery, now) + duration` with `now` taken before it waits, so a
+/// receiver that is already waiting when a tick is due gets the next one
+/// exactly one period later, however late its wake-up came. Each receive
+/// below that began before its tick was due must see a gap of exactly one
+/// period (the tick pushed the schedule back by every wake-up's delay, so
+/// a `tick(1 ms)` on a fiber gave about half its messages).
+#[test]
+fn tick_keeps_its_schedule_for_a_receiver_that_was_waiting() {
+    both(|| {
+        for timed in [false, true] {
+            let d = ms(5);
+            let r = fiber::chan::tick(d);
+            let mut last = r.recv().unwrap();
+            let mut checked = 0;
+            for _ in 0..20 {
+                let called = Instant::now();
+                let m = if timed {
+                    r.recv_timeout(Duration::from_secs(10)).unwrap()
+                } else {
+                    r.recv().unwrap()
+                };
+                if called < last + d {
+                    assert_eq!(m - last, d, "a waiting receiver's tick came off schedule");
+                    checked += 1;
+                }
+                last = m;
+            }
+            assert!(checked > 0, "no receive began before its tick was due");
+        }
+    });
+}
+
+/// crossbeam: `Iter` and `IntoIter` are `FusedIterator`s.
+#[test]
+fn iter_and_into_iter_are_fused_like_crossbeam() {
+    fn fused<I: std::iter::FusedIterator>(_: &I) {}
+    let (s, r) = fiber::chan::unbounded::<u8>();
+    drop(s);
+    let mut it = r.iter();
+    fused(&it);
+    assert_eq!((it.next(), it.next()), (None, None));
+    let mut it = r.into_iter();
+    fused(&it);
+    assert_eq!((it.next(), it.next()), (None, None));
+}
