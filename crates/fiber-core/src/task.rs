@@ -57,12 +57,15 @@ impl JoinError {
     }
 
     /// Was the fiber cancelled (before it started, or it acknowledged a
-    /// cancellation at a wait)?
+    /// cancellation at a wait)? True also when the cancellation came from a
+    /// `with_timeout` deadline ([`is_timed_out`](Self::is_timed_out)): a
+    /// timeout is a cancellation with a reason, as in Kotlin.
     pub fn is_cancelled(&self) -> bool {
-        matches!(self.repr, Repr::Cancelled)
+        matches!(self.repr, Repr::Cancelled | Repr::TimedOut)
     }
 
-    /// Did the fiber's job time out (`with_timeout`)?
+    /// Was the fiber cancelled by a `with_timeout` deadline (its job's
+    /// cancel reason is `TimedOut`)?
     pub fn is_timed_out(&self) -> bool {
         matches!(self.repr, Repr::TimedOut)
     }

@@ -449,6 +449,7 @@ impl<T> ScopedJoinHandle<'_, T> {
         // SAFETY: the job carries `Outcome<T>`, `T: Send` (see
         // `spawn_child`).
         let outcome = unsafe { job.take_outcome::<Outcome<T>>() };
+        let reason = job.reason();
         drop(job);
         let Some(state) = state else {
             // The joining fiber was cancelled while it waited; the child's
@@ -456,15 +457,26 @@ impl<T> ScopedJoinHandle<'_, T> {
             drop(outcome);
             return Err(JoinError::cancelled(id).with_name(name));
         };
-        Self::outcome_to_result(id, state, outcome).map_err(|e| e.with_name(name))
+        Self::outcome_to_result(id, state, reason, outcome).map_err(|e| e.with_name(name))
     }
 
-    fn outcome_to_result(id: FiberId, state: JobState, outcome: Option<Outcome<T>>) -> Result<T, JoinError> {
+    fn outcome_to_result(
+        id: FiberId,
+        state: JobState,
+        reason: Option<CancelReason>,
+        outcome: Option<Outcome<T>>,
+    ) -> Result<T, JoinError> {
+        // A child cancelled by a `with_timeout` deadline (its own job's
+        // reason: the deadline's job or an ancestor's) reports it.
+        let cancelled = || match reason {
+            Some(CancelReason::TimedOut) => JoinError::timed_out(id),
+            _ => JoinError::cancelled(id),
+        };
         match outcome {
             // A job cancelled before its body ended ends CANCELLED even if
             // its closure returned a value (decided once, under the job's
             // lock); the value is dropped here, once.
-            Some(Outcome::Value(_)) if state == JobState::Cancelled => Err(JoinError::cancelled(id)),
+            Some(Outcome::Value(_)) if state == JobState::Cancelled => Err(cancelled()),
             Some(Outcome::Value(v)) => Ok(v),
             Some(Outcome::Panicked(payload)) => {
                 let payload = lock(&payload)
@@ -473,7 +485,7 @@ impl<T> ScopedJoinHandle<'_, T> {
                 Err(JoinError::panicked(id, payload))
             }
             Some(Outcome::Failed) => Err(JoinError::failed(id)),
-            Some(Outcome::Cancelled) | None => Err(JoinError::cancelled(id)),
+            Some(Outcome::Cancelled) | None => Err(cancelled()),
         }
     }
 

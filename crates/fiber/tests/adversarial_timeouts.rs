@@ -702,3 +702,55 @@ fn huge_representable_timeouts_never_fire_early_on_plain_threads() {
         }
     })
 }
+
+/// `JoinError::is_timed_out`: "Did the fiber's job time out
+/// (`with_timeout`)?" A scoped child whose job a `with_timeout` deadline
+/// cancelled (its `cancel_reason` is `TimedOut`) joins as timed out; it
+/// reported a plain cancellation (nothing ever made a timed-out error).
+#[test]
+fn a_scoped_child_cancelled_by_a_deadline_joins_as_timed_out() {
+    within(30, || {
+        common::rt().block_on(|| {
+            let mut seen = None;
+            let r = fiber::with_timeout(ms(30), || {
+                fiber::scope(|s| {
+                    let (tx, rx) = chan::bounded::<fiber::Job>(1);
+                    let h = s.spawn(move || {
+                        tx.send(fiber::Job::current()).unwrap();
+                        let _ = fiber::sleep(Duration::MAX);
+                    });
+                    let child_job = rx.recv().unwrap();
+                    // No cancellation point until the child has ended, so
+                    // the join reports the child's own outcome.
+                    while !h.is_finished() {
+                        std::thread::yield_now();
+                    }
+                    seen = Some((child_job.cancel_reason(), h.join()));
+                })
+            });
+            assert_eq!(r, Err(fiber::TimedOut));
+            let (reason, joined) = seen.unwrap();
+            assert_eq!(reason, Some(fiber::CancelReason::TimedOut));
+            let e = joined.unwrap_err();
+            assert!(e.is_timed_out(), "joined as {e:?}");
+            assert!(e.is_cancelled(), "a timeout is a cancellation");
+        })
+    });
+}
+
+/// An explicit cancel keeps reporting a cancellation.
+#[test]
+fn a_scoped_child_cancelled_explicitly_joins_as_cancelled() {
+    within(30, || {
+        common::rt().block_on(|| {
+            fiber::scope(|s| {
+                let h = s.spawn(|| {
+                    let _ = fiber::sleep(Duration::MAX);
+                });
+                h.cancel();
+                let e = h.join().unwrap_err();
+                assert!(e.is_cancelled() && !e.is_timed_out(), "joined as {e:?}");
+            })
+        })
+    });
+}
