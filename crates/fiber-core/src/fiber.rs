@@ -1106,6 +1106,13 @@ pub trait CancelScope: Send + Sync + std::any::Any {
         let _ = (panicked, cancelled);
         None
     }
+
+    /// The fiber whose root scope this is was abandoned at its runtime's
+    /// teardown (it did not return within the grace time: e.g. a
+    /// `blocking` call outlived it) and never finishes its body: end the
+    /// scope as cancelled, as its `JoinHandle` reports. Called on the
+    /// teardown thread, not on the fiber. The default does nothing.
+    fn fiber_abandoned(self: Arc<Self>) {}
 }
 
 /// Make `scope` the running fiber's root cancellation scope: it becomes the
@@ -1156,6 +1163,15 @@ pub fn is_cancel_requested() -> bool {
     let fiber = current::get();
     // SAFETY: the running fiber reads its own slots.
     !fiber.is_null() && unsafe { (*fiber).is_cancel_requested() }
+}
+
+/// Is the running fiber's runtime shutting down (its fibers are being
+/// cancelled)? `false` on a plain thread. A job layer ends the jobs a
+/// fiber finishes from here on as cancelled, as the fiber's own outcome is.
+pub fn is_shutting_down() -> bool {
+    let fiber = current::get();
+    // SAFETY: the running fiber reads its own slots.
+    !fiber.is_null() && unsafe { (*fiber).phase() } != Phase::Open
 }
 
 /// Replace the running fiber's cancellation scope, returning the previous

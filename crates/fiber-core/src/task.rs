@@ -259,7 +259,7 @@ impl<T: Send> TaskControl for Task<T> {
     }
 
     fn abandon(&self) {
-        let waiters = {
+        let (waiters, root) = {
             let mut joiners = lock(&self.joiners);
             if joiners.finished {
                 return;
@@ -276,10 +276,15 @@ impl<T: Send> TaskControl for Task<T> {
             joiners.closed = true;
             // Release: as in `complete`.
             self.finished.store(true, Ordering::Release);
-            std::mem::take(&mut joiners.waiters)
+            (std::mem::take(&mut joiners.waiters), joiners.root_scope.take())
         };
         for waiter in &waiters {
             fiber_wake(waiter);
+        }
+        // The fiber's root job ends with its handle (they agree), outside
+        // the lock: it runs the job layer's code.
+        if let Some(root) = root {
+            let _ = catch_unwind(AssertUnwindSafe(move || root.fiber_abandoned()));
         }
     }
 

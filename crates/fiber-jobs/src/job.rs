@@ -101,7 +101,8 @@ pub enum CancelReason {
     Cancelled,
     /// `with_timeout`'s deadline.
     TimedOut,
-    /// A child failed (non-supervisor parent).
+    /// The job failed: its own body panicked (or, in `try_scope`, returned
+    /// an error), or a child of it failed (non-supervisor parent).
     ChildFailed,
 }
 
@@ -993,6 +994,13 @@ impl fiber_core::CancelScope for JobCore {
             self.remove_fiber(me);
         }
         self.end_as_root(panicked, cancelled)
+    }
+
+    /// The fiber was abandoned at teardown: its root job ends CANCELLED
+    /// (once the jobs below it, if any, have ended). The fiber stays in
+    /// the job's list: it never runs again, and the list dies with the job.
+    fn fiber_abandoned(self: Arc<Self>) {
+        let _ = self.end_as_root(false, true);
     }
 }
 

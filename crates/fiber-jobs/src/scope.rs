@@ -301,6 +301,12 @@ where
                 self.job.add_fiber(me);
             }
             let outcome = catch_unwind(AssertUnwindSafe(f));
+            if fiber_core::is_shutting_down() {
+                // The runtime's shutdown cancelled this child (as it does
+                // the fiber's root job): its job ends CANCELLED, not
+                // COMPLETED, and a value it returned is dropped.
+                self.job.cancel(CancelReason::Cancelled);
+            }
             match outcome {
                 Ok(Ok(value)) => Outcome::Value(value),
                 Ok(Err(e)) => {
@@ -689,6 +695,12 @@ fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T,
         }
     };
     job.join_children();
+    if fiber_core::is_shutting_down() {
+        // Shutdown cancelled the fiber running this scope while the scope
+        // was open (its body, or its wait for the children): the scope's
+        // job ends CANCELLED, as its children's and the fiber's root job do.
+        job.cancel(CancelReason::Cancelled);
+    }
     job.body_done();
     if let Some(payload) = teardown {
         // A child's failure, if any, is dropped with the job.
