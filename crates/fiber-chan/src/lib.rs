@@ -38,10 +38,8 @@ pub use error::{
     ReadyTimeoutError, RecvError, RecvTimeoutError, SelectTimeoutError, SendError, SendTimeoutError, TryReadyError,
     TryRecvError, TrySelectError, TrySendError,
 };
-pub use select::{Select, SelectedOperation};
+pub use select::{__MacroSelect, Select, SelectedOperation};
 
 #[doc(hidden)]
-pub use macros::__Arm;
-
 #[cfg(all(test, loom))]
 mod tests;

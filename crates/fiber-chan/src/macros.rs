@@ -41,7 +41,10 @@
 /// in order, and borrowed only while selecting, so a body may reassign or
 /// drop them; a send arm's `value` is evaluated only if that arm is
 /// selected (a receiver or buffer slot is reserved for it first, so the
-/// send then cannot block or lose the value).
+/// send then cannot block or lose the value), in the same branch as that
+/// arm's body, so the default body or another arm's body may still use a
+/// value that was not sent (`send(s, item) -> _ => {}, default =>
+/// keep(item)`).
 ///
 /// Cancellation: see [`Select`](crate::Select#cancellation); a cancelled
 /// blocking `select!` runs its first channel arm with a failed result.
@@ -73,16 +76,6 @@ macro_rules! select_biased {
     ($($tokens:tt)*) => {
         $crate::__select_internal!(@parse new_biased () () $($tokens)*)
     };
-}
-
-/// One arm's result inside the expansion of `select!` (not public API).
-#[doc(hidden)]
-#[derive(Debug)]
-pub enum __Arm<A, B> {
-    /// This arm.
-    This(A),
-    /// A later arm.
-    Next(B),
 }
 
 #[doc(hidden)]
@@ -153,21 +146,20 @@ macro_rules! __select_internal {
     };
 
     // ---- code generation ----
-    // The operands are borrowed inside an inner block that yields the
-    // selected arm's result (`__Arm` chain, or `None` for the default);
-    // the bodies run after it, with every borrow released.
+    // As crossbeam's: the operands are borrowed by nested `match`es, the
+    // select runs inside them, and each arm's body runs in the branch that
+    // completed that arm's operation. So a send arm's value is moved only
+    // in its own branch: the default body or another arm's body may still
+    // use it (`send(s, item) -> _ => {}, default => keep(item)`).
     (@emit $new:ident ($([$kind:ident $h:ident $i:ident $operands:tt $p:tt $body:tt])*) ($($def:tt)*)) => {{
         // Operands first, in order, each the scrutinee of a `match` that
         // holds the rest: temporaries made while evaluating an operand
-        // (`recv(r.unwrap_or(&never()))`) live until the select is done,
-        // and are dropped at the end of this statement, before the bodies.
-        #[allow(unreachable_code, clippy::diverging_sub_expression)]
-        let __outcome = $crate::__select_internal!(@bind ($([$kind $h $operands])*) {
+        // (`recv(r.unwrap_or(&never()))`) live until the select is done.
+        $crate::__select_internal!(@bind ($([$kind $h $operands])*) {
             let mut __select = $crate::Select::$new();
             $( let $i = $crate::__select_internal!(@add __select $kind $h); )*
             $crate::__select_internal!(@run __select ($([$kind $h $i $operands $p $body])*) ($($def)*))
-        });
-        $crate::__select_internal!(@bodies __outcome ($([$kind $h $i $operands $p $body])*) ($($def)*))
+        })
     }};
 
     (@bind () $cont:tt) => { $cont };
@@ -184,83 +176,64 @@ macro_rules! __select_internal {
     (@add $sel:ident recv $h:ident) => { $sel.recv($h) };
     (@add $sel:ident send $h:ident) => { $sel.send($h) };
 
-    // (Each result is bound to a local before the block ends, so no
-    // temporary borrowing the select outlives it.)
+    // The select is moved into the call that completes the chosen
+    // operation (or dropped for the default) before a body runs, so its
+    // borrows of the handles end there: a body may replace the channel it
+    // used (`Err(_) => r = never()`).
     (@run $sel:ident ($($arms:tt)*) ()) => {{
-        let __oper = $sel.select();
-        let __index = __oper.index();
-        let __result = ::std::option::Option::Some($crate::__select_internal!(@dispatch __oper __index $($arms)*));
-        __result
+        let __chosen = $sel.__select_owned();
+        // A blocking select always chooses (`usize::MAX` matches no arm).
+        let __index = __chosen.index().unwrap_or(usize::MAX);
+        $crate::__select_internal!(@dispatch __chosen __index $($arms)*)
     }};
     (@run $sel:ident ($($arms:tt)*) (now ($default:expr))) => {{
-        let __selected = $sel.try_select();
-        let __result = match __selected {
-            ::std::result::Result::Ok(__oper) => {
-                let __index = __oper.index();
-                ::std::option::Option::Some($crate::__select_internal!(@dispatch __oper __index $($arms)*))
+        let __chosen = $sel.__try_select_owned();
+        match __chosen.index() {
+            ::std::option::Option::Some(__index) => {
+                $crate::__select_internal!(@dispatch __chosen __index $($arms)*)
             }
-            ::std::result::Result::Err(_) => ::std::option::Option::None,
-        };
-        __result
+            ::std::option::Option::None => {
+                ::std::mem::drop(__chosen);
+                $default
+            }
+        }
     }};
     (@run $sel:ident ($($arms:tt)*) (after ($t:expr) ($default:expr))) => {{
-        let __selected = $sel.select_timeout($t);
-        let __result = match __selected {
-            ::std::result::Result::Ok(__oper) => {
-                let __index = __oper.index();
-                ::std::option::Option::Some($crate::__select_internal!(@dispatch __oper __index $($arms)*))
+        let __chosen = $sel.__select_timeout_owned($t);
+        match __chosen.index() {
+            ::std::option::Option::Some(__index) => {
+                $crate::__select_internal!(@dispatch __chosen __index $($arms)*)
             }
-            ::std::result::Result::Err(_) => ::std::option::Option::None,
-        };
-        __result
+            ::std::option::Option::None => {
+                ::std::mem::drop(__chosen);
+                $default
+            }
+        }
     }};
 
     (@dispatch $o:ident $idx:ident) => {{
-        ::std::mem::forget($o);
+        ::std::mem::drop($o);
         unreachable!("select! returned an operation it did not register")
     }};
-    (@dispatch $o:ident $idx:ident [recv $h:ident $i:ident ($r:expr) $p:tt $body:tt] $($rest:tt)*) => {
+    (@dispatch $o:ident $idx:ident [recv $h:ident $i:ident ($r:expr) ($p:pat) ($body:expr)] $($rest:tt)*) => {
         if $idx == $i {
-            $crate::__Arm::This($o.recv($h))
+            let __res = $o.recv($h);
+            match __res {
+                $p => $body,
+            }
         } else {
-            $crate::__Arm::Next($crate::__select_internal!(@dispatch $o $idx $($rest)*))
+            $crate::__select_internal!(@dispatch $o $idx $($rest)*)
         }
     };
-    (@dispatch $o:ident $idx:ident [send $h:ident $i:ident ($s:expr, $v:expr) $p:tt $body:tt] $($rest:tt)*) => {
+    (@dispatch $o:ident $idx:ident [send $h:ident $i:ident ($s:expr, $v:expr) ($p:pat) ($body:expr)] $($rest:tt)*) => {
         if $idx == $i {
             // The value is evaluated only now, for the selected arm.
-            $crate::__Arm::This($o.send($h, $v))
+            let __res = $o.send($h, $v);
+            match __res {
+                $p => $body,
+            }
         } else {
-            $crate::__Arm::Next($crate::__select_internal!(@dispatch $o $idx $($rest)*))
-        }
-    };
-
-    (@bodies $out:ident ($($arms:tt)*) ()) => {
-        match $out {
-            ::std::option::Option::Some(__chain) => $crate::__select_internal!(@arm __chain $($arms)*),
-            ::std::option::Option::None => unreachable!("a blocking select returns an operation"),
-        }
-    };
-    (@bodies $out:ident ($($arms:tt)*) (now ($default:expr))) => {
-        match $out {
-            ::std::option::Option::Some(__chain) => $crate::__select_internal!(@arm __chain $($arms)*),
-            ::std::option::Option::None => $default,
-        }
-    };
-    (@bodies $out:ident ($($arms:tt)*) (after ($t:expr) ($default:expr))) => {
-        match $out {
-            ::std::option::Option::Some(__chain) => $crate::__select_internal!(@arm __chain $($arms)*),
-            ::std::option::Option::None => $default,
-        }
-    };
-
-    (@arm $chain:ident) => {
-        unreachable!("select! returned an operation it did not register")
-    };
-    (@arm $chain:ident [$kind:ident $h:ident $i:ident $operands:tt ($p:pat) ($body:expr)] $($rest:tt)*) => {
-        match $chain {
-            $crate::__Arm::This($p) => $body,
-            $crate::__Arm::Next(__chain) => $crate::__select_internal!(@arm __chain $($rest)*),
+            $crate::__select_internal!(@dispatch $o $idx $($rest)*)
         }
     };
 }

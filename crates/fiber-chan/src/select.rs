@@ -1033,6 +1033,75 @@ impl fmt::Debug for SelectedOperation<'_, '_> {
     }
 }
 
+/// What `select!` runs on: a select that owns itself and the index it
+/// chose (`None`: none, for a `default` arm). Moving it into
+/// [`recv`](Self::recv) or [`send`](Self::send) (or dropping it) ends every
+/// borrow the select held, so the arm's body runs with the handles free: a
+/// body may replace the channel it used. Not public API.
+#[doc(hidden)]
+pub struct __MacroSelect<'a> {
+    select: Select<'a>,
+    index: Option<usize>,
+}
+
+impl fmt::Debug for __MacroSelect<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("__MacroSelect").field("index", &self.index).finish()
+    }
+}
+
+impl<'a> Select<'a> {
+    /// `select!`'s blocking select (see [`__MacroSelect`]).
+    #[doc(hidden)]
+    #[track_caller]
+    pub fn __select_owned(mut self) -> __MacroSelect<'a> {
+        self.assert_live("select");
+        let index = self.run(Mode::Block, false);
+        debug_assert!(index.is_some(), "a blocking select returns an operation");
+        __MacroSelect { select: self, index }
+    }
+
+    /// `select!`'s `default` arm: `try_select` (see [`__MacroSelect`]).
+    #[doc(hidden)]
+    pub fn __try_select_owned(mut self) -> __MacroSelect<'a> {
+        let index = self.run(Mode::Try, false);
+        __MacroSelect { select: self, index }
+    }
+
+    /// `select!`'s `default(timeout)` arm: `select_timeout` (see
+    /// [`__MacroSelect`]).
+    #[doc(hidden)]
+    #[track_caller]
+    pub fn __select_timeout_owned(mut self, timeout: Duration) -> __MacroSelect<'a> {
+        let index = match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.run(Mode::Until(deadline), false),
+            None => self.run(Mode::Forever, false),
+        };
+        __MacroSelect { select: self, index }
+    }
+}
+
+impl<'a> __MacroSelect<'a> {
+    /// The chosen index, `None` if none (a `default` arm runs).
+    pub fn index(&self) -> Option<usize> {
+        self.index
+    }
+
+    /// Complete the chosen receive, as [`SelectedOperation::recv`].
+    #[track_caller]
+    pub fn recv<T: 'a>(mut self, receiver: &Receiver<T>) -> Result<T, RecvError> {
+        let index = self.index.expect("select! completes the operation it chose");
+        SelectedOperation::new(&mut self.select, index).recv(receiver)
+    }
+
+    /// Complete the chosen send, as [`SelectedOperation::send`].
+    #[track_caller]
+    pub fn send<T: 'a>(mut self, sender: &Sender<T>, value: T) -> Result<(), SendError<T>> {
+        let index = self.index.expect("select! completes the operation it chose");
+        SelectedOperation::new(&mut self.select, index).send(sender, value)
+    }
+}
+
 impl Drop for SelectedOperation<'_, '_> {
     fn drop(&mut self) {
         // Not completed (`recv` and `send` forget `self` once they consumed

@@ -1384,3 +1384,65 @@ fn iter_and_into_iter_are_fused_like_crossbeam() {
     fused(&it);
     assert_eq!((it.next(), it.next()), (None, None));
 }
+
+/// crossbeam's `select!` evaluates a send arm's value and runs that arm's
+/// body in one branch, so the value is moved only if that arm is chosen:
+/// the default body or another arm's body may still use it. Code written
+/// for crossbeam did not compile here (E0382, "use of moved value").
+#[test]
+fn a_send_arms_value_stays_usable_by_the_other_arms() {
+    both(|| {
+        let (s, r) = bounded::<String>(0);
+        let mut pending = Vec::new();
+        let item = String::from("x");
+        fiber::select! {
+            send(s, item) -> res => res.unwrap(),
+            default => pending.push(item),
+        }
+        assert_eq!(pending, ["x"]);
+        let item = String::from("w");
+        fiber::select! {
+            send(s, item) -> res => res.unwrap(),
+            default(ms(1)) => pending.push(item),
+        }
+        assert_eq!(pending, ["x", "w"]);
+        drop(r);
+
+        let (s, _r) = bounded::<String>(0);
+        let (s2, r2) = unbounded::<u8>();
+        s2.send(1).unwrap();
+        let item = String::from("y");
+        let kept = fiber::select! {
+            send(s, item) -> _ => None,
+            recv(r2) -> _ => Some(item),
+        };
+        assert_eq!(kept.as_deref(), Some("y"));
+    });
+}
+
+/// A body may replace the channel its arm used (the select's borrows have
+/// ended when a body runs), in every form of the macro.
+#[test]
+fn a_select_body_may_replace_the_channel_it_used() {
+    both(|| {
+        let (s, mut r) = unbounded::<u8>();
+        s.send(1).unwrap();
+        drop(s);
+        let mut got = Vec::new();
+        // The value, then the disconnect (which swaps in `never()`).
+        for _ in 0..2 {
+            fiber::select! {
+                recv(r) -> m => match m {
+                    Ok(v) => got.push(v),
+                    Err(_) => r = never(),
+                },
+            }
+        }
+        assert_eq!(got, [1]);
+        fiber::select! {
+            recv(r) -> _ => unreachable!("never() is never ready"),
+            default => r = unbounded().1,
+        }
+        assert!(r.is_empty());
+    });
+}
