@@ -40,6 +40,9 @@ struct PoolState {
     queue: VecDeque<Job>,
     threads: usize,
     idle: usize,
+    /// The runtime has shut down: a thread exits as soon as the queue is
+    /// empty instead of waiting out `KEEP_ALIVE`.
+    closed: bool,
 }
 
 struct Pool {
@@ -88,6 +91,21 @@ fn pool_for(shared: &Shared) -> Arc<Pool> {
     });
     pools.push((shared.id, Arc::downgrade(&pool)));
     pool
+}
+
+/// Runtime `runtime_id` has shut down: its idle pool threads exit now, and
+/// busy ones once the queue is empty (a dropped runtime leaves no thread
+/// waiting out the keep-alive).
+pub(crate) fn close(runtime_id: usize) {
+    let pools = POOLS.lock().unwrap_or_else(|p| p.into_inner());
+    for pool in pools
+        .iter()
+        .filter(|(id, _)| *id == runtime_id)
+        .filter_map(|(_, pool)| pool.upgrade())
+    {
+        lock(&pool.state).closed = true;
+        pool.work.notify_all();
+    }
 }
 
 /// Blocking calls of runtime `runtime_id` submitted and not yet completed.
@@ -166,7 +184,7 @@ impl Pool {
             let mut timed_out = false;
             while state.queue.is_empty() {
                 let now = Instant::now();
-                if now >= deadline {
+                if now >= deadline || state.closed {
                     timed_out = true;
                     break;
                 }

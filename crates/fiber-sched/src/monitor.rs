@@ -152,8 +152,12 @@ fn sample_pressure(shared: &Shared, pressure: i64, neg_streak: &mut u64) {
     }
 }
 
-/// Move a stuck worker's runnext and inbox to the global queue (pinned
-/// fibers homed there go back to its inbox). Returns how many moved.
+/// Move a stuck worker's runnext, inbox and deques to the global queue
+/// (pinned fibers homed there go back to its inbox). Returns how many
+/// moved. The deques too: thieves take from them only when their own
+/// queues are empty, so with growth off a fiber left in the deque of a
+/// worker stuck in one long computation waited for it to end while the
+/// other worker ran a busy ping-pong pair.
 fn rescue_waiting(shared: &Shared, index: usize) -> usize {
     let slot = &shared.slots[index];
     let mut moved = 0;
@@ -171,6 +175,15 @@ fn rescue_waiting(shared: &Shared, index: usize) -> usize {
     }
     while let Some(fiber) = slot.inbox.pop() {
         divert(fiber);
+    }
+    for stealer in [&slot.stealer, &slot.yield_stealer] {
+        loop {
+            match stealer.steal() {
+                crossbeam_deque::Steal::Success(fiber) => divert(fiber),
+                crossbeam_deque::Steal::Retry => continue,
+                crossbeam_deque::Steal::Empty => break,
+            }
+        }
     }
     for fiber in keep {
         slot.inbox.push(fiber);

@@ -438,6 +438,7 @@ impl Runtime {
             for thread in stuck {
                 drop(thread); // detaches
             }
+            crate::blocking::close(shared.id);
             std::mem::forget(shared);
             return;
         }
@@ -479,6 +480,9 @@ impl Runtime {
             std::mem::forget(shared.clone());
         }
         shared.timers.clear();
+        // 6: the blocking pool's threads exit (an abandoned call's thread
+        // once its call returns) instead of waiting out their keep-alive.
+        crate::blocking::close(shared.id);
     }
 }
 

@@ -1179,6 +1179,18 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         if let Some(fiber) = ctx.yielded.pop() {
             return Some(fiber);
         }
+        // And the oldest fiber of the local deque: it is LIFO, so a worker
+        // whose fibers keep pushing onto it (or a ping-pong pair handing
+        // each other the runnext slot) would otherwise never get back to
+        // the bottom one. (Taken through this worker's own stealer, from
+        // the oldest end, as a thief would.)
+        loop {
+            match shared.slots[ctx.index].stealer.steal() {
+                Steal::Success(fiber) => return Some(fiber),
+                Steal::Empty => break,
+                Steal::Retry => std::hint::spin_loop(),
+            }
+        }
     }
     if ctx.runnext_streak.get() < RUNNEXT_STREAK {
         if let Some(fiber) = shared.slots[ctx.index].runnext.take() {
@@ -1186,8 +1198,18 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
             return Some(fiber);
         }
     } else if let Some(fiber) = shared.slots[ctx.index].runnext.take() {
-        // Let the local queue go first this time.
-        ctx.local.push(fiber);
+        // Let the local queue go first this time: its newest fiber runs
+        // and the runnext one waits in the deque. (Pushed first and popped
+        // after, it would come straight back, and two fibers handing each
+        // other the slot would keep the deque waiting for ever.)
+        ctx.runnext_streak.set(0);
+        return Some(match ctx.local.pop() {
+            Some(other) => {
+                ctx.local.push(fiber);
+                other
+            }
+            None => fiber,
+        });
     }
     ctx.runnext_streak.set(0);
     if let Some(fiber) = ctx.local.pop() {

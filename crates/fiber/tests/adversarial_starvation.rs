@@ -1,0 +1,194 @@
+//! Adversarial: no runnable fiber starves (seed 003's starvation escape).
+//! A ping-pong pair hands its two fibers the worker's runnext slot back and
+//! forth; spec/sched.md section 2 says runnext yields to the local deque
+//! after 16 consecutive runs. The runnext fiber was pushed onto the LIFO
+//! deque and popped straight back, so on one worker a fiber waiting in the
+//! deque (spawned before the pair, or a fiber that only yields) never ran.
+
+use fiber::chan;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{ms, within};
+
+fn rt(workers: usize, max: usize) -> fiber::Runtime {
+    fiber::Runtime::builder()
+        .workers(workers)
+        .max_workers(max)
+        .shutdown_timeout(ms(300))
+        .build()
+        .unwrap()
+}
+
+fn spin(d: Duration) {
+    let s = Instant::now();
+    while s.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// yield_now fairness on one fixed worker: a fiber yielding in a loop and a
+/// ping-pong pair both progress.
+#[test]
+fn a_yield_loop_and_a_ping_pong_pair_share_one_worker() {
+    let (yields, trips) = within(60, || {
+        let r = rt(1, 1);
+        r.block_on(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            let yields = Arc::new(AtomicU64::new(0));
+            let trips = Arc::new(AtomicU64::new(0));
+            let (s1, y1) = (stop.clone(), yields.clone());
+            let yielder = fiber::spawn(move || {
+                while !s1.load(Ordering::Relaxed) {
+                    let _ = fiber::yield_now();
+                    y1.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            let (s2, t2) = (stop.clone(), trips.clone());
+            let pp = fiber::spawn(move || {
+                let (atx, arx) = chan::bounded::<u8>(0);
+                let (btx, brx) = chan::bounded::<u8>(0);
+                let e = fiber::spawn(move || {
+                    for v in arx.iter() {
+                        if btx.send(v).is_err() {
+                            break;
+                        }
+                    }
+                });
+                while !s2.load(Ordering::Relaxed) {
+                    atx.send(1).unwrap();
+                    brx.recv().unwrap();
+                    t2.fetch_add(1, Ordering::Relaxed);
+                }
+                drop(atx);
+                e.join().unwrap();
+            });
+            fiber::sleep(ms(1000)).unwrap();
+            stop.store(true, Ordering::Relaxed);
+            yielder.join().unwrap();
+            pp.join().unwrap();
+            (yields.load(Ordering::Relaxed), trips.load(Ordering::Relaxed))
+        })
+    });
+    assert!(yields > 1000, "yielder starved: {yields} yields, {trips} trips");
+    assert!(trips > 1000, "ping-pong starved: {yields} yields, {trips} trips");
+}
+
+/// A ping-pong pair that runs until `stop`; returns its round trips.
+fn pair_until(stop: Arc<AtomicBool>) -> fiber::JoinHandle<u64> {
+    fiber::spawn(move || {
+        let (atx, arx) = chan::bounded::<u8>(0);
+        let (btx, brx) = chan::bounded::<u8>(0);
+        let e = fiber::spawn(move || {
+            for v in arx.iter() {
+                if btx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut n = 0;
+        while !stop.load(Ordering::Relaxed) {
+            atx.send(1).unwrap();
+            brx.recv().unwrap();
+            n += 1;
+        }
+        drop(atx);
+        e.join().unwrap();
+        n
+    })
+}
+
+/// spec/sched.md section 2: "runnext yields to the local deque after 16
+/// consecutive runs". A fiber spawned just before a ping-pong pair starts
+/// (so it sits in the local deque) must get to run while the pair goes on.
+fn spawned_fiber_runs_next_to_a_pair(workers: usize, max: usize, pairs: usize) -> Option<Duration> {
+    within(60, move || {
+        let r = rt(workers, max);
+        r.block_on(move || {
+            let stop = Arc::new(AtomicBool::new(false));
+            let ran = Arc::new(AtomicBool::new(false));
+            let start = Instant::now();
+            let ran2 = ran.clone();
+            let flagger = fiber::spawn(move || ran2.store(true, Ordering::Relaxed));
+            let ps: Vec<_> = (0..pairs).map(|_| pair_until(stop.clone())).collect();
+            let mut when = None;
+            while start.elapsed() < ms(1500) {
+                if ran.load(Ordering::Relaxed) {
+                    when = Some(start.elapsed());
+                    break;
+                }
+                fiber::sleep(ms(5)).unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+            for p in ps {
+                p.join().unwrap();
+            }
+            flagger.join().unwrap();
+            when
+        })
+    })
+}
+
+#[test]
+fn a_spawned_fiber_runs_next_to_a_ping_pong_pair_one_fixed_worker() {
+    let when = spawned_fiber_runs_next_to_a_pair(1, 1, 1);
+    assert!(when.is_some(), "the spawned fiber did not run within 1.5 s");
+}
+
+#[test]
+fn a_spawned_fiber_runs_next_to_a_ping_pong_pair_one_elastic_worker() {
+    let when = spawned_fiber_runs_next_to_a_pair(1, 2, 1);
+    assert!(when.is_some(), "the spawned fiber did not run within 1.5 s");
+}
+
+#[test]
+fn a_spawned_fiber_runs_next_to_ping_pong_pairs_two_fixed_workers() {
+    let when = spawned_fiber_runs_next_to_a_pair(2, 2, 2);
+    assert!(when.is_some(), "the spawned fiber did not run within 1.5 s");
+}
+
+/// spec/sched.md section 3, "No runnable fiber waits behind a busy
+/// worker": two fixed workers, one runs a ping-pong pair, the other's
+/// fiber spawns two children (the first lands in its local deque) and then
+/// computes for 1.5 s. The first child should run on the other worker
+/// well before the computation ends.
+#[test]
+fn a_child_in_a_spinning_workers_deque_runs_while_the_other_worker_ping_pongs() {
+    child_in_deque(2)
+}
+
+#[test]
+fn a_child_in_a_spinning_workers_deque_runs_while_the_other_worker_ping_pongs_growth_on() {
+    child_in_deque(4)
+}
+
+fn child_in_deque(max: usize) {
+    let when = within(60, move || {
+        let r = rt(2, max);
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let pair = r.spawn(move || pair_until(s2).join().unwrap());
+        std::thread::sleep(ms(50));
+        let ran_at = Arc::new(std::sync::Mutex::new(None::<Duration>));
+        let ran2 = ran_at.clone();
+        r.block_on(move || {
+            let start = Instant::now();
+            let a = fiber::spawn(move || *ran2.lock().unwrap() = Some(start.elapsed()));
+            let b = fiber::spawn(|| ());
+            spin(ms(1500));
+            a.join().unwrap();
+            b.join().unwrap();
+        });
+        stop.store(true, Ordering::Relaxed);
+        pair.join().unwrap();
+        let v = *ran_at.lock().unwrap();
+        v
+    });
+    let when = when.expect("child never ran");
+    assert!(
+        when < ms(1000),
+        "the child ran only after {when:?} (its parent spun 1.5 s)"
+    );
+}
