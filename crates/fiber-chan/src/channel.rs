@@ -115,7 +115,9 @@ impl TimerChan {
 }
 
 /// Wait until `deadline` (or forever): park a fiber, block a thread.
-/// `false` if cancelled first (a cancellation point).
+/// `false` if cancelled first (a cancellation point). The fiber dump names
+/// the user's call (a timer or `never` receive) as the wait's site.
+#[track_caller]
 pub(crate) fn sleep_until(deadline: Option<Instant>) -> bool {
     if deadline.is_some_and(|d| d <= Instant::now()) {
         return true;
@@ -523,6 +525,8 @@ impl<T> fmt::Debug for IntoIter<T> {
 
 impl<T> Iterator for Iter<'_, T> {
     type Item = T;
+    // The dump names the user's `for` loop as the wait's site.
+    #[track_caller]
     fn next(&mut self) -> Option<T> {
         self.receiver.recv().ok()
     }
@@ -551,6 +555,7 @@ pub struct IntoIter<T> {
 
 impl<T> Iterator for IntoIter<T> {
     type Item = T;
+    #[track_caller]
     fn next(&mut self) -> Option<T> {
         self.receiver.recv().ok()
     }

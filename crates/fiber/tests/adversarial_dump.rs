@@ -65,6 +65,18 @@ fn the_dump_names_every_wait_with_the_users_call_site() {
                 let sleep_line = line!() + 1;
                 fiber::spawn(move || { r.send(()).unwrap(); let _ = fiber::sleep(Duration::from_secs(3600)); });
                 push("sleep", sleep_line);
+                // a for loop over a receiver (`Iterator::next`)
+                let (itx, irx) = chan::bounded::<u8>(0);
+                keep.lock().unwrap().push(Box::new(itx));
+                let r = ready_tx.clone();
+                let iter_line = line!() + 1;
+                fiber::spawn(move || { r.send(()).unwrap(); for _ in irx.iter() {} });
+                push("chan receive", iter_line);
+                // a timer channel's receive
+                let r = ready_tx.clone();
+                let after_line = line!() + 1;
+                fiber::spawn(move || { r.send(()).unwrap(); let _ = chan::after(Duration::from_secs(3600)).recv(); });
+                push("sleep", after_line);
                 // park
                 let r = ready_tx.clone();
                 let park_line = line!() + 1;
@@ -111,7 +123,7 @@ fn the_dump_names_every_wait_with_the_users_call_site() {
                 let _ = locker.join();
             });
         }
-        for _ in 0..12 {
+        for _ in 0..14 {
             ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
         }
         std::thread::sleep(ms(300));
@@ -126,7 +138,7 @@ fn the_dump_names_every_wait_with_the_users_call_site() {
             missing.push(site);
         }
     }
-    let recv_line = lines.iter().find(|(k, _)| *k == "chan receive").unwrap().1;
+    let recv_line = lines.iter().find(|(k, _)| *k == "chan receive").unwrap().1; // the first: 3 fibers
     let grouped = format!("3 fiber(s) parked on chan receive at {file}:{recv_line}:");
     if !text.contains(&grouped) {
         missing.push(grouped);
