@@ -413,10 +413,12 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
         && !roots.is_empty()
         && shared.global.is_empty()
         && shared.slots.iter().all(|s| !s.blocking.load(Ordering::Relaxed))
-        // A fiber waiting for a blocking-pool call, or for a socket, may
-        // still be woken from outside: not a deadlock.
-        && crate::blocking::in_flight(shared.id) == 0
-        && fiber_core::external_waiters() == 0;
+        // A fiber waiting for a blocking-pool call may still be woken
+        // from outside: not a deadlock. (So may one parked on a socket:
+        // looked for below, among this runtime's fibers; the process-wide
+        // count of socket waits let another runtime's server hide this
+        // one's deadlock.)
+        && crate::blocking::in_flight(shared.id) == 0;
     if !quiet {
         *quiet_since = None;
         *reported = false;
@@ -442,6 +444,13 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
     let Some(root) = roots.iter().copied().find(|&r| parked.iter().any(|p| p.id.0 == r)) else {
         return;
     };
+    let dump = shared.pool.dump();
+    if dump.fibers.iter().any(|f| f.waiting == fiber_core::WaitKind::Io) {
+        // A fiber of this runtime waits for a socket: the outside world
+        // may still wake it.
+        *quiet_since = Some(now);
+        return;
+    }
     *reported = true;
     shared.counters.deadlock_reports.fetch_add(1, Ordering::Relaxed);
     let mut report = format!(
@@ -457,7 +466,7 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
         parked = parked.len(),
         "deadlock: all fibers are asleep"
     );
-    report.push_str(&shared.pool.dump().to_string());
+    report.push_str(&dump.to_string());
     eprint!("{report}");
     if shared.config.deadlock_abort {
         eprintln!("fiber: FIBER_DEADLOCK_ABORT=1: aborting");

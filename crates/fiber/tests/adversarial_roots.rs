@@ -43,3 +43,59 @@ fn a_deadlocked_root_is_reported_after_another_block_on_returns() {
         "no deadlock report for a root parked forever after another root returned"
     );
 }
+
+/// The deadlock check looked at a process-wide count of socket waits, so a
+/// server of another runtime parked in `accept` hid this runtime's
+/// deadlock for ever. It now looks for socket waits among its own fibers.
+#[test]
+fn a_deadlock_is_reported_while_another_runtime_waits_on_a_socket() {
+    common::within(60, || {
+        let other = common::rt();
+        let l = fiber::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let accepting = other.spawn(move || {
+            let _ = l.accept();
+        });
+        let stuck = common::rt();
+        let h = stuck.handle();
+        let t = std::thread::spawn(move || {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                h.block_on(|| {
+                    let (_tx, rx) = fiber::chan::bounded::<u8>(0);
+                    let _ = rx.recv();
+                })
+            }));
+        });
+        let start = Instant::now();
+        while stuck.stats().deadlock_reports == 0 && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(ms(50));
+        }
+        let reports = stuck.stats().deadlock_reports;
+        drop(stuck);
+        t.join().unwrap();
+        accepting.cancel();
+        drop(other);
+        assert!(reports >= 1, "the parked root was not reported");
+    });
+}
+
+/// Its own fiber waiting on a socket still keeps a root from being
+/// reported: the outside world may wake it.
+#[test]
+fn no_report_while_a_fiber_of_the_same_runtime_waits_on_a_socket() {
+    common::within(60, || {
+        let rt = common::rt();
+        let reports = rt.block_on(|| {
+            let l = fiber::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let server = fiber::spawn(move || l.accept().map(|_| ()));
+            // Longer than the deadlock threshold (1 s).
+            std::thread::spawn(move || {
+                std::thread::sleep(ms(1800));
+                let _ = std::net::TcpStream::connect(addr);
+            });
+            server.join().unwrap().unwrap();
+            fiber::stats().runtime.deadlock_reports
+        });
+        assert_eq!(reports, 0);
+    });
+}
