@@ -78,6 +78,7 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
     let mut deadlock_reported = false;
     let mut trim_check = Instant::now();
     let mut idle_frames_seen = false;
+    let mut dump_requests = crate::dumpsig::DumpRequests::new(shared.config.dump_signal);
     let mut busy_tick = TICK;
     loop {
         if shared.is_shutdown() {
@@ -101,7 +102,7 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
             // once a second, not only when a wheel doubles.
             shared.timers.purge_dead(crate::timer::PURGE_FLOOR);
         }
-        if crate::dumpsig::take_dump_request() {
+        if dump_requests.take() {
             eprintln!("{}", shared.pool.dump());
         }
         let pressure = pressure(&shared);

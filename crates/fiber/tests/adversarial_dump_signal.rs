@@ -1,0 +1,109 @@
+//! Adversarial: the dump signal with two runtimes in one process.
+//! spec/sched.md: on the signal, "each runtime's monitor prints its dump".
+//! One shared flag let the first monitor to look take the request, so one
+//! signal printed one runtime's dump; and the handler was installed once
+//! per process whatever the signal, so a second runtime configured with
+//! `SIGUSR2` never got its handler and the signal killed the process.
+
+use std::process::Command;
+
+mod common;
+use common::ms;
+
+const CHILD: &str = "FIBER_ADVERSARIAL_DUMPSIG_CHILD";
+
+fn child(test: &str, envs: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, test);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("FIBER_") {
+            cmd.env_remove(name);
+        }
+    }
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn is_child(test: &str) -> bool {
+    std::env::var(CHILD).as_deref() == Ok(test)
+}
+
+/// Send `sig` to this process (through `kill`, as an operator would).
+fn raise(sig: &str) {
+    let st = Command::new("kill")
+        .args([format!("-{sig}"), std::process::id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+fn park_a_named_fiber(rt: &fiber::Runtime, name: &'static str) {
+    rt.spawn(move || {
+        fiber::Builder::new().name(name).spawn(fiber::park).unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn one_dump_signal_prints_every_runtimes_dump() {
+    const T: &str = "one_dump_signal_prints_every_runtimes_dump";
+    if is_child(T) {
+        let a = fiber::Runtime::builder().workers(1).build().unwrap();
+        let b = fiber::Runtime::builder().workers(1).build().unwrap();
+        park_a_named_fiber(&a, "fiber-of-runtime-a");
+        park_a_named_fiber(&b, "fiber-of-runtime-b");
+        std::thread::sleep(ms(100));
+        raise("USR1");
+        std::thread::sleep(ms(500));
+        return;
+    }
+    let out = child(
+        T,
+        &[("FIBER_DUMP_SIGNAL", "SIGUSR1"), ("FIBER_SHUTDOWN_TIMEOUT_MS", "100")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}\n{stderr}", out.status);
+    assert!(
+        stderr.contains("fiber-of-runtime-a") && stderr.contains("fiber-of-runtime-b"),
+        "one signal should print both runtimes' dumps:\n{stderr}"
+    );
+}
+
+#[test]
+fn two_runtimes_may_use_different_dump_signals() {
+    const T: &str = "two_runtimes_may_use_different_dump_signals";
+    if is_child(T) {
+        let ca = fiber::Config {
+            dump_signal: Some(10), // SIGUSR1
+            ..Default::default()
+        };
+        let cb = fiber::Config {
+            dump_signal: Some(12), // SIGUSR2
+            ..Default::default()
+        };
+        let a = fiber::Runtime::with_config(ca).unwrap();
+        let b = fiber::Runtime::with_config(cb).unwrap();
+        park_a_named_fiber(&a, "fiber-of-runtime-a");
+        park_a_named_fiber(&b, "fiber-of-runtime-b");
+        std::thread::sleep(ms(100));
+        raise("USR2");
+        std::thread::sleep(ms(500));
+        println!("CHILD-SURVIVED");
+        return;
+    }
+    let out = child(T, &[("FIBER_SHUTDOWN_TIMEOUT_MS", "100")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("CHILD-SURVIVED"),
+        "runtime b asked for SIGUSR2 dumps; the process got {:?}\n{stderr}",
+        out.status
+    );
+    // Only the runtime configured with SIGUSR2 prints.
+    assert!(stderr.contains("fiber-of-runtime-b"), "{stderr}");
+    assert!(!stderr.contains("fiber-of-runtime-a"), "{stderr}");
+}
