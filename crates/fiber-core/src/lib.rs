@@ -125,11 +125,11 @@ pub use task::{
     current_scheduler, spawn, spawn_on, try_spawn_on, try_spawn_unjoined, try_spawn_with, Canceller, JoinError,
     JoinHandle, SpawnOptions, UnjoinedTask,
 };
-#[cfg(not(loom))]
-pub use wait::fiber_wake_via;
 pub use wait::{
     fiber_wait, fiber_wake, wait_until, Cancelled, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter,
 };
+#[cfg(not(loom))]
+pub use wait::{fiber_wait_at, fiber_wake_via};
 
 #[cfg(test)]
 mod tests;

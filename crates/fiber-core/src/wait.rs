@@ -489,6 +489,23 @@ pub fn fiber_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: W
     fiber_or_thread_wait(waitable, io, options, std::panic::Location::caller())
 }
 
+/// [`fiber_wait`] with an explicit park site for the fiber dump: for a
+/// helper fiber a layer runs on the user's behalf (a `with_timeout`
+/// watchdog), whose wait is in a closure that `#[track_caller]` cannot
+/// reach; `site` is the user's call that made it.
+#[cfg(not(loom))]
+pub fn fiber_wait_at<W: Waitable + ?Sized>(
+    waitable: &W,
+    io: &mut W::Io,
+    options: WaitOptions,
+    site: &'static std::panic::Location<'static>,
+) -> WaitResult {
+    if let Some(result) = waitable.try_complete(io) {
+        return result;
+    }
+    fiber_or_thread_wait(waitable, io, options, site)
+}
+
 #[cfg(not(loom))]
 fn fiber_or_thread_wait<W: Waitable + ?Sized>(
     waitable: &W,

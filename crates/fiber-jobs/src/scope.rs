@@ -873,13 +873,15 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
     let deadline = Instant::now().checked_add(timeout);
     let job = JobCore::with_deadline(current_job(), false, false, deadline);
     let done = Arc::new(Done(Mutex::new((false, None))));
+    // The dump shows the watchdog parked at the user's `with_timeout` call.
+    let site = std::panic::Location::caller();
     let watchdog = {
         let (job, done) = (job.clone(), done.clone());
         fiber_core::spawn(move || {
             let options = fiber_core::WaitOptions::new()
                 .deadline(deadline)
                 .interrupt(fiber_core::Interrupt::NotCancellable);
-            if fiber_core::fiber_wait(&*done, &mut (), options) == fiber_core::WaitResult::TimedOut {
+            if fiber_core::fiber_wait_at(&*done, &mut (), options, site) == fiber_core::WaitResult::TimedOut {
                 job.cancel(CancelReason::TimedOut);
             }
         })

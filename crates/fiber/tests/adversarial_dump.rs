@@ -77,6 +77,14 @@ fn the_dump_names_every_wait_with_the_users_call_site() {
                 let after_line = line!() + 1;
                 fiber::spawn(move || { r.send(()).unwrap(); let _ = chan::after(Duration::from_secs(3600)).recv(); });
                 push("sleep", after_line);
+                // a with_timeout block: its body's wait and its watchdog
+                let (wtx, wrx) = chan::bounded::<u8>(0);
+                keep.lock().unwrap().push(Box::new(wtx));
+                let r = ready_tx.clone();
+                let timeout_line = line!() + 1;
+                fiber::spawn(move || { r.send(()).unwrap(); let _ = fiber::with_timeout(Duration::from_secs(3600), || wrx.recv()); });
+                push("chan receive", timeout_line);
+                push("wait", timeout_line);
                 // park
                 let r = ready_tx.clone();
                 let park_line = line!() + 1;
@@ -123,7 +131,7 @@ fn the_dump_names_every_wait_with_the_users_call_site() {
                 let _ = locker.join();
             });
         }
-        for _ in 0..14 {
+        for _ in 0..15 {
             ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
         }
         std::thread::sleep(ms(300));
