@@ -341,10 +341,15 @@ impl TcpStream {
     /// handle cloned from it before (`try_clone`) is non-blocking from now
     /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(stream: net::TcpStream) -> io::Result<TcpStream> {
+        // Timeouts set on the std socket (`SO_RCVTIMEO`/`SO_SNDTIMEO`) stay
+        // in force: a non-blocking socket ignores them, so they become
+        // this handle's.
+        let (read, write) = (stream.read_timeout()?, stream.write_timeout()?);
         stream.set_nonblocking(true)?;
-        Ok(TcpStream {
-            io: Io::new(mio::net::TcpStream::from_std(stream))?,
-        })
+        let io = Io::new(mio::net::TcpStream::from_std(stream))?;
+        io.set_read_timeout(read)?;
+        io.set_write_timeout(write)?;
+        Ok(TcpStream { io })
     }
 
     /// Back to a std stream, in blocking mode (the timeouts set here are

@@ -215,10 +215,15 @@ impl UdpSocket {
     /// handle cloned from it before (`try_clone`) is non-blocking from now
     /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(socket: net::UdpSocket) -> io::Result<UdpSocket> {
+        // Timeouts set on the std socket (`SO_RCVTIMEO`/`SO_SNDTIMEO`) stay
+        // in force: a non-blocking socket ignores them, so they become
+        // this handle's.
+        let (read, write) = (socket.read_timeout()?, socket.write_timeout()?);
         socket.set_nonblocking(true)?;
-        Ok(UdpSocket {
-            io: Io::new(mio::net::UdpSocket::from_std(socket))?,
-        })
+        let io = Io::new(mio::net::UdpSocket::from_std(socket))?;
+        io.set_read_timeout(read)?;
+        io.set_write_timeout(write)?;
+        Ok(UdpSocket { io })
     }
 
     /// Back to a std socket, in blocking mode.

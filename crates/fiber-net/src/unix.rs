@@ -238,10 +238,15 @@ impl UnixStream {
     /// handle cloned from it before (`try_clone`) is non-blocking from now
     /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(stream: net::UnixStream) -> io::Result<UnixStream> {
+        // Timeouts set on the std socket (`SO_RCVTIMEO`/`SO_SNDTIMEO`) stay
+        // in force: a non-blocking socket ignores them, so they become
+        // this handle's.
+        let (read, write) = (stream.read_timeout()?, stream.write_timeout()?);
         stream.set_nonblocking(true)?;
-        Ok(UnixStream {
-            io: Io::new(mio::net::UnixStream::from_std(stream))?,
-        })
+        let io = Io::new(mio::net::UnixStream::from_std(stream))?;
+        io.set_read_timeout(read)?;
+        io.set_write_timeout(write)?;
+        Ok(UnixStream { io })
     }
 
     /// Back to a std stream, in blocking mode.
@@ -448,10 +453,15 @@ impl UnixDatagram {
     /// handle cloned from it before (`try_clone`) is non-blocking from now
     /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(socket: net::UnixDatagram) -> io::Result<UnixDatagram> {
+        // Timeouts set on the std socket (`SO_RCVTIMEO`/`SO_SNDTIMEO`) stay
+        // in force: a non-blocking socket ignores them, so they become
+        // this handle's.
+        let (read, write) = (socket.read_timeout()?, socket.write_timeout()?);
         socket.set_nonblocking(true)?;
-        Ok(UnixDatagram {
-            io: Io::new(mio::net::UnixDatagram::from_std(socket))?,
-        })
+        let io = Io::new(mio::net::UnixDatagram::from_std(socket))?;
+        io.set_read_timeout(read)?;
+        io.set_write_timeout(write)?;
+        Ok(UnixDatagram { io })
     }
 
     /// Back to a std socket, in blocking mode.

@@ -477,3 +477,48 @@ fn sockets_outlive_the_runtime_that_made_them() {
         assert_eq!(reader.join().unwrap(), "after the runtime");
     });
 }
+
+/// A std socket's timeouts survive `from_std`: a port that configures a
+/// std socket and then wraps it keeps its read timeout (it was dropped: the
+/// non-blocking socket ignores `SO_RCVTIMEO`, and a read parked for ever).
+#[test]
+fn from_std_keeps_the_std_sockets_timeouts() {
+    in_fiber_and_thread(|| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let std_client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (_server, _) = listener.accept().unwrap();
+        std_client.set_read_timeout(Some(ms(50))).unwrap();
+        std_client.set_write_timeout(Some(ms(70))).unwrap();
+        // (The kernel rounds to its tick: compare with what std reads back.)
+        let want = (std_client.read_timeout().unwrap(), std_client.write_timeout().unwrap());
+        assert!(want.0.is_some() && want.1.is_some());
+        let mut client = TcpStream::from_std(std_client).unwrap();
+        assert_eq!((client.read_timeout().unwrap(), client.write_timeout().unwrap()), want);
+        let err = client.read(&mut [0u8; 4]).unwrap_err();
+        assert!(
+            matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+            "{err:?}"
+        );
+
+        let std_udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        std_udp.set_read_timeout(Some(ms(50))).unwrap();
+        let want = std_udp.read_timeout().unwrap();
+        let udp = UdpSocket::from_std(std_udp).unwrap();
+        assert_eq!(udp.read_timeout().unwrap(), want);
+        assert!(udp.recv_from(&mut [0u8; 4]).is_err());
+
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_read_timeout(Some(ms(50))).unwrap();
+        let want = a.read_timeout().unwrap();
+        let mut a = UnixStream::from_std(a).unwrap();
+        assert_eq!(a.read_timeout().unwrap(), want);
+        assert!(a.read(&mut [0u8; 4]).is_err());
+
+        let (d, _e) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        d.set_read_timeout(Some(ms(50))).unwrap();
+        let want = d.read_timeout().unwrap();
+        let d = UnixDatagram::from_std(d).unwrap();
+        assert_eq!(d.read_timeout().unwrap(), want);
+        assert!(d.recv(&mut [0u8; 4]).is_err());
+    });
+}
