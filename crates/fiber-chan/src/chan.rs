@@ -696,11 +696,25 @@ fn drop_each<T>(values: Vec<T>) {
     let mut first_panic = None;
     for value in values {
         if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))) {
-            first_panic.get_or_insert(panic);
+            if first_panic.is_none() {
+                first_panic = Some(panic);
+            } else {
+                drop_payload(panic);
+            }
         }
     }
     if let Some(panic) = first_panic {
         std::panic::resume_unwind(panic);
+    }
+}
+
+/// Drop a panic payload that is not re-raised; a payload whose own `Drop`
+/// panics must not unwind out of here (the rest would then be dropped in
+/// an unwind, or the panic escape its caller): that second payload is
+/// leaked.
+fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
     }
 }
 

@@ -1340,7 +1340,13 @@ pub unsafe fn drop_fiber_locals() {
         };
         let Some(value) = entry else { break };
         if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))) {
-            first_panic.get_or_insert(panic);
+            if first_panic.is_none() {
+                first_panic = Some(panic);
+            } else {
+                // A later payload is dropped here; one whose own `Drop`
+                // panics must not unwind out of this loop.
+                crate::task::drop_quietly(panic);
+            }
         }
     }
     if let Some(panic) = first_panic {

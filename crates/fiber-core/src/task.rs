@@ -698,7 +698,10 @@ where
         let scope = crate::fiber::swap_cancel_scope(None);
         // SAFETY: the body has returned: no `with_fiber_local` reference
         // of this fiber is alive.
-        let _ = catch_unwind(|| unsafe { crate::fiber::drop_fiber_locals() });
+        if let Err(payload) = catch_unwind(|| unsafe { crate::fiber::drop_fiber_locals() }) {
+            // The payload's own `Drop` may panic: never into the worker.
+            drop_quietly(payload);
+        }
         drop_quietly(scope);
         match outcome {
             Ok(value) if cancel_seen => {
@@ -830,7 +833,10 @@ where
         let cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).is_cancel_requested() };
         // SAFETY: the body has returned: no `with_fiber_local` reference
         // of this fiber is alive.
-        let _ = catch_unwind(|| unsafe { crate::fiber::drop_fiber_locals() });
+        if let Err(payload) = catch_unwind(|| unsafe { crate::fiber::drop_fiber_locals() }) {
+            // The payload's own `Drop` may panic: never into the worker.
+            drop_quietly(payload);
+        }
         drop_quietly(crate::fiber::swap_cancel_scope(None));
         match outcome {
             Ok(()) if !cancel_seen => Exit::Done,

@@ -331,7 +331,12 @@ where
         // SAFETY: this is the fiber's body, its top frame, and the child's
         // closure has returned: no `with_fiber_local` reference of this
         // fiber is alive.
-        let _ = catch_unwind(|| unsafe { fiber_core::drop_fiber_locals() });
+        if let Err(payload) = catch_unwind(|| unsafe { fiber_core::drop_fiber_locals() }) {
+            // The payload's own `Drop` may panic: leaked then, never raised.
+            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+                std::mem::forget(again);
+            }
+        }
         self.finish(outcome);
         drop(fiber_core::swap_cancel_scope(previous));
     }
