@@ -130,7 +130,7 @@ pub(crate) struct Fiber {
     /// Set when a cancellable wait returned `Cancelled` to this incarnation.
     cancel_seen: UnsafeCell<bool>,
     /// Given up on at teardown: never resumed or released again.
-    abandoned: std::sync::atomic::AtomicBool,
+    abandoned: std::sync::atomic::AtomicU8,
     /// Hard affinity: once it has run, this incarnation resumes only on the
     /// worker it first ran on (written at prepare, read by schedulers).
     pinned: std::sync::atomic::AtomicBool,
@@ -218,7 +218,7 @@ impl Fiber {
             cancel_scope: UnsafeCell::new(None),
             locals: UnsafeCell::new(None),
             teardown_raises: UnsafeCell::new(0),
-            abandoned: std::sync::atomic::AtomicBool::new(false),
+            abandoned: std::sync::atomic::AtomicU8::new(NOT_ABANDONED),
             pinned: std::sync::atomic::AtomicBool::new(false),
             name: std::sync::Mutex::new(None),
             has_name: std::sync::atomic::AtomicBool::new(false),
@@ -487,11 +487,13 @@ impl Fiber {
     pub(crate) fn note_park(
         &self,
         kind: crate::dump::WaitKind,
+        uncancellable: bool,
         site: &'static Location<'static>,
         on: Option<crate::WaitOn>,
     ) {
         use std::sync::atomic::Ordering::Relaxed;
-        self.wait_kind.store(kind as u8, Relaxed);
+        let flag = if uncancellable { PARK_UNCANCELLABLE } else { 0 };
+        self.wait_kind.store(kind as u8 | flag, Relaxed);
         self.park_site.store(site as *const _ as *mut _, Relaxed);
         self.parked_tick.store(crate::dump::coarse_now(), Relaxed);
         let backtrace =
@@ -527,7 +529,7 @@ impl Fiber {
         }
         let parked = matches!(state, FiberState::Parked | FiberState::Parking | FiberState::Waking);
         let waiting = if parked {
-            crate::dump::WaitKind::from_u8(self.wait_kind.load(Relaxed))
+            crate::dump::WaitKind::from_u8(self.wait_kind.load(Relaxed) & !PARK_UNCANCELLABLE)
         } else {
             crate::dump::WaitKind::None
         };
@@ -553,12 +555,35 @@ impl Fiber {
         })
     }
 
+    /// Is the fiber's current (or last) park on a wait that cancellation
+    /// does not end? Meaningful while it is PARKED.
+    pub(crate) fn parked_uncancellable(&self) -> bool {
+        self.wait_kind.load(std::sync::atomic::Ordering::Relaxed) & PARK_UNCANCELLABLE != 0
+    }
+
     pub(crate) fn mark_abandoned(&self) {
-        self.abandoned.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Relaxed: read by teardown after it took the fiber (a claim or a
+        // runnable token orders it) or by the fiber itself. `fetch_max`
+        // keeps an abandonment that was already reported reported.
+        self.abandoned
+            .fetch_max(ABANDONED, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub(crate) fn is_abandoned(&self) -> bool {
-        self.abandoned.load(std::sync::atomic::Ordering::Relaxed)
+        self.abandoned.load(std::sync::atomic::Ordering::Relaxed) != NOT_ABANDONED
+    }
+
+    /// Abandoned and not yet reported: `true` exactly once per abandoned
+    /// fiber (a runtime whose worker was stuck tears down twice).
+    pub(crate) fn take_abandon_report(&self) -> bool {
+        self.abandoned
+            .compare_exchange(
+                ABANDONED,
+                ABANDON_REPORTED,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok()
     }
 
     /// Has cancellation been requested for the fiber's own task (its
@@ -1034,6 +1059,17 @@ struct ShutdownUnwind;
 pub fn is_shutdown_unwind(payload: &(dyn std::any::Any + Send)) -> bool {
     payload.is::<ShutdownUnwind>()
 }
+
+/// `Fiber::wait_kind` bit: the park is on an `Interrupt::NotCancellable`
+/// wait (above every `WaitKind` value).
+const PARK_UNCANCELLABLE: u8 = 0x80;
+
+/// `Fiber::abandoned`: not given up on.
+const NOT_ABANDONED: u8 = 0;
+/// `Fiber::abandoned`: given up on at teardown, not yet reported.
+const ABANDONED: u8 = 1;
+/// `Fiber::abandoned`: given up on, reported, its joiners told.
+const ABANDON_REPORTED: u8 = 2;
 
 /// Teardown unwinds a fiber may catch before it is abandoned.
 const TEARDOWN_MAX_RAISES: u32 = 8;

@@ -349,15 +349,23 @@ impl FramePool {
             .collect()
     }
 
-    /// Is every live fiber of this pool parked right now (a racy snapshot;
-    /// `false` when none is alive)?
+    /// Is every live fiber of this pool parked right now, none of them on
+    /// a wait that cancellation does not end ([`Interrupt::NotCancellable`]:
+    /// a lock, a `OnceLock` being initialised, which a plain thread may
+    /// release)? A racy snapshot; `false` when none is alive. Shutdown uses
+    /// it to stop waiting early for fibers that only other fibers of the
+    /// pool can wake.
+    ///
+    /// [`Interrupt::NotCancellable`]: crate::Interrupt::NotCancellable
     pub fn all_parked(&self) -> bool {
         let all = lock(&self.all);
         let mut live = 0;
         for frame in all.iter() {
-            match frame.state.load(Ordering::Relaxed).state() {
+            // Acquire: pairs with the Release of the fiber's PARKING ->
+            // PARKED step, so the park notes made before it are seen.
+            match frame.state.load(Ordering::Acquire).state() {
                 FiberState::Init | FiberState::Done | FiberState::Cancelled => {}
-                FiberState::Parked => live += 1,
+                FiberState::Parked if !frame.parked_uncancellable() => live += 1,
                 _ => return false,
             }
         }
@@ -435,6 +443,20 @@ impl FramePool {
     /// so no fiber ever runs on two threads; it just ends the runtime's
     /// fibers early, and a fiber that a worker is running is not waited for.
     pub fn teardown(&self, drain: &mut dyn FnMut() -> Vec<Runnable>) -> TeardownReport {
+        self.teardown_rounds(drain, true)
+    }
+
+    /// [`teardown`](Self::teardown) while some fibers still run on threads
+    /// that have not stopped (a worker stuck in a fiber that never yields):
+    /// the same rounds, except that a fiber left parked is not abandoned
+    /// (what it waits for may be one of the running fibers, a scope's
+    /// child); a later [`teardown`](Self::teardown), once those threads
+    /// have stopped, ends it or abandons it.
+    pub fn teardown_around_running(&self, drain: &mut dyn FnMut() -> Vec<Runnable>) -> TeardownReport {
+        self.teardown_rounds(drain, false)
+    }
+
+    fn teardown_rounds(&self, drain: &mut dyn FnMut() -> Vec<Runnable>, last: bool) -> TeardownReport {
         self.begin_cancel();
         self.phase.store(Phase::Teardown as u8, Ordering::SeqCst);
         let mut report = TeardownReport::default();
@@ -463,6 +485,13 @@ impl FramePool {
             batch.sort_by_key(|r| std::cmp::Reverse(r.id()));
             let mut finished = 0;
             for runnable in batch {
+                if runnable.fiber_ref().is_abandoned() {
+                    // Woken after an earlier teardown gave up on it (what
+                    // it waited for ended on a thread that was still
+                    // running): its task is already ended; never resume it.
+                    runnable.abandon();
+                    continue;
+                }
                 let id = runnable.id();
                 let count = resumes.entry(id.0).or_insert(0);
                 *count += 1;
@@ -484,10 +513,13 @@ impl FramePool {
             if finished == 0 {
                 idle_rounds += 1;
                 if idle_rounds > TEARDOWN_IDLE_ROUNDS {
-                    // What is left waits on something nothing will complete.
-                    for frame in lock(&self.all).iter() {
-                        if frame.state.load(Ordering::Acquire).state() == FiberState::Parked {
-                            frame.mark_abandoned();
+                    // What is left waits on something nothing will complete
+                    // (unless a fiber still running elsewhere completes it).
+                    if last {
+                        for frame in lock(&self.all).iter() {
+                            if frame.state.load(Ordering::Acquire).state() == FiberState::Parked {
+                                frame.mark_abandoned();
+                            }
                         }
                     }
                     let mut rest = drain();
@@ -503,11 +535,14 @@ impl FramePool {
         }
         let mut abandoned = Vec::new();
         for frame in lock(&self.all).iter() {
-            if frame.is_abandoned() {
+            if frame.take_abandon_report() {
                 report.note_abandoned(frame.id(), frame.spawned_at());
-                // SAFETY: abandoned, so never resumed again (the workers
-                // have stopped and teardown skips it): nobody writes its
-                // task slot.
+                // SAFETY: abandoned, so never resumed again: teardown skips
+                // it, the workers have stopped (a worker stuck in a fiber
+                // that never yields leaves its loop once that fiber
+                // returns, without resuming another), and a fiber that
+                // abandoned itself parks for good without touching its
+                // task slot: nobody writes that slot.
                 abandoned.extend(unsafe { frame.abandoned_task() });
             }
         }

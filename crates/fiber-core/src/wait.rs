@@ -659,7 +659,12 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             unsafe { fiber.with_scheduler(|s| s.wake_at(deadline, Waiter::clone(&waiter))) };
         }
         fiber.set_waiting_on(Some(std::any::type_name::<W>));
-        fiber.note_park(waitable.kind(), site, waitable.wait_on());
+        fiber.note_park(
+            waitable.kind(),
+            options.interrupt == Interrupt::NotCancellable,
+            site,
+            waitable.wait_on(),
+        );
         // SAFETY: the running fiber suspends itself on its own stack.
         unsafe { fiber.suspend(Suspend::Park) };
         fiber.set_waiting_on(None);

@@ -426,7 +426,8 @@ impl Runtime {
                 .collect();
             eprintln!(
                 "fiber: shutdown: {} worker thread(s) did not stop within {:?}: a fiber runs without a \
-                 yield point ({}); those threads, their fibers and the runtime's memory are left alive",
+                 yield point ({}); the other fibers are unwound now, the fiber(s) still running at their \
+                 next yield point",
                 stuck.len(),
                 WORKER_STOP_BOUND,
                 running.join(", ")
@@ -435,48 +436,48 @@ impl Runtime {
                 .counters
                 .leaked_threads
                 .fetch_add(stuck.len() as u64, Ordering::Relaxed);
-            for thread in stuck {
-                drop(thread); // detaches
-            }
+        }
+        // 5: unwind what is left, children first. A fiber that a stuck
+        // worker still runs is not waited for; what waits on it (a scope
+        // whose child it is) stays parked for the last round below.
+        let mut drain = || drain_queues(&shared);
+        let report = if stuck.is_empty() {
+            shared.pool.teardown(&mut drain)
+        } else {
+            shared.pool.teardown_around_running(&mut drain)
+        };
+        report_abandoned(&report);
+        if !stuck.is_empty() {
+            // The stuck workers' fibers end (unwinding) at their next
+            // yield point, on those workers, which then leave their loop;
+            // a reaper thread waits for them and unwinds what they left
+            // (fibers they woke, the scopes that waited on them). It and
+            // the stuck workers keep the runtime's memory alive meanwhile.
             crate::blocking::close(shared.id);
-            std::mem::forget(shared);
+            let leak = report.must_leak();
+            let reaper_shared = shared.clone();
+            let reaper = std::thread::Builder::new()
+                .name(format!("{}-reaper", shared.config.thread_name))
+                .spawn(move || {
+                    for thread in stuck {
+                        let _ = thread.join();
+                    }
+                    let shared = reaper_shared;
+                    let report = shared.pool.teardown(&mut || drain_queues(&shared));
+                    report_abandoned(&report);
+                    shared.timers.clear();
+                    if leak || report.must_leak() {
+                        std::mem::forget(shared);
+                    }
+                });
+            if reaper.is_err() {
+                // No thread for the reaper: the stuck workers' fibers and
+                // whatever waits on them stay as they are, for good.
+                std::mem::forget(shared);
+            }
             return;
         }
-        // 5: nothing runs any more: unwind what is left, children first.
-        let drain_shared = shared.clone();
-        let mut drain = move || {
-            let mut out = Vec::new();
-            while let Some(fiber) = drain_shared.global.pop() {
-                out.push(fiber);
-            }
-            for slot in drain_shared.slots.iter() {
-                while let Some(fiber) = slot.inbox.pop() {
-                    out.push(fiber);
-                }
-                if let Some((deque, yields)) = lock(&slot.deque).as_ref() {
-                    while let Some(fiber) = deque.pop().or_else(|| yields.pop()) {
-                        out.push(fiber);
-                    }
-                }
-            }
-            out
-        };
-        // Every worker thread has been joined (the stuck case returned
-        // above), so teardown sees every fiber that is left.
-        let report = shared.pool.teardown(&mut drain);
-        drop(drain);
         if report.must_leak() {
-            let fibers: Vec<String> = report
-                .abandoned_fibers
-                .iter()
-                .map(|(id, at)| format!("{id} (spawned at {at})"))
-                .collect();
-            eprintln!(
-                "fiber: shutdown: {} fiber(s) could not be unwound (parked on a wait nothing completes, or \
-                 catching the shutdown unwind): their stacks and the runtime's memory are leaked: {}",
-                report.abandoned,
-                fibers.join(", ")
-            );
             std::mem::forget(shared.clone());
         }
         shared.timers.clear();
@@ -484,6 +485,43 @@ impl Runtime {
         // once its call returns) instead of waiting out their keep-alive.
         crate::blocking::close(shared.id);
     }
+}
+
+/// Every runnable fiber the scheduler's queues still hold (shutdown step 5).
+fn drain_queues(shared: &Shared) -> Vec<fiber_core::Runnable> {
+    let mut out = Vec::new();
+    while let Some(fiber) = shared.global.pop() {
+        out.push(fiber);
+    }
+    for slot in shared.slots.iter() {
+        while let Some(fiber) = slot.inbox.pop() {
+            out.push(fiber);
+        }
+        if let Some((deque, yields)) = lock(&slot.deque).as_ref() {
+            while let Some(fiber) = deque.pop().or_else(|| yields.pop()) {
+                out.push(fiber);
+            }
+        }
+    }
+    out
+}
+
+/// Tell the user which fibers teardown gave up on (their stacks leak).
+fn report_abandoned(report: &fiber_core::TeardownReport) {
+    if !report.must_leak() {
+        return;
+    }
+    let fibers: Vec<String> = report
+        .abandoned_fibers
+        .iter()
+        .map(|(id, at)| format!("{id} (spawned at {at})"))
+        .collect();
+    eprintln!(
+        "fiber: shutdown: {} fiber(s) could not be unwound (parked on a wait nothing completes, or catching \
+         the shutdown unwind): their stacks and the runtime's memory are leaked: {}",
+        report.abandoned,
+        fibers.join(", ")
+    );
 }
 
 /// How long every live fiber must have been parked before shutdown stops
