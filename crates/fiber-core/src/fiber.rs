@@ -1138,8 +1138,12 @@ pub trait CancelScope: Send + Sync + std::any::Any {
     /// Returns whether the scope ended cancelled (`None`: not ended yet);
     /// the fiber's `JoinHandle` reports the same. The default ends nothing
     /// and returns `None`.
-    fn fiber_finished(self: Arc<Self>, panicked: bool, cancelled: bool) -> Option<bool> {
-        let _ = (panicked, cancelled);
+    ///
+    /// Only fiber-core calls it: the [`RootScopeCall`] argument cannot be
+    /// made anywhere else, so code holding the scope (from
+    /// [`current_cancel_scope`]) cannot end a live fiber's root scope.
+    fn fiber_finished(self: Arc<Self>, call: RootScopeCall, panicked: bool, cancelled: bool) -> Option<bool> {
+        let _ = (call, panicked, cancelled);
         None
     }
 
@@ -1147,8 +1151,34 @@ pub trait CancelScope: Send + Sync + std::any::Any {
     /// teardown (it did not return within the grace time: e.g. a
     /// `blocking` call outlived it) and never finishes its body: end the
     /// scope as cancelled, as its `JoinHandle` reports. Called on the
-    /// teardown thread, not on the fiber. The default does nothing.
-    fn fiber_abandoned(self: Arc<Self>) {}
+    /// teardown thread, not on the fiber, and only by fiber-core (see
+    /// [`RootScopeCall`]). The default does nothing.
+    fn fiber_abandoned(self: Arc<Self>, call: RootScopeCall) {
+        let _ = call;
+    }
+}
+
+/// The proof, passed to [`CancelScope::fiber_finished`] and
+/// [`CancelScope::fiber_abandoned`], that fiber-core makes the call: only
+/// fiber-core can make one (its field is private), so those hooks cannot be
+/// called on a scope by anyone else:
+///
+/// ```compile_fail,E0451
+/// // A fiber's own root job, reachable from safe code...
+/// if let Some(job) = fiber_core::current_cancel_scope() {
+///     // ...cannot be ended behind the fiber's back.
+///     job.fiber_abandoned(fiber_core::RootScopeCall { _private: () });
+/// }
+/// ```
+#[derive(Debug)]
+pub struct RootScopeCall {
+    _private: (),
+}
+
+impl RootScopeCall {
+    pub(crate) fn new() -> RootScopeCall {
+        RootScopeCall { _private: () }
+    }
 }
 
 /// Make `scope` the running fiber's root cancellation scope: it becomes the

@@ -284,7 +284,9 @@ impl<T: Send> TaskControl for Task<T> {
         // The fiber's root job ends with its handle (they agree), outside
         // the lock: it runs the job layer's code.
         if let Some(root) = root {
-            let _ = catch_unwind(AssertUnwindSafe(move || root.fiber_abandoned()));
+            let _ = catch_unwind(AssertUnwindSafe(move || {
+                root.fiber_abandoned(crate::fiber::RootScopeCall::new())
+            }));
         }
     }
 
@@ -685,9 +687,9 @@ where
             let teardown = matches!(&outcome, Err(p) if crate::fiber::is_shutdown_unwind(&**p));
             let panicked = outcome.is_err() && !teardown;
             let cancelled = cancel_seen || teardown;
-            if let Ok(Some(ended_cancelled)) =
-                catch_unwind(AssertUnwindSafe(move || root.fiber_finished(panicked, cancelled)))
-            {
+            if let Ok(Some(ended_cancelled)) = catch_unwind(AssertUnwindSafe(move || {
+                root.fiber_finished(crate::fiber::RootScopeCall::new(), panicked, cancelled)
+            })) {
                 cancel_seen = ended_cancelled;
             }
         }

@@ -989,7 +989,12 @@ impl fiber_core::CancelScope for JobCore {
     /// runtime shutting down), otherwise completed. Its final state is what
     /// the fiber's `JoinHandle` reports: a cancel of this job that lands
     /// before `body_done` makes it CANCELLED, and the handle follows.
-    fn fiber_finished(self: Arc<Self>, panicked: bool, cancelled: bool) -> Option<bool> {
+    fn fiber_finished(
+        self: Arc<Self>,
+        _call: fiber_core::RootScopeCall,
+        panicked: bool,
+        cancelled: bool,
+    ) -> Option<bool> {
         if let Some(me) = fiber_core::current_id() {
             self.remove_fiber(me);
         }
@@ -999,7 +1004,7 @@ impl fiber_core::CancelScope for JobCore {
     /// The fiber was abandoned at teardown: its root job ends CANCELLED
     /// (once the jobs below it, if any, have ended). The fiber stays in
     /// the job's list: it never runs again, and the list dies with the job.
-    fn fiber_abandoned(self: Arc<Self>) {
+    fn fiber_abandoned(self: Arc<Self>, _call: fiber_core::RootScopeCall) {
         let _ = self.end_as_root(false, true);
     }
 }
