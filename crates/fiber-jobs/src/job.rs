@@ -1001,11 +1001,38 @@ impl fiber_core::CancelScope for JobCore {
         self.end_as_root(panicked, cancelled)
     }
 
-    /// The fiber was abandoned at teardown: its root job ends CANCELLED
-    /// (once the jobs below it, if any, have ended). The fiber stays in
-    /// the job's list: it never runs again, and the list dies with the job.
+    /// The fiber was abandoned at teardown: its root job ends CANCELLED,
+    /// and so does every job below it that has not ended. Teardown is over
+    /// when this is called, so every fiber that ran a body in this tree
+    /// (the fiber itself in its scopes, their scoped children) has
+    /// finished or was abandoned too: a job whose body has not returned
+    /// never will, and one that waits for such a child would wait for ever
+    /// (a `Job::join` on it with it). The fibers stay in the jobs' lists:
+    /// they never run again, and the lists die with the jobs.
     fn fiber_abandoned(self: Arc<Self>, _call: fiber_core::RootScopeCall) {
-        let _ = self.end_as_root(false, true);
+        self.cancel(CancelReason::Cancelled);
+        // Every job of the tree that has not ended, parents before their
+        // children (a list, not recursion: trees can be deep).
+        let mut open = Vec::new();
+        let mut pending = vec![self];
+        while let Some(job) = pending.pop() {
+            if job.state().is_terminal() {
+                continue;
+            }
+            pending.extend(
+                lock(&job.sync)
+                    .children
+                    .iter()
+                    .filter(|c| !c.state().is_terminal())
+                    .cloned(),
+            );
+            open.push(job);
+        }
+        // Children first: each ends as soon as its own children have, and
+        // reports to its parent, which then ends with its own `body_done`.
+        for job in open.iter().rev() {
+            job.body_done();
+        }
     }
 }
 

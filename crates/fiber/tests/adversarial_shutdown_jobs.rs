@@ -195,3 +195,58 @@ fn root_job_of_a_fiber_abandoned_in_a_long_blocking_call_ends() {
         std::process::exit(0);
     });
 }
+
+// The same with the blocking call in a scoped child: the child fiber and
+// the scope's owner are both abandoned (the scope waits for a child that
+// waits for a call that outlives the grace time). Every job of the tree
+// (the owner's root job, the scope's job, the child's job) must still end,
+// so no Job::join hangs.
+#[test]
+fn jobs_of_a_fiber_abandoned_with_an_open_scope_end() {
+    in_child("jobs_of_a_fiber_abandoned_with_an_open_scope_end", 40, || {
+        let rt = fiber::Runtime::builder()
+            .workers(1)
+            .shutdown_timeout(ms(100))
+            .build()
+            .unwrap();
+        let (in_tx, in_rx) = std::sync::mpsc::channel();
+        let h = rt.spawn(move || {
+            let root = Job::current();
+            fiber::scope(|s| {
+                let scope_job = Job::current();
+                s.spawn(move || {
+                    let child = Job::current();
+                    fiber::blocking(move || {
+                        in_tx.send([root, scope_job, child]).unwrap();
+                        std::thread::sleep(ms(6_000));
+                    });
+                });
+            });
+            5
+        });
+        let jobs = in_rx.recv().unwrap();
+        drop(rt);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(h.join().map_err(|e| e.is_cancelled()));
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(2))
+            .expect("handle join never returned");
+        assert_eq!(r, Err(true));
+        for (name, job) in ["root", "scope", "child"].iter().zip(jobs.iter()) {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let j = job.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(j.join());
+            });
+            let r = rx.recv_timeout(Duration::from_secs(2));
+            assert!(
+                matches!(r, Ok(Ok(JobState::Cancelled))),
+                "Job::join of the {name} job: {r:?}; job state {:?}",
+                job.state()
+            );
+        }
+        std::process::exit(0);
+    });
+}
