@@ -325,7 +325,7 @@ pub fn fiber_wake(record: &Waiter) -> bool {
                     fiber.prefetch_stack();
                     schedule_claimed(fiber.clone())
                 }
-                Target::Thread(parker) => parker.thread.unpark(),
+                Target::Thread(parker) => parker.unpark(),
             }
             true
         }
@@ -348,7 +348,7 @@ impl Waiter {
                         fiber.prefetch_stack();
                         schedule_claimed(fiber)
                     }
-                    Target::Thread(parker) => parker.thread.unpark(),
+                    Target::Thread(parker) => parker.unpark(),
                 }
                 true
             }
@@ -415,7 +415,7 @@ pub fn fiber_wake_via(record: &Waiter, sched: &dyn Schedule) -> bool {
                         unsafe { fiber.scheduler() }.schedule(runnable);
                     }
                 }
-                Target::Thread(parker) => parker.thread.unpark(),
+                Target::Thread(parker) => parker.unpark(),
             }
             true
         }
@@ -747,29 +747,99 @@ pub(crate) fn frame_arc(fiber: &Fiber) -> Arc<Fiber> {
     }
 }
 
-#[cfg(loom)]
-use loom::thread::{current as current_thread, park, Thread};
-#[cfg(not(loom))]
-use std::thread::{current as current_thread, park, park_timeout, Thread};
-
-/// Under loom there are no timed parks: models use no deadlines.
-#[cfg(loom)]
-fn park_timeout(_: std::time::Duration) {
-    park()
-}
-
-/// The park side for plain threads.
+/// The park side for plain threads. It blocks on a futex word of its own,
+/// not on the thread's `std::thread::park` token: a plain thread waiting in
+/// fiber code (a lock, a channel, a join) must neither consume a token the
+/// user's code set with `Thread::unpark` (the user's next `park` would then
+/// block) nor leave one of ours behind.
 pub(crate) struct ThreadParker {
     state: StateWord,
-    thread: Thread,
+    /// 1: woken since the last park (a token of our own). Under loom the
+    /// model's own park token plays this part.
+    #[cfg(not(loom))]
+    notified: std::sync::atomic::AtomicU32,
+    #[cfg(loom)]
+    thread: loom::thread::Thread,
 }
 
 impl ThreadParker {
     fn for_this_thread() -> Arc<ThreadParker> {
         Arc::new(ThreadParker {
             state: StateWord::new_running(),
-            thread: current_thread(),
+            #[cfg(not(loom))]
+            notified: std::sync::atomic::AtomicU32::new(0),
+            #[cfg(loom)]
+            thread: loom::thread::current(),
         })
+    }
+
+    /// Wake the thread blocked in [`park`](Self::park) (or make its next
+    /// park return at once).
+    fn unpark(&self) {
+        #[cfg(not(loom))]
+        {
+            // Release: pairs with the Acquire swap in `park`, so the woken
+            // thread sees what the waker did before the wake.
+            self.notified.store(1, Ordering::Release);
+            atomic_wait::wake_one(&self.notified);
+        }
+        #[cfg(loom)]
+        self.thread.unpark();
+    }
+
+    /// Block until [`unpark`](Self::unpark) or `timeout`; may return
+    /// spuriously (the caller re-checks its state word).
+    fn park(&self, timeout: Option<std::time::Duration>) {
+        #[cfg(not(loom))]
+        {
+            // Acquire: pairs with the Release store in `unpark`.
+            if self.notified.swap(0, Ordering::Acquire) == 1 {
+                return;
+            }
+            match timeout {
+                None => atomic_wait::wait(&self.notified, 0),
+                Some(timeout) => futex_wait_timeout(&self.notified, timeout),
+            }
+            // Acquire: as above (consume the wake that ended the block).
+            self.notified.swap(0, Ordering::Acquire);
+        }
+        // Under loom there are no timed parks: models use no deadlines.
+        #[cfg(loom)]
+        {
+            let _ = timeout;
+            loom::thread::park();
+        }
+    }
+}
+
+/// Block while `word` is 0, for `timeout` at most (spurious returns
+/// allowed).
+#[cfg(all(not(loom), target_os = "linux"))]
+fn futex_wait_timeout(word: &std::sync::atomic::AtomicU32, timeout: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT_PRIVATE reads the aligned u32 behind `word`
+    // (alive for the call) and the timespec on our stack; it writes
+    // nothing. A relative timeout, as FUTEX_WAIT takes.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            0u32,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// Elsewhere: short sleeps, re-checking the word (no timed futex there).
+#[cfg(all(not(loom), not(target_os = "linux")))]
+fn futex_wait_timeout(word: &std::sync::atomic::AtomicU32, timeout: std::time::Duration) {
+    let end = Instant::now() + timeout.min(std::time::Duration::from_secs(3600));
+    while word.load(Ordering::Acquire) == 0 && Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_micros(200).min(timeout));
     }
 }
 
@@ -843,9 +913,9 @@ fn park_until_claimed(parker: &ThreadParker, ticket: u64, deadline: Option<Insta
                     deadline = None;
                     continue;
                 }
-                park_timeout(d - now);
+                parker.park(Some(d - now));
             }
-            None => park(),
+            None => parker.park(None),
         }
     }
 }

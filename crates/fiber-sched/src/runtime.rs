@@ -376,7 +376,9 @@ impl Runtime {
             } else {
                 all_parked_since = None;
             }
-            std::thread::park_timeout(Duration::from_millis(1));
+            // A sleep, not `park_timeout`: this is the user's thread, and
+            // its park token is the user's.
+            std::thread::sleep(Duration::from_millis(1));
         }
         // The worker numbers of the report are those of the running pool,
         // taken before the workers stop (after, every worker has exited).
