@@ -240,9 +240,13 @@ where
     let result = handle.join();
     drop(wait_done);
     lock(&shared.root_fibers).retain(|&id| id != root_id);
-    match result {
-        Ok(()) => value.expect("the root fiber finished without storing its value"),
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => panic!("fiber::{what}: the root fiber ended without a value: {e}"),
+    match (result, value) {
+        (Err(e), _) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // `f` returned: its value is the caller's, also when the root's job
+        // was cancelled meanwhile (the join then says `Cancelled`, but
+        // cancellation is cooperative and `f` chose to return a value).
+        (_, Some(value)) => value,
+        (Ok(()), None) => unreachable!("the root fiber finished without storing its value"),
+        (Err(e), None) => panic!("fiber::{what}: the root fiber ended without a value: {e}"),
     }
 }

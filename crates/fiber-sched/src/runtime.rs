@@ -264,7 +264,10 @@ impl Runtime {
     /// Run `f` as the root fiber and block this thread until it has
     /// finished; its panic is re-raised here with the original payload.
     /// `f` may borrow the caller's stack (like `std::thread::scope`): this
-    /// returns only after the root fiber is done with `f`.
+    /// returns only after the root fiber is done with `f`. When `f`
+    /// returns, its value is returned, also if the root fiber's job was
+    /// cancelled meanwhile (cancellation is cooperative: `f` saw it and
+    /// chose what to return).
     ///
     /// # Panics
     ///

@@ -1,11 +1,13 @@
 //! Adversarial: several plain threads in `block_on` on one runtime (a
 //! documented use). The deadlock report ("all fibers are asleep") names a
-//! root parked forever even after another root came and went.
+//! root parked forever even after another root came and went. A root whose
+//! job was cancelled and that returns a value hands it back.
 
+use fiber::Job;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::ms;
+use common::{ms, rt, within};
 
 #[test]
 fn a_deadlocked_root_is_reported_after_another_block_on_returns() {
@@ -97,5 +99,54 @@ fn no_report_while_a_fiber_of_the_same_runtime_waits_on_a_socket() {
             fiber::stats().runtime.deadlock_reports
         });
         assert_eq!(reports, 0);
+    });
+}
+
+/// `fiber::run` "return[s] f's value"; cancellation is cooperative: a root
+/// fiber whose job was cancelled (e.g. by a shutdown signal from a thread)
+/// and that returns normally must hand its value back, not panic.
+#[test]
+fn run_returns_the_value_of_a_root_fiber_whose_job_was_cancelled() {
+    within(30, || {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let t = std::thread::spawn(move || rx.recv().unwrap().cancel());
+        let r = std::panic::catch_unwind(|| {
+            fiber::run(move || {
+                tx.send(Job::current()).unwrap();
+                // graceful loop: stops when cancelled, then returns a summary
+                let mut ticks = 0u32;
+                while fiber::sleep(Duration::from_millis(5)).is_ok() {
+                    ticks += 1;
+                }
+                ticks + 1000
+            })
+        });
+        t.join().unwrap();
+        match r {
+            Ok(v) => assert!(v >= 1000),
+            Err(p) => panic!(
+                "fiber::run panicked although f returned a value: {:?}",
+                p.downcast_ref::<String>()
+            ),
+        }
+    });
+}
+
+#[test]
+fn block_on_returns_the_value_when_the_root_cancels_itself() {
+    within(30, || {
+        let r = std::panic::catch_unwind(|| {
+            rt().block_on(|| {
+                Job::current().cancel();
+                42
+            })
+        });
+        match r {
+            Ok(v) => assert_eq!(v, 42),
+            Err(p) => panic!(
+                "block_on panicked although f returned 42: {:?}",
+                p.downcast_ref::<String>()
+            ),
+        }
     });
 }
