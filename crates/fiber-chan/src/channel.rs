@@ -377,7 +377,10 @@ impl<T> Receiver<T> {
     /// A blocking iterator: yields until the channel is closed and empty
     /// (or the fiber is cancelled: each step is a [`Receiver::recv`]).
     pub fn iter(&self) -> Iter<'_, T> {
-        Iter { receiver: self }
+        Iter {
+            receiver: self,
+            done: false,
+        }
     }
 
     /// A non-blocking iterator over what can be received now.
@@ -502,6 +505,9 @@ impl<T> fmt::Debug for Receiver<T> {
 /// Blocking iterator of a [`Receiver`].
 pub struct Iter<'a, T> {
     receiver: &'a Receiver<T>,
+    /// Returned `None` once: fused (a cancelled receive fails, but the
+    /// channel may still deliver later).
+    done: bool,
 }
 
 // Printed as crossbeam prints them, without requiring `T: Debug`.
@@ -528,12 +534,17 @@ impl<T> Iterator for Iter<'_, T> {
     // The dump names the user's `for` loop as the wait's site.
     #[track_caller]
     fn next(&mut self) -> Option<T> {
-        self.receiver.recv().ok()
+        if self.done {
+            return None;
+        }
+        let next = self.receiver.recv().ok();
+        self.done = next.is_none();
+        next
     }
 }
 
-// Once disconnected (or cancelled), a receive keeps failing: fused, as
-// crossbeam's.
+// Disconnection is for good; a cancelled receive is not (the channel may
+// deliver to a later receive), so the iterator remembers its first `None`.
 impl<T> std::iter::FusedIterator for Iter<'_, T> {}
 
 /// Non-blocking iterator of a [`Receiver`].
@@ -551,13 +562,20 @@ impl<T> Iterator for TryIter<'_, T> {
 /// Owning blocking iterator of a [`Receiver`].
 pub struct IntoIter<T> {
     receiver: Receiver<T>,
+    /// As in [`Iter`].
+    done: bool,
 }
 
 impl<T> Iterator for IntoIter<T> {
     type Item = T;
     #[track_caller]
     fn next(&mut self) -> Option<T> {
-        self.receiver.recv().ok()
+        if self.done {
+            return None;
+        }
+        let next = self.receiver.recv().ok();
+        self.done = next.is_none();
+        next
     }
 }
 
@@ -575,6 +593,9 @@ impl<T> IntoIterator for Receiver<T> {
     type Item = T;
     type IntoIter = IntoIter<T>;
     fn into_iter(self) -> IntoIter<T> {
-        IntoIter { receiver: self }
+        IntoIter {
+            receiver: self,
+            done: false,
+        }
     }
 }

@@ -1,0 +1,61 @@
+//! Adversarial: channel edges found by review. A channel iterator is fused
+//! (std's `FusedIterator` contract) even when its `None` came from a
+//! cancelled receive, after which the channel may still deliver.
+
+use fiber::chan::unbounded;
+
+mod common;
+use common::{ms, rt, within};
+
+#[test]
+fn iter_is_fused_even_after_a_with_timeout_cancellation() {
+    within(20, || {
+        rt().block_on(|| {
+            let (tx, rx) = unbounded::<u32>();
+            let mut it = rx.iter();
+            let mut first = Some(99);
+            let _ = fiber::with_timeout(ms(30), || first = it.next());
+            assert_eq!(first, None, "the cancelled step yields None");
+            tx.send(1).unwrap();
+            assert_eq!(it.next(), None, "Iter is FusedIterator but yielded again after None");
+            // The value is still in the channel for the next receive.
+            assert_eq!(rx.try_recv(), Ok(1));
+        })
+    })
+}
+
+// Through `Iterator::fuse()`, which trusts a `FusedIterator` and adds no
+// guard of its own.
+#[test]
+fn iter_fuse_adapter_stops_after_the_first_none() {
+    within(20, || {
+        rt().block_on(|| {
+            let (tx, rx) = unbounded::<u32>();
+            let mut it = rx.iter().fuse();
+            let mut first = Some(99);
+            let _ = fiber::with_timeout(ms(30), || first = it.next());
+            assert_eq!(first, None);
+            tx.send(1).unwrap();
+            assert_eq!(it.next(), None, "`.fuse()` yielded after None");
+        })
+    })
+}
+
+#[test]
+fn into_iter_is_fused_after_a_with_timeout_cancellation() {
+    within(20, || {
+        rt().block_on(|| {
+            let (tx, rx) = unbounded::<u32>();
+            let mut it = rx.into_iter();
+            let mut first = Some(99);
+            let _ = fiber::with_timeout(ms(30), || first = it.next());
+            assert_eq!(first, None);
+            tx.send(1).unwrap();
+            assert_eq!(
+                it.next(),
+                None,
+                "IntoIter is FusedIterator but yielded again after None"
+            );
+        })
+    })
+}
