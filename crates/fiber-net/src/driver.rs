@@ -114,13 +114,24 @@ struct Driver {
     epoll: std::os::fd::RawFd,
 }
 
-static DRIVER: OnceLock<io::Result<Driver>> = OnceLock::new();
+static DRIVER: OnceLock<Driver> = OnceLock::new();
+
+/// Serializes starts: a failed start (no descriptor left for the epoll
+/// instance, no thread for the poller) is not kept: like std's calls, the
+/// socket call that met it fails with the OS error, and a later one tries
+/// again.
+static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn driver() -> io::Result<&'static Driver> {
-    DRIVER
-        .get_or_init(start)
-        .as_ref()
-        .map_err(|e| io::Error::new(e.kind(), format!("fiber-net: could not start the I/O driver: {e}")))
+    if let Some(driver) = DRIVER.get() {
+        return Ok(driver);
+    }
+    let _starting = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(driver) = DRIVER.get() {
+        return Ok(driver);
+    }
+    let driver = start()?;
+    Ok(DRIVER.get_or_init(|| driver))
 }
 
 fn start() -> io::Result<Driver> {
@@ -171,7 +182,7 @@ struct WorkerPoll;
 
 impl fiber_core::IoPoll for WorkerPoll {
     fn poll_ready(&self) -> usize {
-        let Some(driver) = DRIVER.get().and_then(|d| d.as_ref().ok()) else {
+        let Some(driver) = DRIVER.get() else {
             return 0;
         };
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_HARVEST];
@@ -221,7 +232,7 @@ impl fiber_core::IoPoll for WorkerPoll {
     }
 
     fn io_waiter(&self) -> Option<Box<dyn fiber_core::IoWaiter>> {
-        let driver = DRIVER.get().and_then(|d| d.as_ref().ok())?;
+        let driver = DRIVER.get()?;
         EpollWaiter::new(driver.epoll)
             .ok()
             .map(|w| Box::new(w) as Box<dyn fiber_core::IoWaiter>)
@@ -346,7 +357,7 @@ fn run(mut poll: Poll) {
             eprintln!("fiber-net: the I/O poller failed: {e}; aborting");
             std::process::abort();
         }
-        let Some(driver) = DRIVER.get().and_then(|d| d.as_ref().ok()) else {
+        let Some(driver) = DRIVER.get() else {
             continue;
         };
         POLLER_EVENTS.fetch_add(events.iter().count() as u64, std::sync::atomic::Ordering::Relaxed);

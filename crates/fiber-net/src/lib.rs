@@ -53,16 +53,25 @@ mod sync;
 
 /// `Read` and `Write` for a stream type and for a shared reference to it
 /// (so a reader fiber and a writer fiber can use one connection): each call
-/// parks on the socket's readiness through its `io` field.
+/// parks on the socket's readiness through its `io` field. With
+/// `short_read_drains = true` a short read counts as having emptied the
+/// receive queue (spec/net.md section 4a); not for Unix streams, whose
+/// reads also stop short at a message carrying file descriptors or other
+/// credentials, with more queued behind it.
 #[cfg(not(loom))]
 macro_rules! stream_io {
-    ($stream:ty) => {
+    ($stream:ty, short_read_drains = $drains:expr) => {
         impl std::io::Read for &$stream {
             #[track_caller]
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-                let len = buf.len();
-                self.io
-                    .read_stream::<$crate::readiness::op::Read>(len, |mut s| std::io::Read::read(&mut s, buf))
+                if $drains {
+                    let len = buf.len();
+                    self.io
+                        .read_stream::<$crate::readiness::op::Read>(len, |mut s| std::io::Read::read(&mut s, buf))
+                } else {
+                    self.io
+                        .read::<$crate::readiness::op::Read, _>(|mut s| std::io::Read::read(&mut s, buf))
+                }
             }
 
             #[track_caller]

@@ -98,7 +98,8 @@ impl<S: Source> std::panic::RefUnwindSafe for Io<S> {}
 /// `O_NONBLOCK`), so that, as std documents for `try_clone`, an option set
 /// on one handle is seen by the others.
 struct Settings {
-    /// Nanoseconds, [`NO_TIMEOUT`] for none. Settings only (Relaxed): no
+    /// Nanoseconds (whole seconds with `IN_SECONDS` set, past 292 years),
+    /// [`NO_TIMEOUT`] for none. Settings only (Relaxed): no
     /// other data is published through them.
     read_timeout: AtomicU64,
     write_timeout: AtomicU64,
@@ -137,6 +138,32 @@ impl<S: Source + Describe> Io<S> {
     /// socket's non-blocking mode belongs to it, not to one handle.
     pub(crate) fn is_shared(&self) -> bool {
         Arc::strong_count(&self.settings) > 1
+    }
+
+    /// Deregister and hand back the descriptor (`From<socket> for
+    /// OwnedFd`), in blocking mode as std's sockets are, unless a
+    /// `try_clone` of this handle still shares the socket (as `into_std`:
+    /// blocking mode belongs to the socket, and the other handles park on
+    /// it).
+    pub(crate) fn into_owned_fd(self) -> std::os::fd::OwnedFd
+    where
+        S: Into<std::os::fd::OwnedFd>,
+    {
+        use std::os::fd::AsRawFd;
+        let shared = self.is_shared();
+        let fd: std::os::fd::OwnedFd = self.into_inner().into();
+        if !shared {
+            // SAFETY: F_GETFL / F_SETFL on a descriptor we own (alive for
+            // both calls); they read and write only its status flags. On
+            // failure the descriptor stays non-blocking, as it was.
+            unsafe {
+                let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+                if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
+                    libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+                }
+            }
+        }
+        fd
     }
 
     /// Deregister and hand back the source.
@@ -249,24 +276,40 @@ fn set_timeout(cell: &AtomicU64, timeout: Option<Duration>) -> io::Result<()> {
                 "cannot set a 0 duration timeout",
             ))
         }
-        Some(d) => u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1),
+        // Linux keeps a socket timeout this long as "none" (its getter
+        // then says `None`, as std reports it).
+        Some(d) if d.as_secs() >= KERNEL_UNLIMITED_SECS => NO_TIMEOUT,
+        Some(d) => match u64::try_from(d.as_nanos()) {
+            Ok(nanos) if nanos < IN_SECONDS => nanos.max(1),
+            // Over 292 years: whole seconds, flagged.
+            _ => IN_SECONDS | d.as_secs(),
+        },
     };
     cell.store(nanos, Ordering::Relaxed);
     Ok(())
 }
 
-fn get_timeout(cell: &AtomicU64) -> Option<Duration> {
-    match cell.load(Ordering::Relaxed) {
+/// A timeout value in whole seconds (`set_timeout`) rather than nanoseconds.
+const IN_SECONDS: u64 = 1 << 63;
+
+/// The seconds from which Linux stores a socket timeout as none
+/// (`MAX_SCHEDULE_TIMEOUT / HZ` for HZ = 1000, the smallest such bound).
+const KERNEL_UNLIMITED_SECS: u64 = i64::MAX as u64 / 1000;
+
+fn timeout_of(stored: u64) -> Option<Duration> {
+    match stored {
         NO_TIMEOUT => None,
+        n if n & IN_SECONDS != 0 => Some(Duration::from_secs(n & !IN_SECONDS)),
         n => Some(Duration::from_nanos(n)),
     }
 }
 
+fn get_timeout(cell: &AtomicU64) -> Option<Duration> {
+    timeout_of(cell.load(Ordering::Relaxed))
+}
+
 #[inline]
 fn deadline(cell: &AtomicU64) -> Option<Instant> {
-    match cell.load(Ordering::Relaxed) {
-        NO_TIMEOUT => None,
-        // A timeout too long for `Instant` is no timeout.
-        n => Instant::now().checked_add(Duration::from_nanos(n)),
-    }
+    // A timeout too long for `Instant` is no timeout.
+    timeout_of(cell.load(Ordering::Relaxed)).and_then(|d| Instant::now().checked_add(d))
 }

@@ -166,7 +166,7 @@ impl TryFrom<net::TcpListener> for TcpListener {
 
 impl From<TcpListener> for OwnedFd {
     fn from(listener: TcpListener) -> OwnedFd {
-        listener.io.into_inner().into()
+        listener.io.into_owned_fd()
     }
 }
 
@@ -370,7 +370,7 @@ impl TcpStream {
     }
 }
 
-crate::stream_io!(TcpStream);
+crate::stream_io!(TcpStream, short_read_drains = true);
 
 impl fmt::Debug for TcpStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -403,6 +403,6 @@ impl TryFrom<net::TcpStream> for TcpStream {
 
 impl From<TcpStream> for OwnedFd {
     fn from(stream: TcpStream) -> OwnedFd {
-        stream.io.into_inner().into()
+        stream.io.into_owned_fd()
     }
 }

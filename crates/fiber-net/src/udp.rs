@@ -273,6 +273,6 @@ impl TryFrom<net::UdpSocket> for UdpSocket {
 
 impl From<UdpSocket> for OwnedFd {
     fn from(socket: UdpSocket) -> OwnedFd {
-        socket.io.into_inner().into()
+        socket.io.into_owned_fd()
     }
 }

@@ -266,7 +266,7 @@ impl UnixStream {
     }
 }
 
-crate::stream_io!(UnixStream);
+crate::stream_io!(UnixStream, short_read_drains = false);
 
 /// A Unix datagram socket (`std::os::unix::net::UnixDatagram`).
 pub struct UnixDatagram {
@@ -497,7 +497,7 @@ macro_rules! fd_impls {
 
         impl From<$t> for OwnedFd {
             fn from(socket: $t) -> OwnedFd {
-                socket.io.into_inner().into()
+                socket.io.into_owned_fd()
             }
         }
 

@@ -213,3 +213,45 @@ fn unix_datagram_receive_parked_when_a_clone_shuts_reading_down_returns_zero() {
         drop(t.join().unwrap());
     });
 }
+
+// std's sockets are blocking: a descriptor taken out of a fiber socket
+// (`OwnedFd::from`) is too, as `into_std` documents for its own hand-over.
+#[test]
+fn an_owned_fd_taken_from_a_fiber_socket_is_blocking_like_std() {
+    within(30, || {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let fd: std::os::fd::OwnedFd = client.into();
+        let std_client = std::net::TcpStream::from(fd);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(ms(200));
+            (&server).write_all(b"late").unwrap();
+            server
+        });
+        let mut b = [0u8; 4];
+        let r = (&std_client).read(&mut b);
+        t.join().unwrap();
+        assert_eq!(
+            r.map_err(|e| e.kind()),
+            Ok(4),
+            "a std read on the handed-over descriptor waits"
+        );
+    })
+}
+
+// std on Linux: a read timeout of `Duration::MAX` is kept by the kernel as
+// none, and the getter says `None`; a long but smaller one reads back.
+#[test]
+fn read_timeout_getter_after_duration_max_matches_std() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    s.set_read_timeout(Some(Duration::MAX)).unwrap();
+    let std_val = s.read_timeout().unwrap();
+    let u = fiber::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.set_read_timeout(Some(Duration::MAX)).unwrap();
+    assert_eq!(u.read_timeout().unwrap(), std_val);
+    let thousand_years = Duration::from_secs(1000 * 365 * 86400);
+    u.set_read_timeout(Some(thousand_years)).unwrap();
+    assert_eq!(u.read_timeout().unwrap(), Some(thousand_years));
+}

@@ -365,10 +365,9 @@ fn tcp_read_timeout_max_waits_for_data_and_zero_is_invalid_input() {
             );
             c.set_read_timeout(Some(Duration::MAX)).unwrap();
             c.set_write_timeout(Some(Duration::MAX)).unwrap();
-            assert!(
-                c.read_timeout().unwrap().is_some(),
-                "std: a set timeout reads back as Some"
-            );
+            // std on Linux: the kernel keeps a timeout this long as none,
+            // and the getter reads back `None`.
+            assert_eq!(c.read_timeout().unwrap(), None);
             let mut buf = [0u8; 4];
             c.read_exact(&mut buf).unwrap();
             assert_eq!(&buf, b"late");
