@@ -439,12 +439,23 @@ impl<T> ScopedJoinHandle<'_, T> {
     /// # Panics
     ///
     /// Panics if called by the child this handle joins (it would wait for
-    /// itself forever), as `std::thread::JoinHandle::join` does.
+    /// itself forever), as `std::thread::JoinHandle::join` does, or by a
+    /// fiber running inside that child's job (a fiber of a scope the child
+    /// opened, which the child waits for), as [`Job::join`] does.
     #[track_caller]
     pub fn join(self) -> Result<T, JoinError> {
         if fiber_core::current_id() == Some(self.id) && !self.is_finished() {
             panic!(
                 "ScopedJoinHandle::join called by the child it joins ({}): a fiber cannot wait for its own end",
+                self.id
+            );
+        }
+        // A fiber inside the child's job (a grandchild, in a scope the
+        // child waits on) would wait for itself just as well: refused as
+        // `Job::join` refuses it.
+        if !self.job.state().is_terminal() && runs_inside(&self.job) {
+            panic!(
+                "ScopedJoinHandle::join called from inside the child it joins ({}), by a fiber of a scope                  that child opened: the child ends only after this fiber does; the join would wait for itself",
                 self.id
             );
         }

@@ -216,3 +216,34 @@ fn with_timeout_overrun_then_own_job_cancelled_reports_timed_out() {
         );
     });
 }
+
+/// A grandchild joining its parent's `ScopedJoinHandle` (the parent waits
+/// in an inner scope for that grandchild): the same wait for itself as
+/// `Job::join` of the parent's job, refused the same way instead of
+/// hanging both.
+#[test]
+fn a_grandchild_joining_its_parents_scoped_handle_panics_naming_the_misuse() {
+    let msg = within(20, || {
+        rt2().block_on(|| {
+            let mut seen = None;
+            fiber::scope(|s| {
+                let (tx, rx) = fiber::chan::bounded::<fiber::ScopedJoinHandle<'_, ()>>(1);
+                let seen = &mut seen;
+                let child = s.spawn(move || {
+                    let h = rx.recv().unwrap();
+                    fiber::scope(|inner| {
+                        inner.spawn(move || {
+                            *seen = panic_message(move || {
+                                let _ = h.join();
+                            });
+                        });
+                    });
+                });
+                tx.send(child).unwrap();
+            });
+            seen
+        })
+    });
+    let msg = msg.expect("the grandchild's join panics");
+    assert!(msg.contains("wait for itself") || msg.contains("its own end"), "{msg}");
+}
