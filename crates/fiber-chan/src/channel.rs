@@ -12,7 +12,18 @@ use std::time::{Duration, Instant};
 
 /// A channel of capacity `cap`; `bounded(0)` is a rendezvous channel: a send
 /// completes only when a receiver takes the value.
+///
+/// The buffer is allocated up front, as crossbeam's array channel does.
+///
+/// # Panics
+///
+/// Panics, naming the capacity, if `cap` slots cannot be addressed or
+/// allocated (more than `isize::MAX` bytes, or a capacity past a quarter
+/// of `usize::MAX`); an allocation that the system refuses aborts, as any
+/// allocation does. Use [`unbounded`] for a channel without a limit.
+#[track_caller]
 pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
+    crate::ring::check_capacity::<T>(cap);
     let chan = Arc::new(Chan::new(Some(cap)));
     (
         Sender { chan: chan.clone() },

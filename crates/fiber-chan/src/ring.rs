@@ -101,6 +101,22 @@ unsafe impl<T: Send> Send for Ring<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for Ring<T> {}
 
+/// Panic, naming the misuse, if a ring of `cap` slots of `T` cannot be
+/// addressed (its lap arithmetic needs `2 * (cap + 1).next_power_of_two()`
+/// to fit in a `usize`) or allocated (at most `isize::MAX` bytes).
+#[track_caller]
+pub(crate) fn check_capacity<T>(cap: usize) {
+    let addressable = cap <= usize::MAX / 4;
+    let bytes = cap.checked_mul(std::mem::size_of::<Slot<T>>());
+    if !addressable || bytes.is_none_or(|b| b > isize::MAX as usize) {
+        panic!(
+            "fiber::chan::bounded({cap}): the capacity is too large for a buffer of {} values of {} bytes              each (allocated up front); use fiber::chan::unbounded for a channel without a limit",
+            cap,
+            std::mem::size_of::<T>()
+        );
+    }
+}
+
 impl<T> Ring<T> {
     pub(crate) fn new(cap: usize) -> Ring<T> {
         assert!(cap > 0, "a ring has at least one slot");

@@ -59,3 +59,23 @@ fn into_iter_is_fused_after_a_with_timeout_cancellation() {
         })
     })
 }
+
+// A capacity that cannot be allocated is a panic naming it, not an
+// arithmetic overflow inside the channel (or an abort).
+#[test]
+fn bounded_with_an_impossible_capacity_panics_naming_it() {
+    for cap in [usize::MAX, usize::MAX / 2, isize::MAX as usize] {
+        let msg = common::panic_message(|| {
+            let _ = fiber::chan::bounded::<u64>(cap);
+        })
+        .expect("bounded panics");
+        assert!(
+            msg.contains("capacity is too large") && msg.contains(&cap.to_string()),
+            "{msg}"
+        );
+    }
+    // A large but possible one works.
+    let (tx, rx) = fiber::chan::bounded::<u8>(1 << 16);
+    tx.send(1).unwrap();
+    assert_eq!(rx.recv(), Ok(1));
+}
