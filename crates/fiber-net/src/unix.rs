@@ -123,6 +123,35 @@ impl UnixListener {
     }
 }
 
+/// Run a non-blocking Unix `connect` until the listener's backlog has room.
+/// Linux refuses such a connect with `EAGAIN` and reports no readiness when
+/// room appears (a blocking connect, std's, sleeps in the kernel instead),
+/// so the attempt is repeated after a pause that doubles from 50 µs up to
+/// 10 ms: a fiber parks for it (a cancellable wait), a plain thread sleeps.
+#[track_caller]
+fn retry_while_backlog_full(
+    mut attempt: impl FnMut() -> io::Result<mio::net::UnixStream>,
+) -> io::Result<mio::net::UnixStream> {
+    let mut pause = Duration::from_micros(50);
+    loop {
+        match attempt() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            other => return other,
+        }
+        if fiber_core::in_fiber() {
+            let until = std::time::Instant::now() + pause;
+            if fiber_core::wait_until(Some(until), fiber_core::Interrupt::Cancellable)
+                == fiber_core::WaitResult::Cancelled
+            {
+                return Err(io::Error::other(fiber_core::Cancelled));
+            }
+        } else {
+            std::thread::sleep(pause);
+        }
+        pause = (pause * 2).min(Duration::from_millis(10));
+    }
+}
+
 /// A Unix stream connection (`std::os::unix::net::UnixStream`); `Read` and
 /// `Write` for `UnixStream` and `&UnixStream`.
 pub struct UnixStream {
@@ -130,18 +159,23 @@ pub struct UnixStream {
 }
 
 impl UnixStream {
-    /// Connect to the socket at `path`. A listener whose backlog is full
-    /// gives `WouldBlock` (Unix sockets report no readiness for it).
+    /// Connect to the socket at `path`. As with std, a listener whose
+    /// backlog is full makes the call wait until it has room (a fiber
+    /// parks; a cancellation ends the wait with an error of kind `Other`
+    /// holding `Cancelled`).
     #[track_caller]
     pub fn connect<P: AsRef<Path>>(path: P) -> io::Result<UnixStream> {
-        UnixStream::connected(mio::net::UnixStream::connect(path)?)
+        let path = path.as_ref();
+        UnixStream::connected(retry_while_backlog_full(|| mio::net::UnixStream::connect(path))?)
     }
 
     /// Connect to `addr` (a path or, on Linux, an abstract name), like
-    /// `std::os::unix::net::UnixStream::connect_addr`.
+    /// `std::os::unix::net::UnixStream::connect_addr` (waiting, as
+    /// [`connect`](Self::connect) does, while the listener's backlog is
+    /// full).
     #[track_caller]
     pub fn connect_addr(addr: &SocketAddr) -> io::Result<UnixStream> {
-        UnixStream::connected(mio::net::UnixStream::connect_addr(addr)?)
+        UnixStream::connected(retry_while_backlog_full(|| mio::net::UnixStream::connect_addr(addr))?)
     }
 
     /// Register a socket whose connect was started and wait for it to end.
