@@ -1261,6 +1261,24 @@ pub fn current_cancel_scope() -> Option<Arc<dyn CancelScope>> {
     unsafe { (*fiber).cancel_scope() }
 }
 
+/// Is the running fiber's cancellation scope the one whose `Arc` data
+/// pointer is `scope`? Compares addresses only (no reference is taken or
+/// given out); `false` on a plain thread or outside any scope. A cheap
+/// test for layers that would otherwise clone the scope to compare it.
+pub fn current_cancel_scope_is(scope: *const ()) -> bool {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return false;
+    }
+    // SAFETY: the running fiber reads its own slot; only the address of
+    // the scope is read, nothing escapes the closure.
+    unsafe {
+        (*fiber)
+            .cancel_scope
+            .with(|c| (*c).as_ref().is_some_and(|s| Arc::as_ptr(s) as *const () == scope))
+    }
+}
+
 /// A handle to a fiber that can interrupt its current wait (used to deliver
 /// cancellation: the woken wait re-checks its cancellation state).
 #[derive(Clone)]

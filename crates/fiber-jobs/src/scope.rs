@@ -453,7 +453,16 @@ impl<T> ScopedJoinHandle<'_, T> {
         // A fiber inside the child's job (a grandchild, in a scope the
         // child waits on) would wait for itself just as well: refused as
         // `Job::join` refuses it.
-        if !self.job.state().is_terminal() && runs_inside(&self.job) {
+        // The usual joiner is the scope's owner, whose scope is the child
+        // job's parent (outside the child): known without the walk.
+        if !self.job.state().is_terminal()
+            && !self
+                .job
+                .parent
+                .as_ref()
+                .is_some_and(|p| fiber_core::current_cancel_scope_is(Arc::as_ptr(p) as *const ()))
+            && runs_inside(&self.job)
+        {
             panic!(
                 "ScopedJoinHandle::join called from inside the child it joins ({}), by a fiber of a scope                  that child opened: the child ends only after this fiber does; the join would wait for itself",
                 self.id
