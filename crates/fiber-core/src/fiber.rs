@@ -1261,6 +1261,44 @@ pub fn current_cancel_scope() -> Option<Arc<dyn CancelScope>> {
     unsafe { (*fiber).cancel_scope() }
 }
 
+#[cfg(not(loom))]
+thread_local! {
+    /// The cancellation scope of the fiber a plain thread works for (see
+    /// [`run_on_behalf_of`]).
+    static ON_BEHALF_OF: std::cell::RefCell<Option<Arc<dyn CancelScope>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` on this plain thread on behalf of a fiber whose cancellation
+/// scope is `scope` (a blocking-pool call: the fiber waits for it), so
+/// that [`behalf_cancel_scope`] can tell a layer which scope the work
+/// belongs to (fiber-jobs refuses a `Job::join` there of a job the waiting
+/// fiber runs in: it would wait for itself). Restored when `f` returns or
+/// unwinds.
+#[cfg(not(loom))]
+pub fn run_on_behalf_of<R>(scope: Option<Arc<dyn CancelScope>>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<dyn CancelScope>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            let _ = ON_BEHALF_OF.try_with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let previous = ON_BEHALF_OF.try_with(|c| c.replace(scope)).ok().flatten();
+    let _restore = Restore(previous);
+    f()
+}
+
+/// The cancellation scope of the fiber this plain thread works for (inside
+/// [`run_on_behalf_of`]), if any; `None` in a fiber.
+#[cfg(not(loom))]
+pub fn behalf_cancel_scope() -> Option<Arc<dyn CancelScope>> {
+    if !current::get().is_null() {
+        return None;
+    }
+    ON_BEHALF_OF.try_with(|c| c.borrow().clone()).ok().flatten()
+}
+
 /// Is the running fiber's cancellation scope the one whose `Arc` data
 /// pointer is `scope`? Compares addresses only (no reference is taken or
 /// given out); `false` on a plain thread or outside any scope. A cheap

@@ -119,8 +119,9 @@ impl Job {
                 return Err(Cancelled);
             }
             panic!(
-                "fiber::Job::join: the calling fiber runs inside the job it joins (its own job or an \
-                 enclosing scope's), which ends only after this fiber does; the join would wait for itself"
+                "fiber::Job::join: the calling fiber (or the fiber whose fiber::blocking call this is) runs \
+                 inside the job it joins (its own job or an enclosing scope's), which ends only after that \
+                 fiber does; the join would wait for itself"
             );
         }
         self.core.join().ok_or(Cancelled)
@@ -138,9 +139,11 @@ impl Job {
 }
 
 /// Does the running fiber run inside `job` (its job is `job` or one of
-/// `job`'s descendants)? Makes no root job.
+/// `job`'s descendants)? On a plain thread running a `fiber::blocking`
+/// call, the fiber waiting for that call counts. Makes no root job.
 fn runs_inside(job: &Arc<JobCore>) -> bool {
-    let Some(scope) = fiber_core::current_cancel_scope() else {
+    // On a blocking-pool thread: the job of the fiber waiting for the call.
+    let Some(scope) = fiber_core::current_cancel_scope().or_else(fiber_core::behalf_cancel_scope) else {
         return false;
     };
     let scope: Arc<dyn std::any::Any + Send + Sync> = scope;

@@ -305,10 +305,13 @@ where
     let signal = done.clone();
     let counted = pool.clone();
     counted.in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // The caller's job travels with the call (misuse checks only: a
+    // `Job::join` there of a job the caller runs in would wait for itself).
+    let origin = fiber_core::current_cancel_scope();
     let job: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
         // `f` (and everything it captured) is consumed and dropped inside
         // `catch_unwind`, before completion is signalled.
-        let result = catch_unwind(AssertUnwindSafe(f));
+        let result = fiber_core::run_on_behalf_of(origin, || catch_unwind(AssertUnwindSafe(f)));
         counted.in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         signal.complete(result);
     });

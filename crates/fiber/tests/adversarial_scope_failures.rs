@@ -247,3 +247,41 @@ fn a_grandchild_joining_its_parents_scoped_handle_panics_naming_the_misuse() {
     let msg = msg.expect("the grandchild's join panics");
     assert!(msg.contains("wait for itself") || msg.contains("its own end"), "{msg}");
 }
+
+/// `Job::join` of the caller's own job from inside its `fiber::blocking`
+/// call: the fiber waits for the call and the call for the fiber's job.
+/// Refused naming the misuse, as from the fiber itself, instead of both
+/// hanging.
+#[test]
+fn joining_the_callers_own_job_inside_blocking_panics_naming_the_misuse() {
+    let msg = within(20, || {
+        rt2().block_on(|| {
+            let job = Job::current();
+            fiber::blocking(move || {
+                panic_message(move || {
+                    let _ = job.join();
+                })
+            })
+        })
+    });
+    let msg = msg.expect("the join inside the blocking call panics");
+    assert!(msg.contains("wait for itself"), "{msg}");
+    // A job the caller does not run in joins normally from there.
+    let state = within(20, || {
+        rt2().block_on(|| {
+            fiber::scope(|s| {
+                let (tx, rx) = fiber::chan::bounded(1);
+                let child = s.spawn(move || {
+                    tx.send(Job::current()).unwrap();
+                    fiber::sleep(ms(20)).unwrap();
+                    5
+                });
+                let job = rx.recv().unwrap();
+                let state = fiber::blocking(move || job.join());
+                child.join().unwrap();
+                state
+            })
+        })
+    });
+    assert!(state.is_ok(), "{state:?}");
+}
