@@ -521,6 +521,18 @@ fn fiber_or_thread_wait<W: Waitable + ?Sized>(
     // while it runs (its worker holds `Running`). After each resume we keep
     // using this pointer, never a thread-local read from before the switch.
     let fiber = unsafe { &*fiber };
+    // A deadline already passed (a zero timeout) ends the wait now, as
+    // std's and crossbeam's timed waits do: armed, it would wait for the
+    // timer wheel's next 1 ms tick. A cancellable wait of a cancelled fiber
+    // still reports the cancellation (the usual path below).
+    if let Some(deadline) = options.deadline {
+        if deadline <= Instant::now()
+            // SAFETY: the running fiber reads its own task slot.
+            && !(options.interrupt == Interrupt::Cancellable && unsafe { fiber.is_cancel_requested() })
+        {
+            return WaitResult::TimedOut;
+        }
+    }
     if std::thread::panicking() {
         return unwinding_fiber_wait(fiber, waitable, io, options, site);
     }

@@ -753,3 +753,32 @@ fn a_scoped_child_cancelled_explicitly_joins_as_cancelled() {
         })
     });
 }
+
+/// A wait whose deadline has already passed (a zero timeout) ends at once,
+/// as std's, crossbeam's and Go's do: it never parks (waiting for the
+/// timer wheel's next tick, about 1 ms, each time). Checked by the park
+/// count, not by a clock.
+#[test]
+fn zero_timeouts_do_not_park() {
+    within(30, || {
+        common::rt1().block_on(|| {
+            let (_tx, rx) = fiber::chan::bounded::<u8>(0);
+            let (stx, _srx) = fiber::chan::bounded::<u8>(0);
+            let before = fiber::stats().runtime.parks;
+            for _ in 0..50 {
+                assert!(rx.recv_timeout(Duration::ZERO).is_err());
+                assert!(stx.send_timeout(1, Duration::ZERO).is_err());
+                fiber::park_timeout(Duration::ZERO);
+                fiber::sleep(Duration::ZERO).unwrap();
+                fiber::sleep_until(Instant::now()).unwrap();
+                assert!(rx.recv_deadline(Instant::now()).is_err());
+            }
+            let parks = fiber::stats().runtime.parks - before;
+            assert_eq!(parks, 0, "zero-timeout waits parked {parks} times");
+            // A cancelled fiber's zero sleep still reports the cancellation.
+            let job = fiber::Job::current();
+            job.cancel();
+            assert!(fiber::sleep(Duration::ZERO).is_err());
+        })
+    })
+}
