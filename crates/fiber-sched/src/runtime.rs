@@ -351,6 +351,39 @@ impl Runtime {
             }
             return;
         }
+        // A thread that is unwinding a panic (a runtime owned by a failing
+        // thread, or one dropped by a destructor during another runtime's
+        // teardown) must not run the teardown itself: std counts "this
+        // thread is panicking" per OS thread, so every fiber resumed on it
+        // would look already unwinding (no shutdown unwind could start, and
+        // each would be abandoned, its destructors never run). The protocol
+        // runs on a thread of its own, and this one waits for it.
+        if std::thread::panicking() {
+            let rest = Runtime {
+                shared: self.shared.clone(),
+                monitor: self.monitor.take(),
+            };
+            let (rest_tx, rest_rx) = std::sync::mpsc::channel::<Runtime>();
+            let spawned = std::thread::Builder::new()
+                .name(format!("{}-shutdown", self.shared.config.thread_name))
+                .spawn(move || {
+                    if let Ok(mut rest) = rest_rx.recv() {
+                        rest.shutdown(grace);
+                    }
+                });
+            match spawned {
+                Ok(thread) => {
+                    let _ = rest_tx.send(rest);
+                    let _ = thread.join();
+                }
+                // No thread to be had: shut down here, as before.
+                Err(_) => {
+                    let mut rest = rest;
+                    rest.shutdown(grace);
+                }
+            }
+            return;
+        }
         self.shutdown(grace);
     }
 
