@@ -127,6 +127,11 @@ pub(crate) struct Fiber {
     has_span: UnsafeCell<bool>,
     /// Teardown unwinds raised in this incarnation (owner-only).
     teardown_raises: UnsafeCell<u32>,
+    /// The body has returned (or unwound): what runs now is cleanup
+    /// (fiber-local destructors, dropping a cancelled fiber's value), where
+    /// a teardown unwind would only be caught and cut the cleanup short
+    /// (owner-only).
+    body_returned: UnsafeCell<bool>,
     /// Set when a cancellable wait returned `Cancelled` to this incarnation.
     cancel_seen: UnsafeCell<bool>,
     /// Given up on at teardown: never resumed or released again.
@@ -218,6 +223,7 @@ impl Fiber {
             cancel_scope: UnsafeCell::new(None),
             locals: UnsafeCell::new(None),
             teardown_raises: UnsafeCell::new(0),
+            body_returned: UnsafeCell::new(false),
             abandoned: std::sync::atomic::AtomicU8::new(NOT_ABANDONED),
             pinned: std::sync::atomic::AtomicBool::new(false),
             name: std::sync::Mutex::new(None),
@@ -302,6 +308,7 @@ impl Fiber {
             this.bounds.with_mut(|b| *b = bounds);
             this.cancel_seen.with_mut(|c| *c = false);
             this.teardown_raises.with_mut(|c| *c = 0);
+            this.body_returned.with_mut(|b| *b = false);
         }
     }
 
@@ -426,6 +433,26 @@ impl Fiber {
         // SAFETY: see the function's contract.
         self.sched
             .with(|s| unsafe { (*s).as_ref().is_some_and(|s| std::ptr::eq(s.frames(), pool)) })
+    }
+
+    /// The body has returned or unwound: cleanup follows.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn note_body_returned(&self) {
+        // SAFETY: see the function's contract.
+        self.body_returned.with_mut(|b| unsafe { *b = true });
+    }
+
+    /// Has the body returned (see `body_returned`)?
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn body_has_returned(&self) -> bool {
+        // SAFETY: see the function's contract.
+        self.body_returned.with(|b| unsafe { *b })
     }
 
     /// Count one teardown unwind raised in this incarnation; returns the
@@ -1089,7 +1116,12 @@ pub(crate) unsafe fn teardown_unwind(fiber: &Fiber) {
     // another fiber parked in the middle of its unwind (spec/lifecycle.md
     // section 10), and a fiber that loops on such a wait would otherwise
     // spin on the teardown thread for ever instead of being abandoned.
-    let panicking = std::thread::panicking();
+    // After the body: a fiber-local destructor (or the drop of a cancelled
+    // fiber's value) that waits gets `Cancelled` and runs to its end, as a
+    // destructor during an unwind does; an unwind raised there would be
+    // caught at once and cut the rest of the destructor short.
+    // SAFETY: see the function's contract.
+    let panicking = std::thread::panicking() || unsafe { fiber.body_has_returned() };
     let limit = if panicking {
         TEARDOWN_MAX_PANICKING_WAITS
     } else {

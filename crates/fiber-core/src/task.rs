@@ -672,6 +672,8 @@ where
             return Exit::Cancelled;
         }
         let outcome = catch_unwind(AssertUnwindSafe(f));
+        // SAFETY: the running fiber marks its own slot.
+        unsafe { (*fiber).note_body_returned() };
         // Closed: from here a `JoinHandle::cancel` is a no-op, so the flag
         // read below is the one the outcome is decided from.
         let root = completion.task.take_root_scope();
@@ -831,6 +833,8 @@ where
             return Exit::Cancelled;
         }
         let outcome = catch_unwind(AssertUnwindSafe(f));
+        // SAFETY: the running fiber marks its own slot.
+        unsafe { (*fiber).note_body_returned() };
         // SAFETY: as above.
         let cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).is_cancel_requested() };
         // SAFETY: the body has returned: no `with_fiber_local` reference
