@@ -68,6 +68,12 @@ pub(crate) fn on_pool_thread_of(runtime_id: usize) -> bool {
     POOL_THREAD_OF.try_with(|id| id.get() == runtime_id).unwrap_or(false)
 }
 
+/// Is this thread a blocking-pool thread of any runtime (running, or
+/// waiting to run, a `fiber::blocking` call)? For misuse messages.
+pub fn on_blocking_thread() -> bool {
+    POOL_THREAD_OF.try_with(|id| id.get() != 0).unwrap_or(false)
+}
+
 /// Pools by runtime id, held weakly.
 static POOLS: std::sync::Mutex<Vec<(usize, Weak<Pool>)>> = std::sync::Mutex::new(Vec::new());
 

@@ -48,10 +48,11 @@ mod timer;
 mod worker;
 
 #[cfg(not(loom))]
+pub use blocking::on_blocking_thread;
+#[cfg(not(loom))]
 pub use config::{Config, ConfigError, ThreadHook};
 #[cfg(not(loom))]
 pub use handle::Handle;
-#[cfg(not(loom))]
 pub use runtime::{blocking, current_stats, sleep, sleep_until, Builder, Runtime};
 #[cfg(not(loom))]
 pub use stats::Stats;

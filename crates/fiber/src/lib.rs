@@ -147,6 +147,13 @@ where
 
 #[track_caller]
 fn outside(function: &str) -> ! {
+    if fiber_sched::on_blocking_thread() {
+        panic!(
+            "fiber::{function} called inside a fiber::blocking call: the call runs on a plain thread of \
+             the blocking pool, not in a fiber; use the std equivalent there (std::thread::sleep, a \
+             Handle captured before the call for spawning), or do this in the fiber around the call"
+        )
+    }
     panic!(
         "fiber::{function} called outside a fiber: there is no runtime here; start one with \
          fiber::run(|| ...) or Runtime::block_on, and call fiber::{function} from inside it"

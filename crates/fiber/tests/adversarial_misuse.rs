@@ -248,3 +248,19 @@ fn fiber_run_with_a_bad_fiber_env_value_panics_naming_the_variable() {
         );
     }
 }
+
+/// A fiber-only call inside a `fiber::blocking` closure (a plain pool
+/// thread) panics naming that situation, not "there is no runtime here"
+/// (following that advice would start a second runtime).
+#[test]
+fn a_fiber_only_call_inside_blocking_names_the_blocking_pool() {
+    let msg = common::on_runtime(|| {
+        fiber::blocking(|| {
+            common::panic_message(|| {
+                let _ = fiber::sleep(std::time::Duration::from_millis(1));
+            })
+        })
+    });
+    let msg = msg.expect("fiber::sleep panics on a blocking-pool thread");
+    assert!(msg.contains("inside a fiber::blocking call"), "{msg}");
+}
