@@ -437,12 +437,28 @@ impl FramePool {
     /// its queues (called once per round, after the previous round may have
     /// scheduled more).
     ///
-    /// Meant for after the scheduler's workers have stopped. Calling it
-    /// earlier is still memory-safe: teardown takes a fiber only the way a
-    /// waker does (by the claim on its state word, or as a runnable token),
-    /// so no fiber ever runs on two threads; it just ends the runtime's
-    /// fibers early, and a fiber that a worker is running is not waited for.
-    pub fn teardown(&self, drain: &mut dyn FnMut() -> Vec<Runnable>) -> TeardownReport {
+    /// A pinned fiber that has run is not resumed here (its home worker,
+    /// whose thread-locals its stack may point into, has stopped): it is
+    /// abandoned.
+    ///
+    /// Safe code cannot start a teardown under running workers:
+    ///
+    /// ```compile_fail,E0133
+    /// let pool = fiber_core::FramePool::new(fiber_core::StackConfig::default());
+    /// pool.teardown(&mut Vec::new);
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// The scheduler's workers have stopped: no thread but the caller
+    /// resumes any fiber of this pool from now on. (Teardown takes a fiber
+    /// only the way a waker does, so no fiber ever runs on two threads; but
+    /// an abandoned fiber's root job is ended, which wakes a scope owner
+    /// waiting for the abandoned fiber's children, and a worker that
+    /// resumed that owner would let its scope return while an abandoned
+    /// child, never unwound, may still be in a call that borrows the
+    /// owner's stack.)
+    pub unsafe fn teardown(&self, drain: &mut dyn FnMut() -> Vec<Runnable>) -> TeardownReport {
         self.teardown_rounds(drain, true)
     }
 
@@ -452,7 +468,13 @@ impl FramePool {
     /// (what it waits for may be one of the running fibers, a scope's
     /// child); a later [`teardown`](Self::teardown), once those threads
     /// have stopped, ends it or abandons it.
-    pub fn teardown_around_running(&self, drain: &mut dyn FnMut() -> Vec<Runnable>) -> TeardownReport {
+    ///
+    /// # Safety
+    ///
+    /// As for [`teardown`](Self::teardown), except that a worker may still
+    /// be running the one fiber it was running when it was told to stop,
+    /// provided it resumes no other fiber afterwards.
+    pub unsafe fn teardown_around_running(&self, drain: &mut dyn FnMut() -> Vec<Runnable>) -> TeardownReport {
         self.teardown_rounds(drain, false)
     }
 
@@ -485,6 +507,14 @@ impl FramePool {
             batch.sort_by_key(|r| std::cmp::Reverse(r.id()));
             let mut finished = 0;
             for runnable in batch {
+                // A pinned fiber that has run must resume on its home
+                // worker, which has stopped: its stack may point into that
+                // thread's thread-locals, destroyed with it, so it is not
+                // resumed (nor unwound) on this thread: given up.
+                if runnable.home().is_some() {
+                    runnable.abandon();
+                    continue;
+                }
                 if runnable.fiber_ref().is_abandoned() {
                     // Woken after an earlier teardown gave up on it (what
                     // it waited for ended on a thread that was still

@@ -64,6 +64,11 @@ struct Inner {
     ready: Condvar,
     pool: FramePool,
     base: Instant,
+    /// Held while fibers are resumed (`run`, `run_until_idle`) and by
+    /// `shutdown`'s teardown, which must be the only resumer.
+    running: Mutex<()>,
+    /// `shutdown` has begun: `run` and `run_until_idle` resume nothing.
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 impl Schedule for Inner {
@@ -127,6 +132,8 @@ impl TestScheduler {
                     rng,
                 }),
                 ready: Condvar::new(),
+                running: Mutex::new(()),
+                shut_down: std::sync::atomic::AtomicBool::new(false),
                 pool: FramePool::new(stacks),
                 base: Instant::now(),
             }),
@@ -177,7 +184,8 @@ impl TestScheduler {
 
     /// Run fibers on this thread until none is alive.
     pub fn run(&self) {
-        while let Some(fiber) = self.next() {
+        let _running = lock(&self.inner.running);
+        while let Some(fiber) = self.next_unless_shut_down() {
             match fiber.into_running().resume(0) {
                 RunOutcome::Yielded(fiber) => self.inner.schedule(fiber),
                 RunOutcome::Parked | RunOutcome::Finished => {}
@@ -189,17 +197,39 @@ impl TestScheduler {
     /// ones, run what becomes runnable, then unwind whatever is still
     /// alive, children before owners (`FramePool::teardown`). Returns the
     /// teardown's report.
+    ///
+    /// # Panics
+    ///
+    /// Panics if a `run` or `run_until_idle` of this scheduler is in
+    /// progress (on another thread, or in a fiber it runs).
     pub fn shutdown(&self) -> crate::pool::TeardownReport {
         self.inner.pool.begin_cancel();
         self.run_until_idle();
+        let _running = match self.inner.running.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                panic!("TestScheduler::shutdown while a run of the same scheduler is in progress")
+            }
+        };
+        // Relaxed: read under `running`, which this thread holds.
+        self.inner.shut_down.store(true, std::sync::atomic::Ordering::Relaxed);
         let inner = self.inner.clone();
         let mut drain = move || lock(&inner.queue).runnable.drain(..).collect::<Vec<_>>();
-        self.inner.pool.teardown(&mut drain)
+        // SAFETY: `running` is held and `shut_down` set: no `run` or
+        // `run_until_idle` of this scheduler resumes a fiber from now on,
+        // and they are its only resumers.
+        unsafe { self.inner.pool.teardown(&mut drain) }
     }
 
     /// Run fibers until none is runnable, without waiting for outside wakes
     /// or firing timers. Returns how many resumes it made.
     pub fn run_until_idle(&self) -> usize {
+        let _running = lock(&self.inner.running);
+        // Relaxed: written under `running`, which this thread holds.
+        if self.inner.shut_down.load(std::sync::atomic::Ordering::Relaxed) {
+            return 0;
+        }
         let mut resumes = 0;
         let mut worker = self.clone();
         while let Some(fiber) = worker.worker_next() {
@@ -209,6 +239,14 @@ impl TestScheduler {
             }
         }
         resumes
+    }
+
+    fn next_unless_shut_down(&self) -> Option<Runnable> {
+        // Relaxed: written under `running`, which the caller holds.
+        if self.inner.shut_down.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        self.next()
     }
 
     fn next(&self) -> Option<Runnable> {

@@ -479,10 +479,16 @@ impl Runtime {
         // worker still runs is not waited for; what waits on it (a scope
         // whose child it is) stays parked for the last round below.
         let mut drain = || drain_queues(&shared);
-        let report = if stuck.is_empty() {
-            shared.pool.teardown(&mut drain)
-        } else {
-            shared.pool.teardown_around_running(&mut drain)
+        // SAFETY: every worker thread has been joined, or (stuck) is still
+        // in the one fiber it ran when shutdown began: its loop checks for
+        // shutdown before it takes any other fiber (`run_loop`), so it
+        // resumes no other; the monitor has been joined.
+        let report = unsafe {
+            if stuck.is_empty() {
+                shared.pool.teardown(&mut drain)
+            } else {
+                shared.pool.teardown_around_running(&mut drain)
+            }
         };
         report_abandoned(&report);
         if !stuck.is_empty() {
@@ -501,7 +507,9 @@ impl Runtime {
                         let _ = thread.join();
                     }
                     let shared = reaper_shared;
-                    let report = shared.pool.teardown(&mut || drain_queues(&shared));
+                    // SAFETY: every worker thread of the runtime has now
+                    // been joined (the others before this thread started).
+                    let report = unsafe { shared.pool.teardown(&mut || drain_queues(&shared)) };
                     report_abandoned(&report);
                     shared.timers.clear();
                     if leak || report.must_leak() {
@@ -527,7 +535,7 @@ impl Runtime {
 
 /// Every runnable fiber the scheduler's queues still hold (shutdown step 5).
 fn drain_queues(shared: &Shared) -> Vec<fiber_core::Runnable> {
-    let mut out = Vec::new();
+    let mut out = std::mem::take(&mut *lock(&shared.orphans));
     while let Some(fiber) = shared.global.pop() {
         out.push(fiber);
     }

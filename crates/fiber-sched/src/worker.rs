@@ -235,6 +235,11 @@ pub(crate) struct Shared {
     /// Ids of the `block_on` root fibers running now (deadlock reports;
     /// several plain threads may each run a `block_on`).
     pub(crate) root_fibers: Mutex<Vec<u64>>,
+    /// Pinned fibers woken after their home worker stopped (shutdown):
+    /// they must not run on another thread (their stacks may point into
+    /// the home thread's thread-locals), so they wait here for teardown,
+    /// which gives them up.
+    pub(crate) orphans: Mutex<Vec<Runnable>>,
     /// A worker sleeps in the I/O driver (`io_park`): at most one at a
     /// time, the others sleep on their words.
     pub(crate) io_sleeper: AtomicBool,
@@ -296,6 +301,7 @@ impl Shared {
             threads: Mutex::new(Vec::new()),
             monitor: Mutex::new(None),
             root_fibers: Mutex::new(Vec::new()),
+            orphans: Mutex::new(Vec::new()),
             slots: slots.into_boxed_slice(),
             config,
         }
@@ -1332,8 +1338,9 @@ impl fiber_core::Worker for WorkerSide<'_> {
                 // worker) goes back to its home worker's inbox.
                 Some(home) if home != self.ctx.index => {
                     if let Some(fiber) = self.shared.send_home(home, fiber) {
-                        // Its home is gone (shutdown): run it here.
-                        return Some(fiber.into_running());
+                        // Its home is gone (shutdown): it must not run on
+                        // this thread; teardown gives it up.
+                        lock(&self.shared.orphans).push(fiber);
                     }
                 }
                 _ => return Some(fiber.into_running()),
@@ -1353,6 +1360,14 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
     bump(&slot.heartbeat);
     let first_pinned_run = running.is_pinned() && !running.has_run();
     let pinned = running.is_pinned();
+    if first_pinned_run {
+        // This worker is the fiber's home from its first instruction on
+        // (it may keep references into this thread's thread-locals from
+        // then): counted before it runs, so a first run that holds the
+        // thread past the idle timeout cannot get its home drained or
+        // retired under it.
+        slot.homed.fetch_add(1, Ordering::Relaxed);
+    }
     // One relaxed load when tracing is off (the start/finish events are TRACE).
     let traced = tracing::level_enabled!(tracing::Level::TRACE);
     let id = running.id();
@@ -1371,15 +1386,8 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
         tracing::trace!(target: "fiber_sched", fiber = id.0, worker = ctx.index, "fiber finished");
     }
     slot.running.store(0, Ordering::Relaxed);
-    match (&outcome, first_pinned_run) {
-        (RunOutcome::Finished, true) => {}
-        (_, true) => {
-            slot.homed.fetch_add(1, Ordering::Relaxed);
-        }
-        (RunOutcome::Finished, false) if pinned => {
-            slot.homed.fetch_sub(1, Ordering::Relaxed);
-        }
-        _ => {}
+    if pinned && matches!(outcome, RunOutcome::Finished) {
+        slot.homed.fetch_sub(1, Ordering::Relaxed);
     }
     match outcome {
         RunOutcome::Yielded(fiber) => {
