@@ -1293,30 +1293,58 @@ pub fn current_cancel_scope() -> Option<Arc<dyn CancelScope>> {
     unsafe { (*fiber).cancel_scope() }
 }
 
+/// The fiber a plain thread works for (a `fiber::blocking` call it waits
+/// for): its id and its cancellation scope, taken on the fiber with
+/// [`OnBehalf::of_current`] and set on the pool thread with
+/// [`run_on_behalf_of`]. For misuse checks only (a join there of the
+/// waiting fiber itself, or of a job it runs in, would wait for itself).
 #[cfg(not(loom))]
-thread_local! {
-    /// The cancellation scope of the fiber a plain thread works for (see
-    /// [`run_on_behalf_of`]).
-    static ON_BEHALF_OF: std::cell::RefCell<Option<Arc<dyn CancelScope>>> =
-        const { std::cell::RefCell::new(None) };
+#[derive(Clone, Default)]
+pub struct OnBehalf {
+    fiber: Option<FiberId>,
+    scope: Option<Arc<dyn CancelScope>>,
 }
 
-/// Run `f` on this plain thread on behalf of a fiber whose cancellation
-/// scope is `scope` (a blocking-pool call: the fiber waits for it), so
-/// that [`behalf_cancel_scope`] can tell a layer which scope the work
-/// belongs to (fiber-jobs refuses a `Job::join` there of a job the waiting
-/// fiber runs in: it would wait for itself). Restored when `f` returns or
-/// unwinds.
 #[cfg(not(loom))]
-pub fn run_on_behalf_of<R>(scope: Option<Arc<dyn CancelScope>>, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Arc<dyn CancelScope>>);
+impl OnBehalf {
+    /// The running fiber's id and scope (empty on a plain thread).
+    pub fn of_current() -> OnBehalf {
+        OnBehalf {
+            fiber: current_id(),
+            scope: current_cancel_scope(),
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl fmt::Debug for OnBehalf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OnBehalf")
+            .field("fiber", &self.fiber)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(not(loom))]
+thread_local! {
+    /// The fiber a plain thread works for (see [`run_on_behalf_of`]).
+    static ON_BEHALF_OF: std::cell::RefCell<OnBehalf> = std::cell::RefCell::new(OnBehalf::default());
+}
+
+/// Run `f` on this plain thread on behalf of the fiber `of` describes (a
+/// blocking-pool call: that fiber waits for it), so that
+/// [`behalf_cancel_scope`] and [`behalf_fiber_id`] can tell a layer whose
+/// work this is. Restored when `f` returns or unwinds.
+#[cfg(not(loom))]
+pub fn run_on_behalf_of<R>(of: OnBehalf, f: impl FnOnce() -> R) -> R {
+    struct Restore(OnBehalf);
     impl Drop for Restore {
         fn drop(&mut self) {
-            let previous = self.0.take();
+            let previous = std::mem::take(&mut self.0);
             let _ = ON_BEHALF_OF.try_with(|c| *c.borrow_mut() = previous);
         }
     }
-    let previous = ON_BEHALF_OF.try_with(|c| c.replace(scope)).ok().flatten();
+    let previous = ON_BEHALF_OF.try_with(|c| c.replace(of)).unwrap_or_default();
     let _restore = Restore(previous);
     f()
 }
@@ -1328,7 +1356,17 @@ pub fn behalf_cancel_scope() -> Option<Arc<dyn CancelScope>> {
     if !current::get().is_null() {
         return None;
     }
-    ON_BEHALF_OF.try_with(|c| c.borrow().clone()).ok().flatten()
+    ON_BEHALF_OF.try_with(|c| c.borrow().scope.clone()).ok().flatten()
+}
+
+/// The id of the fiber this plain thread works for (inside
+/// [`run_on_behalf_of`]), if any; `None` in a fiber.
+#[cfg(not(loom))]
+pub fn behalf_fiber_id() -> Option<FiberId> {
+    if !current::get().is_null() {
+        return None;
+    }
+    ON_BEHALF_OF.try_with(|c| c.borrow().fiber).ok().flatten()
 }
 
 /// Is the running fiber's cancellation scope the one whose `Arc` data

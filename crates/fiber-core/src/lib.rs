@@ -103,10 +103,10 @@ mod wait;
 pub use dump::{advance_coarse_clock, Dump, FiberInfo};
 #[cfg(not(loom))]
 pub use fiber::{
-    accepts_root_scope, behalf_cancel_scope, current_cancel_scope, current_cancel_scope_is, current_fiber, current_id,
-    current_name, current_spawn_location, current_worker, drop_fiber_locals, in_fiber, install_root_scope,
-    is_cancel_requested, is_shutdown_unwind, is_shutting_down, run_on_behalf_of, swap_cancel_scope, with_fiber_local,
-    yield_now, CancelScope, FiberId, FiberRef, RootScopeCall, RunOutcome,
+    accepts_root_scope, behalf_cancel_scope, behalf_fiber_id, current_cancel_scope, current_cancel_scope_is,
+    current_fiber, current_id, current_name, current_spawn_location, current_worker, drop_fiber_locals, in_fiber,
+    install_root_scope, is_cancel_requested, is_shutdown_unwind, is_shutting_down, run_on_behalf_of, swap_cancel_scope,
+    with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, OnBehalf, RootScopeCall, RunOutcome,
 };
 pub use kind::{
     external_wait, external_waiters, fiber_spans, io_poll, note_external_wait, park_backtraces, set_fiber_spans,

@@ -483,11 +483,22 @@ impl<T: Send> JoinHandle<T> {
     pub fn join(self) -> Result<T, JoinError> {
         // A self-join can never see `finished`: check only when not
         // finished, off the join-of-a-finished-fiber fast path.
-        if !self.is_finished() && crate::fiber::current_id() == Some(self.task.id) {
-            panic!(
-                "JoinHandle::join called by the fiber it joins ({}): a fiber cannot wait for its own end",
-                self.task.id
-            );
+        if !self.is_finished() {
+            if crate::fiber::current_id() == Some(self.task.id) {
+                panic!(
+                    "JoinHandle::join called by the fiber it joins ({}): a fiber cannot wait for its own end",
+                    self.task.id
+                );
+            }
+            // Inside a `fiber::blocking` call of the fiber it joins: that
+            // fiber waits for the call.
+            if crate::fiber::behalf_fiber_id() == Some(self.task.id) {
+                panic!(
+                    "JoinHandle::join called inside a fiber::blocking call of the fiber it joins ({}): the \
+                     fiber waits for the call, the join would wait for itself",
+                    self.task.id
+                );
+            }
         }
         // A cancellation point: a joiner cancelled while it waits gets
         // `Cancelled`, and the fiber it joined runs on, detached.

@@ -791,6 +791,27 @@ impl JobCore {
         }
     }
 
+    /// [`join`](Self::join) that cancellation does not end: a scope (or a
+    /// fiber of it) joining one of its children, which is cancelled
+    /// whenever the joiner is (it is below the joiner's job), so it ends
+    /// soon; std's scoped join waits for the thread, and the value or the
+    /// panic it reports is the caller's to handle.
+    #[track_caller]
+    pub(crate) fn join_child(self: &Arc<Self>) -> Option<JobState> {
+        let state = self.state();
+        if state.is_terminal() {
+            return Some(state);
+        }
+        match fiber_wait(
+            &Join(self),
+            &mut WaitSlot::default(),
+            WaitOptions::new().interrupt(Interrupt::NotCancellable),
+        ) {
+            WaitResult::Ok => Some(self.state()),
+            _ => None,
+        }
+    }
+
     /// Wait until no attached child is active (the scope's exit).
     #[cfg_attr(loom, allow(dead_code))]
     #[track_caller]

@@ -453,25 +453,35 @@ impl<T> ScopedJoinHandle<'_, T> {
                 self.id
             );
         }
+        // The usual joiner is the scope's body, whose job is the child's
+        // parent: known without a walk.
+        let by_parent = self
+            .job
+            .parent
+            .as_ref()
+            .is_some_and(|p| fiber_core::current_cancel_scope_is(Arc::as_ptr(p) as *const ()));
         // A fiber inside the child's job (a grandchild, in a scope the
-        // child waits on) would wait for itself just as well: refused as
-        // `Job::join` refuses it.
-        // The usual joiner is the scope's owner, whose scope is the child
-        // job's parent (outside the child): known without the walk.
-        if !self.job.state().is_terminal()
-            && !self
-                .job
-                .parent
-                .as_ref()
-                .is_some_and(|p| fiber_core::current_cancel_scope_is(Arc::as_ptr(p) as *const ()))
-            && runs_inside(&self.job)
-        {
+        // child waits on) would wait for itself: refused as `Job::join`
+        // refuses it.
+        if !self.job.state().is_terminal() && !by_parent && runs_inside(&self.job) {
             panic!(
-                "ScopedJoinHandle::join called from inside the child it joins ({}), by a fiber of a scope                  that child opened: the child ends only after this fiber does; the join would wait for itself",
+                "ScopedJoinHandle::join called from inside the child it joins ({}), by a fiber of a scope \
+                 that child opened: the child ends only after this fiber does; the join would wait for itself",
                 self.id
             );
         }
-        let state = self.job.join();
+        // The body's join of its own child is not ended by cancellation
+        // (std waits for the thread): whatever cancels the body cancels
+        // the child too, so it ends soon, and a failed sibling cancels the
+        // body with the scope: a join that then returned `Cancelled` lost
+        // the child's value, or left its panic unjoined (re-raised by the
+        // scope). Any other joiner (a sibling the handle was sent to) is
+        // cancelled on its own, and its join is a cancellation point.
+        let state = if by_parent {
+            self.job.join_child()
+        } else {
+            self.job.join()
+        };
         // Take the outcome and retire the handle under one lock (what
         // `Drop` would do again otherwise).
         let this = std::mem::ManuallyDrop::new(self);

@@ -311,9 +311,9 @@ where
     let signal = done.clone();
     let counted = pool.clone();
     counted.in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    // The caller's job travels with the call (misuse checks only: a
-    // `Job::join` there of a job the caller runs in would wait for itself).
-    let origin = fiber_core::current_cancel_scope();
+    // The caller travels with the call (misuse checks only: a join there of
+    // the caller, or of a job it runs in, would wait for itself).
+    let origin = fiber_core::OnBehalf::of_current();
     let job: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
         // `f` (and everything it captured) is consumed and dropped inside
         // `catch_unwind`, before completion is signalled.

@@ -285,3 +285,119 @@ fn joining_the_callers_own_job_inside_blocking_panics_naming_the_misuse() {
     });
     assert!(state.is_ok(), "{state:?}");
 }
+
+/// std: a scoped join "waits for the associated thread to finish". A
+/// sibling's panic cancels the scope, the body with it; the body's join of
+/// a child still running must still wait for that child to end (it
+/// returned `Cancelled` at once, the child still running). The child,
+/// cancelled before it finished, ends cancelled (spec/jobs.md, as Kotlin).
+#[test]
+fn after_a_joined_panic_the_bodys_join_of_a_running_sibling_waits_for_it() {
+    let (got, finished) = within(20, || {
+        rt2().block_on(|| {
+            let finished = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (f, f2) = (finished.clone(), finished.clone());
+            let got = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                fiber::scope(|s| {
+                    let (started_tx, started_rx) = fiber::chan::bounded::<()>(1);
+                    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+                    let b = s.spawn(move || -> u32 {
+                        started_tx.send(()).unwrap();
+                        // No cancellation point: a plain blocking wait.
+                        go_rx.recv().unwrap();
+                        f.store(true, std::sync::atomic::Ordering::SeqCst);
+                        7
+                    });
+                    started_rx.recv().unwrap();
+                    let a = s.spawn(|| -> u32 { panic!("A") });
+                    assert!(a.join().unwrap_err().is_panic());
+                    go_tx.send(()).unwrap();
+                    let joined = b.join().map_err(|e| e.is_cancelled());
+                    // Read right after the join, before the scope's own
+                    // wait for its children.
+                    (joined, f2.load(std::sync::atomic::Ordering::SeqCst))
+                })
+            }))
+            .map_err(|_| "the scope panicked");
+            match got {
+                Ok((joined, finished)) => (Ok(joined), finished),
+                Err(e) => (Err(e), false),
+            }
+        })
+    });
+    assert!(finished, "the join returned before the child's body did");
+    assert_eq!(got, Ok(Err(true)));
+}
+
+/// spec/jobs.md: "If every failed child was joined by the body and the
+/// body returned, the scope returns the body's value" (std: joined panics
+/// are the body's to handle). Two children panic; the body joins both, in
+/// either order.
+#[test]
+fn two_panicked_children_both_joined_leave_the_scope_its_value() {
+    for later_first in [false, true] {
+        let got = within(20, move || {
+            rt2().block_on(move || {
+                std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    fiber::scope(|s| {
+                        let (started_tx, started_rx) = fiber::chan::bounded::<()>(1);
+                        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+                        let b = s.spawn(move || -> u32 {
+                            started_tx.send(()).unwrap();
+                            go_rx.recv().unwrap();
+                            panic!("B")
+                        });
+                        started_rx.recv().unwrap();
+                        let (a_started_tx, a_started_rx) = fiber::chan::bounded::<()>(1);
+                        let a = s.spawn(move || -> u32 {
+                            a_started_tx.send(()).unwrap();
+                            panic!("A")
+                        });
+                        // Both bodies run (neither is cancelled before it
+                        // starts): both end in their panic.
+                        a_started_rx.recv().unwrap();
+                        go_tx.send(()).unwrap();
+                        let (x, y) = if later_first {
+                            let y = b.join();
+                            (a.join(), y)
+                        } else {
+                            let x = a.join();
+                            (x, b.join())
+                        };
+                        (x.unwrap_err().is_panic(), y.unwrap_err().is_panic())
+                    })
+                }))
+                .map_err(|_| "the scope panicked")
+            })
+        });
+        assert_eq!(got, Ok((true, true)), "later_first = {later_first}");
+    }
+}
+
+/// `JoinHandle::join` of the caller's own handle inside its
+/// `fiber::blocking` call: refused naming the misuse, as from the fiber
+/// itself, instead of both waiting for ever.
+#[test]
+fn joining_ones_own_handle_inside_blocking_panics_naming_the_misuse() {
+    let msg = within(20, || {
+        rt2().block_on(|| {
+            let (handle_tx, handle_rx) = fiber::chan::bounded::<fiber::JoinHandle<()>>(1);
+            let (msg_tx, msg_rx) = fiber::chan::bounded::<Option<String>>(1);
+            let h = fiber::spawn(move || {
+                let me = handle_rx.recv().unwrap();
+                let msg = fiber::blocking(move || {
+                    panic_message(move || {
+                        let _ = me.join();
+                    })
+                });
+                msg_tx.send(msg).unwrap();
+            });
+            handle_tx.send(h).unwrap();
+            msg_rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the join inside the blocking call hung")
+        })
+    });
+    let msg = msg.expect("the join panics");
+    assert!(msg.contains("wait for itself"), "{msg}");
+}
