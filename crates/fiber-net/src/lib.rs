@@ -64,14 +64,18 @@ macro_rules! stream_io {
         impl std::io::Read for &$stream {
             #[track_caller]
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-                if $drains {
-                    let len = buf.len();
+                let len = buf.len();
+                let read = if $drains {
                     self.io
                         .read_stream::<$crate::readiness::op::Read>(len, |mut s| std::io::Read::read(&mut s, buf))
                 } else {
                     self.io
                         .read::<$crate::readiness::op::Read, _>(|mut s| std::io::Read::read(&mut s, buf))
+                };
+                if len == 0 {
+                    return self.io.empty_read(read);
                 }
+                read
             }
 
             #[track_caller]

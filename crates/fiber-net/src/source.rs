@@ -199,6 +199,19 @@ impl<S: Source + Describe> Io<S> {
             .poll_stream_read::<K>(len, deadline, nonblocking, &|| source.describe(), || op(source))
     }
 
+    /// The result of a read into an empty buffer: a blocking std socket's
+    /// `recv` of 0 bytes returns 0 when its read timeout expires, where the
+    /// parked read reports the expiry as `WouldBlock`. (A socket set
+    /// non-blocking keeps std's `WouldBlock`.)
+    pub(crate) fn empty_read(&self, read: io::Result<usize>) -> io::Result<usize> {
+        match read {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !self.settings.nonblocking.load(Ordering::Relaxed) => {
+                Ok(0)
+            }
+            other => other,
+        }
+    }
+
     /// `shutdown(Read)` ends reads without new data: forget a short read.
     pub(crate) fn forget_drained(&self) {
         self.registration.readiness.forget_drained();

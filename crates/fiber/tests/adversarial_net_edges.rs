@@ -255,3 +255,36 @@ fn read_timeout_getter_after_duration_max_matches_std() {
     u.set_read_timeout(Some(thousand_years)).unwrap();
     assert_eq!(u.read_timeout().unwrap(), Some(thousand_years));
 }
+
+/// std on Linux: `read(&mut [])` on a stream with a read timeout and no
+/// data waits out the timeout and returns `Ok(0)` (`Read::read`: `Ok(0)`
+/// when "the buffer specified was 0 bytes in length"), also right after a
+/// short read; a socket set non-blocking keeps `WouldBlock`.
+#[test]
+fn an_empty_read_with_a_timeout_returns_zero_like_std() {
+    fn body() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(ms(50))).unwrap();
+        assert_eq!(s.read(&mut []).map_err(|e| e.kind()), Ok(0));
+        c.write_all(b"abc").unwrap();
+        let mut b = [0u8; 64];
+        assert_eq!(s.read(&mut b).unwrap(), 3);
+        assert_eq!(s.read(&mut []).map_err(|e| e.kind()), Ok(0));
+        s.set_nonblocking(true).unwrap();
+        assert_eq!(s.read(&mut []).map_err(|e| e.kind()), std_nonblocking_empty_read());
+    }
+    // What std gives for the non-blocking case.
+    fn std_nonblocking_empty_read() -> Result<usize, ErrorKind> {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        s.read(&mut []).map_err(|e| e.kind())
+    }
+    within(30, || {
+        body();
+        rt().block_on(body);
+    })
+}
