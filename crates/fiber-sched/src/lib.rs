@@ -53,6 +53,7 @@ pub use blocking::on_blocking_thread;
 pub use config::{Config, ConfigError, ThreadHook};
 #[cfg(not(loom))]
 pub use handle::Handle;
+#[cfg(not(loom))]
 pub use runtime::{blocking, current_stats, sleep, sleep_until, Builder, Runtime};
 #[cfg(not(loom))]
 pub use stats::Stats;
