@@ -168,13 +168,18 @@ fn a_worker_stuck_in_a_spinner_does_not_keep_the_other_fibers_from_teardown() {
         let b = Arc::new(Mutex::new(()));
         let dropped: Vec<Arc<AtomicBool>> = (0..3).map(|_| Arc::new(AtomicBool::new(false))).collect();
         let (both_tx, both_rx) = mpsc::channel::<()>();
+        // Each takes its first lock, then waits for the other to have
+        // taken its own: a deadlock whatever worker runs them when (one of
+        // them may wait in the spinner's inbox until the monitor moves it).
+        let both_locked = Arc::new(fiber::sync::Barrier::new(2));
         let first = {
             let (a, b, d, tx) = (a.clone(), b.clone(), dropped[0].clone(), both_tx.clone());
+            let both_locked = both_locked.clone();
             rt.spawn(move || {
                 let _flag = SetOnDrop(d);
                 let _ga = a.lock().unwrap();
                 tx.send(()).unwrap();
-                fiber::sleep(ms(20)).ok();
+                both_locked.wait();
                 // Teardown may unwind the other fiber first, which poisons
                 // the lock this one then gets.
                 let _gb = b.lock().unwrap_or_else(|e| e.into_inner());
@@ -186,7 +191,7 @@ fn a_worker_stuck_in_a_spinner_does_not_keep_the_other_fibers_from_teardown() {
                 let _flag = SetOnDrop(d);
                 let _gb = b.lock().unwrap();
                 tx.send(()).unwrap();
-                fiber::sleep(ms(20)).ok();
+                both_locked.wait();
                 let _ga = a.lock().unwrap_or_else(|e| e.into_inner());
             })
         };
@@ -194,9 +199,11 @@ fn a_worker_stuck_in_a_spinner_does_not_keep_the_other_fibers_from_teardown() {
         both_rx.recv().unwrap();
         let (_keep_tx, rx) = fiber::chan::bounded::<u8>(0);
         let third = {
-            let d = dropped[2].clone();
+            // Made here and moved in: dropped whether the fiber is unwound,
+            // returns, or never starts (it may wait in the spinner's inbox).
+            let flag = SetOnDrop(dropped[2].clone());
             rt.spawn(move || {
-                let _flag = SetOnDrop(d);
+                let _flag = flag;
                 let _ = rx.recv();
             })
         };
@@ -212,7 +219,7 @@ fn a_worker_stuck_in_a_spinner_does_not_keep_the_other_fibers_from_teardown() {
             joins.iter().any(|j| j.as_ref().is_err_and(|e| e.is_cancelled())),
             "{joins:?}"
         );
-        // Its recv ended (cancelled) and it returned: the join returns.
+        // Cancelled (its recv ended, or it never started): the join returns.
         assert!(third.join().unwrap_err().is_cancelled());
         RELEASE.store(true, Ordering::Release);
         // The spinner ends on its own (it returns normally once released).
