@@ -84,8 +84,12 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// Fails if the stack size is above 1 GiB (kind `InvalidInput`), if no
-    /// stack can be mapped, or if the runtime is shutting down.
+    /// Fails if the stack size is above 1 GiB (kind `InvalidInput`), or if
+    /// no stack can be mapped. While the runtime shuts down, a spawn from
+    /// one of its own fibers succeeds, but the child is cancelled before it
+    /// starts (its closure is dropped, its join reports `Cancelled`); spawns
+    /// from outside the runtime are refused then
+    /// ([`Handle::try_spawn`](crate::Handle::try_spawn) fails).
     ///
     /// # Panics
     ///
