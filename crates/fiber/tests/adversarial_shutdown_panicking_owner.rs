@@ -3,32 +3,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
 
 mod common;
-use common::{in_child, ms, within};
-
-fn rt_grace(workers: usize, grace: Duration) -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(workers)
-        .shutdown_timeout(grace)
-        .build()
-        .unwrap()
-}
-
-fn stubborn_sleep() {
-    loop {
-        let _ = fiber::sleep(Duration::from_secs(3600));
-    }
-}
-
-fn wait_parked(rt: &fiber::Runtime, n: usize) {
-    let start = Instant::now();
-    while rt.stats().fibers_parked < n {
-        assert!(start.elapsed() < Duration::from_secs(10), "fibers never parked");
-        std::thread::sleep(ms(2));
-    }
-}
+use common::{in_child, ms, rt_grace, stubborn_sleep, wait_parked, within};
 
 struct Counted(Arc<AtomicUsize>);
 impl Drop for Counted {

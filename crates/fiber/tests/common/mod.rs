@@ -110,3 +110,28 @@ pub fn panic_message(f: impl FnOnce()) -> Option<String> {
             .unwrap_or_default(),
     )
 }
+
+/// A runtime of `workers` workers with `grace` as its shutdown grace time.
+pub fn rt_grace(workers: usize, grace: Duration) -> fiber::Runtime {
+    fiber::Runtime::builder()
+        .workers(workers)
+        .shutdown_timeout(grace)
+        .build()
+        .unwrap()
+}
+
+/// Sleep for ever, ignoring every cancellation (a fiber teardown must unwind).
+pub fn stubborn_sleep() {
+    loop {
+        let _ = fiber::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// Wait (on a plain thread) until at least `n` fibers of `rt` are parked.
+pub fn wait_parked(rt: &fiber::Runtime, n: usize) {
+    let start = Instant::now();
+    while rt.stats().fibers_parked < n {
+        assert!(start.elapsed() < Duration::from_secs(10), "fibers never parked");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
