@@ -217,11 +217,12 @@ pub(crate) struct Node<T> {
 }
 
 impl<T> Node<T> {
-    pub(crate) fn new(chan: &Chan<T>, value: Option<T>) -> Node<T> {
+    /// A blocking operation's node, its value slot empty.
+    pub(crate) fn new(chan: &Chan<T>) -> Node<T> {
         Node {
             waiter: UnsafeCell::new(None),
             state: AtomicU8::new(NodeState::Idle as u8),
-            slot: UnsafeCell::new(value),
+            slot: UnsafeCell::new(None),
             probe: false,
             ready_only: false,
             select: None,
@@ -297,6 +298,14 @@ impl<T> Node<T> {
         self.link.with_mut(|l| unsafe { *l = link });
     }
 
+    /// The value slot, for the owner once the node is not queued (or
+    /// before it is): `f` moves a value in or out in place.
+    pub(crate) fn with_value<R>(&mut self, f: impl FnOnce(&mut Option<T>) -> R) -> R {
+        // SAFETY: `&mut self` and the node is not queued (callers only
+        // touch it after `unpublish` or before `publish`), so no peer can.
+        self.slot.with_mut(|s| f(unsafe { &mut *s }))
+    }
+
     /// The value slot, for the owner once the node is not queued.
     pub(crate) fn take_value(&mut self) -> Option<T> {
         self.slot.with_mut(|s| {
@@ -305,11 +314,6 @@ impl<T> Node<T> {
             // touch it.
             unsafe { (*s).take() }
         })
-    }
-
-    pub(crate) fn put_value(&mut self, value: T) {
-        // SAFETY: as in `take_value`.
-        self.slot.with_mut(|s| unsafe { *s = Some(value) });
     }
 
     /// Under the channel lock: the node's state.
@@ -373,23 +377,35 @@ impl<T> Node<T> {
         self.waiter.with_mut(|w| unsafe { (*w).take() })
     }
 
-    /// Under the lock: hand `value` to this (claimed) receiver node and
-    /// complete it; the record to wake its owner with.
+    /// Under the lock: move the value out of `value` into this (claimed)
+    /// receiver node and complete it; the record to wake its owner with.
     #[must_use]
-    fn deliver(&self, value: T) -> Option<Waiter> {
-        // SAFETY: the node is claimed (out of the queue) and we hold the
-        // lock; its owner reads the slot only after seeing `Done` (its
-        // Acquire in `finish_unlocked`, or under the lock).
-        self.slot.with_mut(|s| unsafe { *s = Some(value) });
+    fn deliver(&self, value: &mut Option<T>) -> Option<Waiter> {
+        debug_assert!(value.is_some(), "a delivery carries a value");
+        self.with_claimed_slot(|slot| std::mem::swap(slot, value));
         self.complete(NodeState::Done)
     }
 
-    /// Under the lock: take the value of this (claimed) sender node.
-    fn take_sent(&self) -> T {
-        // SAFETY: as in `deliver`.
-        self.slot
-            .with_mut(|s| unsafe { (*s).take() })
-            .expect("a parked sender holds its value")
+    /// Under the lock, on a claimed node (out of its queue, or reserved):
+    /// its value slot. A receiver's owner reads the slot only after
+    /// seeing `Done` (its Acquire in `finish_unlocked`, or under the
+    /// lock); a sender's owner only once its wait is over.
+    ///
+    /// Values move between slots by `mem::swap` of the `Option`s, never
+    /// by value through the call chain: a value of many KiB then costs
+    /// the stack only its own copy (see `spec/chan.md`, "Large values").
+    fn with_claimed_slot<R>(&self, f: impl FnOnce(&mut Option<T>) -> R) -> R {
+        // SAFETY: the node is claimed and we hold the lock (see above).
+        self.slot.with_mut(|s| f(unsafe { &mut *s }))
+    }
+
+    /// Under the lock: move the value of this (claimed) sender node into
+    /// the empty `out`.
+    fn take_sent(&self, out: &mut Option<T>) {
+        self.with_claimed_slot(|slot| {
+            assert!(slot.is_some(), "a parked sender holds its value");
+            std::mem::swap(slot, out)
+        });
     }
 }
 
@@ -718,13 +734,11 @@ fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
     }
 }
 
-/// Take a value from the ring now (under the lock: a slot still being
-/// written counts as empty; its writer settles afterwards).
-fn pop_value<T>(ring: &Ring<T>) -> Option<T> {
-    match ring.pop() {
-        Pop::Value(value) => Some(value),
-        Pop::Empty { .. } | Pop::Busy | Pop::Reserved => None,
-    }
+/// Take a value from the ring now into the empty `out` (under the lock: a
+/// slot still being written counts as empty; its writer settles
+/// afterwards). `true` if one was taken.
+fn pop_value<T>(ring: &Ring<T>, out: &mut Option<T>) -> bool {
+    matches!(ring.pop(out), Pop::Value)
 }
 
 /// How often `try_send` retries a ring slot that a receive is finishing
@@ -879,8 +893,9 @@ unsafe impl<T: Send> Send for Chan<T> {}
 unsafe impl<T: Send> Sync for Chan<T> {}
 
 /// Outcome of a non-blocking attempt.
-pub(crate) enum Try<T> {
-    Done(T),
+pub(crate) enum Try {
+    /// A value was moved into the caller's slot.
+    Done,
     WouldBlock,
     Disconnected,
 }
@@ -1086,8 +1101,8 @@ impl<T> Chan<T> {
                     progress = true;
                     continue;
                 }
-                if let Some(value) = pop_value(ring) {
-                    wakes.push(n.deliver(value));
+                if n.with_claimed_slot(|slot| pop_value(ring, slot)) {
+                    wakes.push(n.complete(NodeState::Done));
                     progress = true;
                     continue;
                 }
@@ -1114,7 +1129,10 @@ impl<T> Chan<T> {
                 }
                 match ring.claim(true) {
                     Ok(claim) => {
-                        ring.write(claim, Some(n.take_sent()));
+                        n.with_claimed_slot(|slot| {
+                            assert!(slot.is_some(), "a parked sender holds its value");
+                            ring.write(claim, slot)
+                        });
                         wakes.push(n.complete(NodeState::Done));
                         progress = true;
                     }
@@ -1164,23 +1182,25 @@ impl<T> Chan<T> {
         self.ring.is_some() || self.hints.load(Ordering::Acquire) & SEND_HINT != 0
     }
 
-    /// Send without blocking; `Err(value)` with why.
-    pub(crate) fn try_send(&self, value: T) -> Result<(), (T, bool)> {
+    /// Send the value in `value` without blocking; `Err(disconnected)`
+    /// leaves it there. (Every internal send path moves the value out of
+    /// the caller's slot in place: see `Node::with_claimed_slot`.)
+    pub(crate) fn try_send(&self, value: &mut Option<T>) -> Result<(), bool> {
         if let Some(ring) = &self.ring {
             let mut spins = 0;
             return loop {
                 match ring.claim(false) {
                     Ok(claim) => {
-                        ring.write(claim, Some(value));
+                        ring.write(claim, value);
                         self.after_ring_op();
                         break Ok(());
                     }
-                    Err(NoRoom::Closed) => break Err((value, true)),
+                    Err(NoRoom::Closed) => break Err(true),
                     Err(NoRoom::Busy) if spins < RING_PATIENCE => {
                         spins += 1;
                         std::hint::spin_loop();
                     }
-                    Err(NoRoom::Full | NoRoom::Busy) => break Err((value, false)),
+                    Err(NoRoom::Full | NoRoom::Busy) => break Err(false),
                 }
             };
         }
@@ -1189,20 +1209,29 @@ impl<T> Chan<T> {
         self.send_locked(&mut inner, value, &mut wakes)
     }
 
-    /// The send fast path under the lock. `Err((value, disconnected))`.
-    fn send_locked(&self, inner: &mut Inner<T>, value: T, wakes: &mut Wakes) -> Result<(), (T, bool)> {
+    /// The send fast path under the lock. `Err(disconnected)` leaves the
+    /// value in `value`.
+    fn send_locked(&self, inner: &mut Inner<T>, value: &mut Option<T>, wakes: &mut Wakes) -> Result<(), bool> {
         if inner.closed || inner.receivers_gone {
-            return Err((value, true));
+            return Err(true);
         }
-        match self.hand_to_receiver(inner, value, std::ptr::null(), wakes) {
-            None => Ok(()),
-            Some(value) if self.has_room(inner) => {
-                inner.buf.push_back(value);
-                self.wake_recv_probes(inner, wakes);
-                Ok(())
-            }
-            Some(value) => Err((value, false)),
+        self.hand_to_receiver(inner, value, std::ptr::null(), wakes);
+        if value.is_none() {
+            return Ok(());
         }
+        if !self.has_room(inner) {
+            return Err(false);
+        }
+        Self::buffer(inner, value);
+        self.wake_recv_probes(inner, wakes);
+        Ok(())
+    }
+
+    /// Move the value in `value` to the back of the (lock-based) buffer.
+    fn buffer(inner: &mut Inner<T>, value: &mut Option<T>) {
+        inner
+            .buf
+            .push_back(value.take().expect("a buffered send carries a value"));
     }
 
     /// Rendezvous first: hand the value to a waiting receiver; the value
@@ -1212,18 +1241,19 @@ impl<T> Chan<T> {
     /// value is buffered or a sender has parked (`wake_recv_probes`), so a
     /// `ready` that names a receive finds the value or the parked sender
     /// there.
+    ///
+    /// The value moves out of `value` when a receiver takes it.
     fn hand_to_receiver(
         &self,
         inner: &mut Inner<T>,
-        value: T,
+        value: &mut Option<T>,
         own: *const SelectGroup,
         wakes: &mut Wakes,
-    ) -> Option<T> {
+    ) {
         if inner.recvq.is_empty() {
-            return Some(value);
+            return;
         }
         let before = wakes.count();
-        let mut value = Some(value);
         let mut cursor = inner.recvq.cursor();
         while let Some(node) = cursor.next() {
             // SAFETY: under the lock; the node is alive while queued.
@@ -1244,11 +1274,10 @@ impl<T> Chan<T> {
                 }
             }
             inner.recvq.remove(n);
-            wakes.push(n.deliver(value.take().expect("the value is still ours")));
+            wakes.push(n.deliver(value));
             break;
         }
         self.note(wakes, before);
-        value
     }
 
     /// Something can be received now (a value was buffered, or a sender
@@ -1287,9 +1316,10 @@ impl<T> Chan<T> {
 
     /// Receive without blocking.
     #[inline]
-    pub(crate) fn try_recv(&self) -> Try<T> {
+    /// Receive without blocking into the empty `out`.
+    pub(crate) fn try_recv(&self, out: &mut Option<T>) -> Try {
         let mut probed = false;
-        match self.try_recv_now(&mut probed) {
+        match self.try_recv_now(&mut probed, out) {
             // Only a select's parked send arm could give a value, and it
             // has none until it runs again: it was woken to reserve a
             // receiver and hand its value over, and a receiver that does
@@ -1301,8 +1331,8 @@ impl<T> Chan<T> {
             // that was handed to it); at teardown it unwinds like any wait.
             Try::WouldBlock if probed => {
                 let until = Instant::now() + SELECT_SEND_WAIT;
-                match self.recv_with(Some(until), Interrupt::NotCancellable) {
-                    Ok(value) => Try::Done(value),
+                match self.recv_with(Some(until), Interrupt::NotCancellable, out) {
+                    Ok(()) => Try::Done,
                     Err(WaitResult::Closed) => Try::Disconnected,
                     Err(_) => Try::WouldBlock,
                 }
@@ -1317,14 +1347,14 @@ impl<T> Chan<T> {
     /// anyway): calling `try_recv` there would nest its brief wait inside
     /// the wait, again and again (a stack overflow).
     #[inline]
-    fn try_recv_now(&self, probed: &mut bool) -> Try<T> {
+    fn try_recv_now(&self, probed: &mut bool, out: &mut Option<T>) -> Try {
         if let Some(ring) = &self.ring {
             let mut spins = 0;
             loop {
-                match ring.pop() {
-                    Pop::Value(value) => {
+                match ring.pop(out) {
+                    Pop::Value => {
                         self.after_ring_op();
-                        return Try::Done(value);
+                        return Try::Done;
                     }
                     // The slot at `head` is claimed by a send that has not
                     // written it yet, and `tail` is past it: a later send
@@ -1339,7 +1369,7 @@ impl<T> Chan<T> {
                         // still hold values; decide under the lock.
                         let mut wakes = Wakes::new();
                         let mut inner = self.lock();
-                        return self.recv_locked(&mut inner, std::ptr::null(), &mut wakes, &mut false);
+                        return self.recv_locked(&mut inner, std::ptr::null(), &mut wakes, &mut false, out);
                     }
                 }
             }
@@ -1348,13 +1378,13 @@ impl<T> Chan<T> {
         if self.hints.load(Ordering::Acquire) & RECV_HINT == 0 {
             return Try::WouldBlock;
         }
-        self.try_recv_locked(probed)
+        self.try_recv_locked(probed, out)
     }
 
-    fn try_recv_locked(&self, probed: &mut bool) -> Try<T> {
+    fn try_recv_locked(&self, probed: &mut bool, out: &mut Option<T>) -> Try {
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
-        self.recv_locked(&mut inner, std::ptr::null(), &mut wakes, probed)
+        self.recv_locked(&mut inner, std::ptr::null(), &mut wakes, probed, out)
     }
 
     fn recv_locked(
@@ -1363,9 +1393,10 @@ impl<T> Chan<T> {
         own: *const SelectGroup,
         wakes: &mut Wakes,
         probed: &mut bool,
-    ) -> Try<T> {
+        out: &mut Option<T>,
+    ) -> Try {
         let before = wakes.count();
-        let result = self.recv_locked_inner(inner, own, wakes, probed);
+        let result = self.recv_locked_inner(inner, own, wakes, probed, out);
         self.note(wakes, before);
         result
     }
@@ -1376,15 +1407,16 @@ impl<T> Chan<T> {
         own: *const SelectGroup,
         wakes: &mut Wakes,
         probed: &mut bool,
-    ) -> Try<T> {
+        out: &mut Option<T>,
+    ) -> Try {
         if let Some(ring) = &self.ring {
             let mut step = 0;
             loop {
-                match ring.pop() {
-                    Pop::Value(value) => {
+                match ring.pop(out) {
+                    Pop::Value => {
                         // A slot freed: parked senders may move in.
                         self.settle(inner, wakes);
-                        return Try::Done(value);
+                        return Try::Done;
                     }
                     // Never park on a busy slot (see `announce`).
                     Pop::Busy => spin(&mut step),
@@ -1404,10 +1436,12 @@ impl<T> Chan<T> {
                 }
             }
         }
-        if let Some(value) = inner.buf.pop_front() {
+        if !inner.buf.is_empty() {
+            debug_assert!(out.is_none(), "a receive moves into an empty slot");
+            *out = inner.buf.pop_front();
             // Room appeared: admit the first parked sender into the buffer.
             self.admit_sender(inner, wakes);
-            return Try::Done(value);
+            return Try::Done;
         }
         // Rendezvous: take straight from a parked sender. A `Select::ready`
         // send probe has nothing to hand over: it is left queued (a
@@ -1423,9 +1457,9 @@ impl<T> Chan<T> {
                 *probed = true;
                 continue;
             }
-            let value = node.take_sent();
+            node.take_sent(out);
             wakes.push(node.complete(NodeState::Done));
-            return Try::Done(value);
+            return Try::Done;
         }
         if inner.closed && inner.reserved == 0 {
             return Try::Disconnected;
@@ -1445,9 +1479,8 @@ impl<T> Chan<T> {
             if node.probe {
                 wakes.push(node.complete(NodeState::Done));
             } else {
-                let value = node.take_sent();
+                node.with_claimed_slot(|slot| Self::buffer(inner, slot));
                 wakes.push(node.complete(NodeState::Done));
-                inner.buf.push_back(value);
                 return;
             }
         }
@@ -1555,8 +1588,9 @@ impl<T> Chan<T> {
         let Some(ring) = &self.ring else { return };
         let mut step = 0;
         loop {
-            match ring.pop() {
-                Pop::Value(value) => into.push(value),
+            let mut out = None;
+            match ring.pop(&mut out) {
+                Pop::Value => into.extend(out),
                 Pop::Busy => spin(&mut step),
                 Pop::Empty { .. } | Pop::Reserved => return,
             }
@@ -1578,54 +1612,72 @@ impl<T> Chan<T> {
         }
     }
 
-    /// Blocking send with an optional deadline. `Err((value, why))`.
+    /// Blocking send of the value in `value`, with an optional deadline.
+    /// `Err(why)` leaves the value there.
     #[track_caller]
-    pub(crate) fn send(&self, value: T, deadline: Option<Instant>) -> Result<(), (T, WaitResult)> {
+    pub(crate) fn send(&self, value: &mut Option<T>, deadline: Option<Instant>) -> Result<(), WaitResult> {
         depth::assert_unlocked("fiber-chan: a wait");
         // A ring channel's lock-free step first, without building a node
         // (`fiber_wait` would try the same first: same result).
-        let value = if self.ring.is_some() {
+        if self.ring.is_some() {
             match self.try_send(value) {
                 Ok(()) => return Ok(()),
-                Err((value, true)) => return Err((value, WaitResult::Closed)),
-                Err((value, false)) => value,
+                Err(true) => return Err(WaitResult::Closed),
+                Err(false) => {}
             }
-        } else {
-            value
-        };
-        let mut node = Node::new(self, Some(value));
+        }
+        let mut node = Node::new(self);
+        node.with_value(|slot| std::mem::swap(slot, value));
         let result = fiber_wait(&SendWait(self), &mut node, WaitOptions::new().deadline(deadline));
         match result {
             WaitResult::Ok => Ok(()),
-            why => Err((node.take_value().expect("an unsent value stays in the node"), why)),
+            why => {
+                node.with_value(|slot| {
+                    assert!(slot.is_some(), "an unsent value stays in the node");
+                    std::mem::swap(slot, value)
+                });
+                Err(why)
+            }
         }
     }
 
-    /// Blocking receive with an optional deadline. `Err(why)`.
+    /// Blocking receive into the empty `out`, with an optional deadline.
+    /// `Err(why)`.
     #[track_caller]
-    pub(crate) fn recv(&self, deadline: Option<Instant>) -> Result<T, WaitResult> {
-        self.recv_with(deadline, Interrupt::Cancellable)
+    pub(crate) fn recv(&self, deadline: Option<Instant>, out: &mut Option<T>) -> Result<(), WaitResult> {
+        self.recv_with(deadline, Interrupt::Cancellable, out)
     }
 
     /// [`recv`](Self::recv) with the wait's interrupt policy.
     #[track_caller]
-    fn recv_with(&self, deadline: Option<Instant>, interrupt: Interrupt) -> Result<T, WaitResult> {
+    fn recv_with(
+        &self,
+        deadline: Option<Instant>,
+        interrupt: Interrupt,
+        out: &mut Option<T>,
+    ) -> Result<(), WaitResult> {
         depth::assert_unlocked("fiber-chan: a wait");
         // As in `send`.
         if self.ring.is_some() {
-            match self.try_recv_now(&mut false) {
-                Try::Done(value) => return Ok(value),
+            match self.try_recv_now(&mut false, out) {
+                Try::Done => return Ok(()),
                 Try::Disconnected => return Err(WaitResult::Closed),
                 Try::WouldBlock => {}
             }
         }
-        let mut node = Node::new(self, None);
+        let mut node = Node::new(self);
         match fiber_wait(
             &RecvWait(self),
             &mut node,
             WaitOptions::new().deadline(deadline).interrupt(interrupt),
         ) {
-            WaitResult::Ok => Ok(node.take_value().expect("a completed receive holds its value")),
+            WaitResult::Ok => {
+                node.with_value(|slot| {
+                    assert!(slot.is_some(), "a completed receive holds its value");
+                    std::mem::swap(slot, out)
+                });
+                Ok(())
+            }
             why => Err(why),
         }
     }
@@ -1674,7 +1726,9 @@ impl<T> Chan<T> {
     /// Complete a reservation with the value. `Err(value)` if every
     /// receiver left meanwhile (a reserved slot only: a reserved receiver
     /// is a receiver that is still there).
-    pub(crate) fn complete_reservation(&self, reservation: Reservation<T>, value: T) -> Result<(), T> {
+    ///
+    /// The value moves out of `value`; on `Err(())` it stays there.
+    pub(crate) fn complete_reservation(&self, reservation: Reservation<T>, value: &mut Option<T>) -> Result<(), ()> {
         if let Reservation::Ring(index) = reservation {
             let ring = self
                 .ring
@@ -1682,12 +1736,12 @@ impl<T> Chan<T> {
                 .expect("a ring reservation is made on a ring channel");
             // Acquire: pairs with the AcqRel decrement in `Receiver::drop`.
             let result = if self.receivers.load(Ordering::Acquire) == 0 {
-                ring.fill(Claim(index), None);
+                ring.fill(Claim(index), &mut None);
                 ring.skip_holes();
-                Err(value)
+                Err(())
             } else {
                 // Admitted when reserved: delivered even after a close.
-                ring.fill(Claim(index), Some(value));
+                ring.fill(Claim(index), value);
                 Ok(())
             };
             self.after_ring_fill();
@@ -1710,11 +1764,12 @@ impl<T> Chan<T> {
             Reservation::Slot => {
                 inner.reserved -= 1;
                 if inner.receivers_gone {
-                    Err(value)
+                    Err(())
                 } else {
                     // Admitted when reserved: delivered even after a close.
-                    if let Some(value) = self.hand_to_receiver(&mut inner, value, std::ptr::null(), &mut wakes) {
-                        inner.buf.push_back(value);
+                    self.hand_to_receiver(&mut inner, value, std::ptr::null(), &mut wakes);
+                    if value.is_some() {
+                        Self::buffer(&mut inner, value);
                         self.wake_recv_probes(&mut inner, &mut wakes);
                     }
                     Self::fail_receivers_if_drained(&mut inner, &mut wakes);
@@ -1821,11 +1876,8 @@ impl<T> Chan<T> {
             let closed = side == Side::Send && (inner.closed || inner.receivers_gone);
             return Reg::Completed(if closed { WaitResult::Closed } else { WaitResult::Ok });
         }
-        match self.recv_locked(&mut inner, own, &mut wakes, &mut false) {
-            Try::Done(value) => {
-                node.put_value(value);
-                Reg::Completed(WaitResult::Ok)
-            }
+        match node.with_value(|slot| self.recv_locked(&mut inner, own, &mut wakes, &mut false, slot)) {
+            Try::Done => Reg::Completed(WaitResult::Ok),
             Try::Disconnected => Reg::Completed(WaitResult::Closed),
             Try::WouldBlock => Reg::Retry,
         }
@@ -1874,11 +1926,8 @@ impl<T> Chan<T> {
         let mut wakes = Wakes::new();
         let mut inner = self.lock();
         self.announce();
-        match self.recv_locked(&mut inner, std::ptr::null(), &mut wakes, &mut false) {
-            Try::Done(value) => {
-                node.put_value(value);
-                Some(WaitResult::Ok)
-            }
+        match node.with_value(|slot| self.recv_locked(&mut inner, std::ptr::null(), &mut wakes, &mut false, slot)) {
+            Try::Done => Some(WaitResult::Ok),
             Try::Disconnected => Some(WaitResult::Closed),
             Try::WouldBlock => {
                 let before = wakes.count();
@@ -1907,7 +1956,7 @@ impl<T> Chan<T> {
             return loop {
                 match ring.claim(false) {
                     Ok(claim) => {
-                        ring.write(claim, node.take_value());
+                        node.with_value(|slot| ring.write(claim, slot));
                         self.settle(&mut inner, &mut wakes);
                         break Some(WaitResult::Ok);
                     }
@@ -1922,11 +1971,12 @@ impl<T> Chan<T> {
                 }
             };
         }
-        let value = node.take_value().expect("a send node holds its value");
-        match self.send_locked(&mut inner, value, &mut wakes) {
+        match node.with_value(|slot| {
+            assert!(slot.is_some(), "a send node holds its value");
+            self.send_locked(&mut inner, slot, &mut wakes)
+        }) {
             Ok(()) => Some(WaitResult::Ok),
-            Err((value, disconnected)) => {
-                node.put_value(value);
+            Err(disconnected) => {
                 if disconnected {
                     return Some(WaitResult::Closed);
                 }
@@ -2006,14 +2056,13 @@ impl<T> Waitable for SendWait<'_, T> {
             // `publish` tries again under the lock before it queues).
             return None;
         }
-        let value = node.take_value()?;
-        match self.0.try_send(value) {
-            Ok(()) => Some(WaitResult::Ok),
-            Err((value, disconnected)) => {
-                node.put_value(value);
-                disconnected.then_some(WaitResult::Closed)
+        node.with_value(|slot| {
+            slot.as_ref()?;
+            match self.0.try_send(slot) {
+                Ok(()) => Some(WaitResult::Ok),
+                Err(disconnected) => disconnected.then_some(WaitResult::Closed),
             }
-        }
+        })
     }
 
     fn publish(&self, waiter: &Waiter, node: &mut Node<T>) -> Publish {
@@ -2041,11 +2090,8 @@ impl<T> Waitable for RecvWait<'_, T> {
     fn try_complete(&self, node: &mut Node<T>) -> Option<WaitResult> {
         // Never `try_recv`: this wait is already a receiver's (see
         // `try_recv_now`).
-        match self.0.try_recv_now(&mut false) {
-            Try::Done(value) => {
-                node.put_value(value);
-                Some(WaitResult::Ok)
-            }
+        match node.with_value(|slot| self.0.try_recv_now(&mut false, slot)) {
+            Try::Done => Some(WaitResult::Ok),
             Try::Disconnected => Some(WaitResult::Closed),
             Try::WouldBlock => None,
         }
@@ -2090,7 +2136,7 @@ mod lock_discipline {
         let b = Chan::<u8>::new(Some(0));
         let msg = panics(|| {
             let _held = a.lock();
-            let _ = b.recv(None);
+            let _ = b.recv(None, &mut None);
         });
         assert!(msg.contains("a wait while holding"), "{msg}");
     }

@@ -173,18 +173,22 @@ impl<T> Sender<T> {
     /// `fiber::is_cancelled()` (or [`Sender::is_closed`]).
     #[track_caller]
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
-        match self.chan.send(value, None) {
+        // The value stays in this one slot until it moves to its place in
+        // the channel (or comes back): see `spec/chan.md`, "Large values".
+        let mut value = Some(value);
+        match self.chan.send(&mut value, None) {
             Ok(()) => Ok(()),
-            Err((value, _)) => Err(SendError(value)),
+            Err(_) => Err(SendError(unsent(value))),
         }
     }
 
     /// Send without blocking.
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
-        match self.chan.try_send(value) {
+        let mut value = Some(value);
+        match self.chan.try_send(&mut value) {
             Ok(()) => Ok(()),
-            Err((value, true)) => Err(TrySendError::Disconnected(value)),
-            Err((value, false)) => Err(TrySendError::Full(value)),
+            Err(true) => Err(TrySendError::Disconnected(unsent(value))),
+            Err(false) => Err(TrySendError::Full(unsent(value))),
         }
     }
 
@@ -207,10 +211,11 @@ impl<T> Sender<T> {
     /// The timed send; `None`: no deadline.
     #[track_caller]
     fn send_until(&self, value: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
-        match self.chan.send(value, deadline) {
+        let mut value = Some(value);
+        match self.chan.send(&mut value, deadline) {
             Ok(()) => Ok(()),
-            Err((value, WaitResult::Closed)) => Err(SendTimeoutError::Disconnected(value)),
-            Err((value, _)) => Err(SendTimeoutError::Timeout(value)),
+            Err(WaitResult::Closed) => Err(SendTimeoutError::Disconnected(unsent(value))),
+            Err(_) => Err(SendTimeoutError::Timeout(unsent(value))),
         }
     }
 
@@ -300,7 +305,13 @@ impl<T> Receiver<T> {
     #[track_caller]
     pub fn recv(&self) -> Result<T, RecvError> {
         match &self.flavor {
-            Flavor::Chan(chan) => chan.recv(None).map_err(|_| RecvError),
+            Flavor::Chan(chan) => {
+                let mut out = None;
+                match chan.recv(None, &mut out) {
+                    Ok(()) => Ok(received(out)),
+                    Err(_) => Err(RecvError),
+                }
+            }
             Flavor::Timer(timer, convert) => loop {
                 let since = Instant::now();
                 // Wait for the due instant (forever when exhausted); a
@@ -322,9 +333,10 @@ impl<T> Receiver<T> {
 
     /// Receive without blocking.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        let mut out = None;
         match &self.flavor {
-            Flavor::Chan(chan) => match chan.try_recv() {
-                Try::Done(value) => Ok(value),
+            Flavor::Chan(chan) => match chan.try_recv(&mut out) {
+                Try::Done => Ok(received(out)),
                 Try::WouldBlock => Err(TryRecvError::Empty),
                 Try::Disconnected => Err(TryRecvError::Disconnected),
             },
@@ -341,13 +353,7 @@ impl<T> Receiver<T> {
             // Past the end of `Instant`: no deadline, but the timed form's
             // errors (a cancelled wait is `Timeout`, never `Disconnected`).
             None => match &self.flavor {
-                Flavor::Chan(chan) => chan.recv(None).map_err(|why| {
-                    if why == WaitResult::Closed {
-                        RecvTimeoutError::Disconnected
-                    } else {
-                        RecvTimeoutError::Timeout
-                    }
-                }),
+                Flavor::Chan(chan) => recv_timed(chan, None),
                 // Timer and never channels never disconnect: their receive
                 // fails only when cancelled.
                 Flavor::Timer(..) | Flavor::Never => self.recv().map_err(|_| RecvTimeoutError::Timeout),
@@ -360,13 +366,7 @@ impl<T> Receiver<T> {
     #[track_caller]
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
         match &self.flavor {
-            Flavor::Chan(chan) => chan.recv(Some(deadline)).map_err(|why| {
-                if why == WaitResult::Closed {
-                    RecvTimeoutError::Disconnected
-                } else {
-                    RecvTimeoutError::Timeout
-                }
-            }),
+            Flavor::Chan(chan) => recv_timed(chan, Some(deadline)),
             Flavor::Timer(timer, convert) => loop {
                 let since = Instant::now();
                 let until = timer.due().map_or(deadline, |due| due.min(deadline));
@@ -608,5 +608,29 @@ impl<T> IntoIterator for Receiver<T> {
             receiver: self,
             done: false,
         }
+    }
+}
+
+/// The value a failed send left in its slot.
+fn unsent<T>(value: Option<T>) -> T {
+    value.expect("a failed send keeps its value")
+}
+
+/// The value a completed receive moved into its slot.
+fn received<T>(out: Option<T>) -> T {
+    out.expect("a completed receive holds its value")
+}
+
+/// A timed receive of a channel (`None`: no deadline, with the timed
+/// form's errors). The value moves into this function's one slot; a
+/// large value costs the stack few copies (`spec/chan.md`, "Large
+/// values").
+#[track_caller]
+fn recv_timed<T>(chan: &Chan<T>, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+    let mut out = None;
+    match chan.recv(deadline, &mut out) {
+        Ok(()) => Ok(received(out)),
+        Err(WaitResult::Closed) => Err(RecvTimeoutError::Disconnected),
+        Err(_) => Err(RecvTimeoutError::Timeout),
     }
 }

@@ -43,9 +43,9 @@ struct Slot<T> {
 }
 
 /// Outcome of [`Ring::pop`].
-pub(crate) enum Pop<T> {
-    /// A value taken.
-    Value(T),
+pub(crate) enum Pop {
+    /// A value taken (moved into the caller's slot).
+    Value,
     /// Nothing buffered; `closed` if `tail` carries the mark.
     Empty { closed: bool },
     /// The position at `head` is claimed but its stamp not yet stored (a
@@ -213,8 +213,9 @@ impl<T> Ring<T> {
         slot.stamp.store(stamp.wrapping_add(2), Ordering::Release);
     }
 
-    /// Write a reserved position (`None`: a hole) and publish it.
-    pub(crate) fn fill(&self, claim: Claim, value: Option<T>) {
+    /// Write a reserved position (`None`: a hole) and publish it; the
+    /// value is moved out of `value`.
+    pub(crate) fn fill(&self, claim: Claim, value: &mut Option<T>) {
         let slot = &self.slots[claim.0];
         // Relaxed: as in `reserve` (the reserving fiber stored it).
         let reserved = slot.stamp.load(Ordering::Relaxed);
@@ -249,15 +250,16 @@ impl<T> Ring<T> {
                 seqcst_rmw_point();
                 return true;
             }
-            self.publish(slot, pos.wrapping_add(1), None);
+            self.publish(slot, pos.wrapping_add(1), &mut None);
             return false;
         }
-        self.publish(slot, pos.wrapping_add(1), None);
+        self.publish(slot, pos.wrapping_add(1), &mut None);
         false
     }
 
-    /// Write a claimed position (`None`: a hole) and publish it.
-    pub(crate) fn write(&self, claim: Claim, value: Option<T>) {
+    /// Write a claimed position (`None`: a hole) and publish it; the
+    /// value is moved out of `value`.
+    pub(crate) fn write(&self, claim: Claim, value: &mut Option<T>) {
         let slot = &self.slots[claim.0];
         // Relaxed: the claimer read this stamp itself in `claim`; nobody
         // else changes it while the position is claimed.
@@ -265,17 +267,26 @@ impl<T> Ring<T> {
         self.publish(slot, stamp.wrapping_add(1), value);
     }
 
-    fn publish(&self, slot: &Slot<T>, stamp: usize, value: Option<T>) {
+    fn publish(&self, slot: &Slot<T>, stamp: usize, value: &mut Option<T>) {
         // Relaxed: published by the Release stamp store below.
         slot.hole.store(value.is_none(), Ordering::Relaxed);
-        // SAFETY: the claim owns the slot until the stamp store below.
-        slot.value.with_mut(|v| unsafe { *v = value });
+        // SAFETY: the claim owns the slot until the stamp store below. The
+        // slot is empty (its last value was taken by `pop`), so a swap
+        // moves the value in, in place (no copy of a large value on the
+        // stack; see `spec/chan.md`, "Large values").
+        slot.value.with_mut(|v| unsafe {
+            debug_assert!((*v).is_none(), "a ring slot is written once per lap");
+            // The slot and the caller's `value` are distinct places.
+            std::ptr::swap_nonoverlapping(v, value, 1)
+        });
         // Release: pairs with the Acquire stamp load in `pop`.
         slot.stamp.store(stamp, Ordering::Release);
     }
 
-    /// Take the value at `head`, skipping holes.
-    pub(crate) fn pop(&self) -> Pop<T> {
+    /// Take the value at `head`, skipping holes, moving it into `out`
+    /// (which must be empty).
+    pub(crate) fn pop(&self, out: &mut Option<T>) -> Pop {
+        debug_assert!(out.is_none(), "pop moves into an empty slot");
         // Relaxed: the CAS below decides; the stamp load orders the slot.
         let mut head = self.head.load(Ordering::Relaxed);
         let mut contended = 0;
@@ -294,14 +305,16 @@ impl<T> Ring<T> {
                         seqcst_rmw_point();
                         // SAFETY: the position is ours until the stamp
                         // store below.
-                        let value = slot.value.with_mut(|v| unsafe { (*v).take() });
+                        // (The slot and `out` are distinct places.)
+                        slot.value
+                            .with_mut(|v| unsafe { std::ptr::swap_nonoverlapping(v, out, 1) });
                         // Release: pairs with the Acquire stamp load in
                         // `claim` one lap later.
                         slot.stamp.store(head.wrapping_add(self.one_lap), Ordering::Release);
-                        match value {
-                            Some(value) => return Pop::Value(value),
-                            None => head = self.head.load(Ordering::Relaxed),
+                        if out.is_some() {
+                            return Pop::Value;
                         }
+                        head = self.head.load(Ordering::Relaxed);
                     }
                     Err(h) => {
                         crate::sync::cas_backoff(&mut contended);

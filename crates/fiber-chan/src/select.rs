@@ -1195,7 +1195,11 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
                 // added with a `Sender<T>`, so its slot holds the word of a
                 // `Reservation<T>`, taken once here.
                 let reservation = unsafe { Reservation::<T>::from_raw(slot_take::<usize>(&mut op.slot)) };
-                sender.chan.complete_reservation(reservation, value).map_err(SendError)
+                let mut value = Some(value);
+                match sender.chan.complete_reservation(reservation, &mut value) {
+                    Ok(()) => Ok(()),
+                    Err(()) => Err(SendError(value.expect("a failed send keeps its value"))),
+                }
             }
             Status::SendFailed => {
                 op.status = Status::Empty;

@@ -7,7 +7,8 @@
 use std::hint::black_box;
 
 mod common;
-use common::{on_runtime, rt};
+use common::{in_child, on_runtime, rt};
+use std::time::Duration;
 
 const N: usize = 4096;
 
@@ -106,4 +107,127 @@ fn one_kib_messages_pass_through_every_channel_flavour() {
             assert_eq!(h.join().unwrap(), (0..8u64).map(|i| i * 1024).sum::<u64>());
         }
     });
+}
+
+/// A message of 8 KiB through every way a value enters and leaves a
+/// channel, on a fiber with the default stack, in a test (debug) build.
+/// Each internal step used to take the value by value, so every frame of
+/// the send and receive paths held copies: an 8 KiB send or receive needed
+/// 250 to 380 KiB of stack in a debug build and overflowed the default
+/// 256 KiB (the process aborted). Run in a child process so that an
+/// overflow fails this test instead of aborting the whole file.
+const BIG: usize = 8 * 1024;
+
+fn big(seed: u8) -> Box<[u8; BIG]> {
+    let mut b = Box::new([0u8; BIG]);
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = seed.wrapping_add(i as u8);
+    }
+    b
+}
+
+fn want(seed: u8) -> u64 {
+    sum(&big(seed)[..])
+}
+
+// One operation per function, so that the test's own frames hold one
+// copy each (a debug build gives every temporary of a function its own
+// slot).
+type Tx = fiber::chan::Sender<[u8; BIG]>;
+type Rx = fiber::chan::Receiver<[u8; BIG]>;
+
+#[inline(never)]
+fn send(tx: &Tx, seed: u8) {
+    tx.send(*big(seed)).unwrap();
+}
+
+#[inline(never)]
+fn recv(rx: &Rx) -> u64 {
+    sum(&rx.recv().unwrap())
+}
+
+#[inline(never)]
+fn send_timeout(tx: &Tx, seed: u8) {
+    tx.send_timeout(*big(seed), Duration::from_secs(5)).unwrap();
+}
+
+#[inline(never)]
+fn recv_timeout(rx: &Rx) -> u64 {
+    sum(&rx.recv_timeout(Duration::from_secs(5)).unwrap())
+}
+
+#[inline(never)]
+fn try_send(tx: &Tx, seed: u8) {
+    tx.try_send(*big(seed)).unwrap();
+}
+
+#[inline(never)]
+fn try_recv(rx: &Rx) -> u64 {
+    sum(&rx.try_recv().unwrap())
+}
+
+/// A select's send arm: `true` if it sent.
+#[inline(never)]
+fn select_send(tx: &Tx, seed: u8) -> bool {
+    fiber::select! {
+        send(tx, *big(seed)) -> r => r.is_ok(),
+        default(Duration::from_millis(1)) => false,
+    }
+}
+
+#[inline(never)]
+fn select_recv(rx: &Rx) -> u64 {
+    fiber::select! { recv(rx) -> m => sum(&m.unwrap()) }
+}
+
+/// A send that fails: the sum of the value it returns.
+#[inline(never)]
+fn failed_send(tx: &Tx, seed: u8) -> u64 {
+    let fiber::chan::SendError(v) = tx.send(*big(seed)).unwrap_err();
+    sum(&v)
+}
+
+#[test]
+fn eight_kib_messages_by_value_fit_the_default_stack_in_every_path() {
+    in_child(
+        "eight_kib_messages_by_value_fit_the_default_stack_in_every_path",
+        60,
+        || {
+            on_runtime(|| {
+                for cap in [Some(0), Some(1), Some(4), None] {
+                    let (tx, rx) = match cap {
+                        Some(c) => fiber::chan::bounded::<[u8; BIG]>(c),
+                        None => fiber::chan::unbounded(),
+                    };
+                    // A receiver parked first (the value is handed to it), then
+                    // a sender parked first (the receiver takes it from there).
+                    let rx2 = rx.clone();
+                    let h = fiber::spawn(move || recv(&rx2));
+                    while tx.waiting().0 == 0 && cap == Some(0) {
+                        let _ = fiber::yield_now();
+                    }
+                    send(&tx, 1);
+                    assert_eq!(h.join().unwrap(), want(1), "cap {cap:?}");
+                    let tx2 = tx.clone();
+                    let h = fiber::spawn(move || send(&tx2, 2));
+                    assert_eq!(recv(&rx), want(2), "cap {cap:?}");
+                    h.join().unwrap();
+                    // The timed and non-blocking forms, select, and the value
+                    // a failed send returns.
+                    let tx3 = tx.clone();
+                    let h = fiber::spawn(move || send_timeout(&tx3, 3));
+                    assert_eq!(recv_timeout(&rx), want(3));
+                    h.join().unwrap();
+                    if cap != Some(0) {
+                        try_send(&tx, 4);
+                        assert_eq!(try_recv(&rx), want(4));
+                        assert!(select_send(&tx, 5), "room for the select's send");
+                        assert_eq!(select_recv(&rx), want(5));
+                    }
+                    drop(rx);
+                    assert_eq!(failed_send(&tx, 6), want(6));
+                }
+            })
+        },
+    );
 }
