@@ -193,6 +193,75 @@ impl LocalEntry {
     }
 }
 
+impl Drop for LocalEntry {
+    fn drop(&mut self) {
+        // Dropped outside the fiber that made it (a fiber's leftovers at
+        // recycling or with its frame; a plain thread's values at its
+        // exit): a fiber-local its destructor reads is a fresh temporary,
+        // never a value stored in whatever storage is current here (that
+        // of a worker thread, for a fiber's leftovers).
+        if current::get().is_null() && DETACHED_DROPS.with(|d| d.get()) == 0 {
+            let _detached = DetachedDrop::enter();
+            drop(std::mem::replace(&mut self.value, Box::new(())));
+        }
+    }
+}
+
+thread_local! {
+    /// Drops of fiber-local values outside their fiber under way on this
+    /// thread (`LocalEntry`'s drop).
+    static DETACHED_DROPS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// A fresh temporary fiber-local (see `with_fresh`) is being dropped on
+    /// this thread.
+    static FRESH_DROPPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A span of `DETACHED_DROPS` (left on unwind too).
+struct DetachedDrop;
+
+impl DetachedDrop {
+    fn enter() -> DetachedDrop {
+        DETACHED_DROPS.with(|d| d.set(d.get() + 1));
+        DetachedDrop
+    }
+}
+
+impl Drop for DetachedDrop {
+    fn drop(&mut self) {
+        DETACHED_DROPS.with(|d| d.set(d.get() - 1));
+    }
+}
+
+/// `f` with a fresh value of a fiber-local that has no storage to live
+/// in here (its thread's storage is being destroyed, or a value is being
+/// dropped outside its fiber). The value is dropped after `f`; one made
+/// while such a value is being dropped (its destructor reads its own
+/// fiber-local, or two destructors read each other's) is leaked instead,
+/// which ends the chain: each drop would otherwise make the next, without
+/// end (a stack overflow).
+fn with_fresh<T, R>(init: fn() -> T, f: impl FnOnce(&T) -> R) -> R {
+    struct Fresh<T>(std::mem::ManuallyDrop<T>);
+    impl<T> Drop for Fresh<T> {
+        fn drop(&mut self) {
+            if FRESH_DROPPING.with(|d| d.replace(true)) {
+                // Made by the destructor of another fresh value: leaked.
+                return;
+            }
+            struct Reset;
+            impl Drop for Reset {
+                fn drop(&mut self) {
+                    FRESH_DROPPING.with(|d| d.set(false));
+                }
+            }
+            let _reset = Reset;
+            // SAFETY: dropped once, here; the value is not used again.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.0) }
+        }
+    }
+    let value = Fresh(std::mem::ManuallyDrop::new(init()));
+    f(&value.0)
+}
+
 // SAFETY: every field is either atomic or an `UnsafeCell` accessed only by
 // the fiber's current owner as defined by the state machine (module docs);
 // the coroutine's stack holds only `Send` data by the rule in the module
@@ -582,6 +651,12 @@ impl Fiber {
         })
     }
 
+    /// What the fiber's current (or last) park waits on. Meaningful while
+    /// it is PARKED.
+    pub(crate) fn last_park_kind(&self) -> crate::dump::WaitKind {
+        crate::dump::WaitKind::from_u8(self.wait_kind.load(std::sync::atomic::Ordering::Relaxed) & !PARK_UNCANCELLABLE)
+    }
+
     /// Is the fiber's current (or last) park on a wait that cancellation
     /// does not end? Meaningful while it is PARKED.
     pub(crate) fn parked_uncancellable(&self) -> bool {
@@ -895,6 +970,9 @@ impl Fiber {
             // Values a fiber-local destructor re-created after the body's
             // own clean-up must not leak into the next incarnation.
             if let Some(locals) = self.locals.with_mut(|l| (*l).take()) {
+                // Their destructors get fresh temporaries of the
+                // fiber-locals they read (`LocalEntry`'s drop).
+                let _detached = DetachedDrop::enter();
                 crate::task::drop_quietly(locals);
             }
             self.bounds.with_mut(|b| *b = StackBounds::default());
@@ -1443,6 +1521,9 @@ thread_local! {
 /// this.
 pub fn with_fiber_local<T: Send + 'static, R>(key: usize, init: fn() -> T, f: impl FnOnce(&T) -> R) -> R {
     let fiber = current::get();
+    if DETACHED_DROPS.with(|d| d.get()) > 0 {
+        return with_fresh(init, f);
+    }
     let value: *const T = if fiber.is_null() {
         let found = THREAD_LOCALS.try_with(|map| {
             let known = map.borrow().contains_key(&key);
@@ -1464,7 +1545,7 @@ pub fn with_fiber_local<T: Send + 'static, R>(key: usize, init: fn() -> T, f: im
             // dropped (a destructor reads a fiber-local): a fresh value,
             // for this call only, rather than a panic in a thread-local
             // destructor (which aborts the process).
-            Err(_) => return f(&init()),
+            Err(_) => return with_fresh(init, f),
         }
     } else {
         // SAFETY: the running fiber owns its locals slot; the borrow of the

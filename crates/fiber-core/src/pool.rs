@@ -566,7 +566,8 @@ impl FramePool {
         let mut abandoned = Vec::new();
         for frame in lock(&self.all).iter() {
             if frame.take_abandon_report() {
-                report.note_abandoned(frame.id(), frame.spawned_at());
+                let blocking = frame.last_park_kind() == crate::dump::WaitKind::Blocking;
+                report.note_abandoned(frame.id(), frame.spawned_at(), blocking);
                 // SAFETY: abandoned, so never resumed again: teardown skips
                 // it, the workers have stopped (a worker stuck in a fiber
                 // that never yields leaves its loop once that fiber
@@ -635,6 +636,9 @@ pub struct TeardownReport {
     pub abandoned: usize,
     /// Ids and spawn sites of the abandoned fibers (at most 16 listed).
     pub abandoned_fibers: Vec<(crate::FiberId, &'static std::panic::Location<'static>)>,
+    /// How many of the abandoned fibers wait for a `blocking` call that
+    /// has not returned (its closure may borrow their stacks).
+    pub abandoned_in_blocking: usize,
 }
 
 impl TeardownReport {
@@ -644,8 +648,9 @@ impl TeardownReport {
         self.abandoned > 0
     }
 
-    fn note_abandoned(&mut self, id: crate::FiberId, at: &'static std::panic::Location<'static>) {
+    fn note_abandoned(&mut self, id: crate::FiberId, at: &'static std::panic::Location<'static>, blocking: bool) {
         self.abandoned += 1;
+        self.abandoned_in_blocking += usize::from(blocking);
         if self.abandoned_fibers.len() < 16 {
             self.abandoned_fibers.push((id, at));
         }

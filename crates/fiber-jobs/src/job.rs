@@ -796,6 +796,13 @@ impl JobCore {
     /// whenever the joiner is (it is below the joiner's job), so it ends
     /// soon; std's scoped join waits for the thread, and the value or the
     /// panic it reports is the caller's to handle.
+    ///
+    /// Not even teardown ends it (as the scope's own wait for its
+    /// children): teardown ends the child, which is all the wait needs,
+    /// and a joiner that is unwinding there (a destructor that opens a
+    /// scope) must park at once so that teardown's thread can run the
+    /// child, rather than hold that thread as for a lock
+    /// (`a_scoped_join_in_a_destructor_run_by_teardown_reports_cancelled`).
     #[track_caller]
     pub(crate) fn join_child(self: &Arc<Self>) -> Option<JobState> {
         let state = self.state();
@@ -805,7 +812,7 @@ impl JobCore {
         match fiber_wait(
             &Join(self),
             &mut WaitSlot::default(),
-            WaitOptions::new().interrupt(Interrupt::NotCancellable),
+            WaitOptions::new().interrupt(Interrupt::Never),
         ) {
             WaitResult::Ok => Some(self.state()),
             _ => None,

@@ -238,6 +238,14 @@ fn run_in_job<R>(job: &Arc<JobCore>, f: impl FnOnce() -> R) -> std::thread::Resu
 #[track_caller]
 fn require_fiber(what: &str) {
     if !fiber_core::in_fiber() {
+        #[cfg(not(loom))]
+        if fiber_core::behalf_fiber_id().is_some() {
+            panic!(
+                "fiber::{what} called inside a fiber::blocking call: the call runs on a plain thread of \
+                 the blocking pool, not in a fiber; open the scope (or the timeout) in the fiber around \
+                 the call"
+            );
+        }
         panic!(
             "fiber::{what} called outside a fiber: its children are fibers; start a runtime with \
              fiber::run(|| ...) and call fiber::{what} from inside it"

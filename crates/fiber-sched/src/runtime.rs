@@ -562,9 +562,19 @@ fn report_abandoned(report: &fiber_core::TeardownReport) {
         .iter()
         .map(|(id, at)| format!("{id} (spawned at {at})"))
         .collect();
+    let why = match (report.abandoned_in_blocking, report.abandoned) {
+        (0, _) => "parked on a wait nothing completes, or catching the shutdown unwind".to_string(),
+        (b, all) if b == all => "waiting for a fiber::blocking call that has not returned, whose closure may \
+                                 borrow the fiber's stack"
+            .to_string(),
+        (b, _) => format!(
+            "{b} waiting for a fiber::blocking call that has not returned, whose closure may borrow the \
+             fiber's stack; the others parked on a wait nothing completes, or catching the shutdown unwind"
+        ),
+    };
     eprintln!(
-        "fiber: shutdown: {} fiber(s) could not be unwound (parked on a wait nothing completes, or catching \
-         the shutdown unwind): their stacks and the runtime's memory are leaked: {}",
+        "fiber: shutdown: {} fiber(s) could not be unwound ({why}): their stacks and the runtime's memory are \
+         leaked: {}",
         report.abandoned,
         fibers.join(", ")
     );

@@ -306,3 +306,92 @@ fn plain_thread_fiber_local_destructor_may_read_another_fiber_local() {
         },
     );
 }
+
+/// A fiber-local whose destructor reads its own fiber-local. On a plain
+/// thread at exit, the read gets a fresh value, whose destructor read
+/// another fresh one, and so on: the thread overflowed its stack inside
+/// its thread-local destructors (SIGSEGV, no message). Now a value made
+/// while a fresh one is dropped is leaked, which ends the chain.
+#[test]
+fn plain_thread_fiber_local_destructor_reading_itself_ends() {
+    in_child("plain_thread_fiber_local_destructor_reading_itself_ends", 30, || {
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        struct ReadsItself(u32);
+        impl Drop for ReadsItself {
+            fn drop(&mut self) {
+                DROPS.fetch_add(1, Ordering::SeqCst);
+                let _ = SELF_READER.with(|t| t.0);
+            }
+        }
+        fiber::fiber_local! {
+            static SELF_READER: ReadsItself = ReadsItself(0);
+        }
+        std::thread::spawn(|| SELF_READER.with(|t| t.0)).join().unwrap();
+        // The stored value and the fresh one its destructor read.
+        assert_eq!(DROPS.load(Ordering::SeqCst), 2);
+    });
+}
+
+/// The same in a fiber: the fiber's own clean-up re-creates the value in
+/// each of its rounds and gives up after 1,024; the leftover was dropped
+/// on the worker thread outside any fiber, where its destructor's read
+/// stored a new value in the worker thread's own fiber-locals (a fiber's
+/// value moved into a worker), and that one's destructor chain overflowed
+/// the worker's stack when the runtime was dropped.
+#[test]
+fn fiber_local_destructor_reading_itself_stays_in_its_fiber() {
+    in_child("fiber_local_destructor_reading_itself_stays_in_its_fiber", 30, || {
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        struct ReadsItself(u32);
+        impl Drop for ReadsItself {
+            fn drop(&mut self) {
+                DROPS.fetch_add(1, Ordering::SeqCst);
+                let _ = SELF_READER.with(|t| t.0);
+            }
+        }
+        fiber::fiber_local! {
+            static SELF_READER: ReadsItself = ReadsItself(0);
+        }
+        let rt = fiber::Runtime::builder().workers(1).max_workers(1).build().unwrap();
+        rt.block_on(|| fiber::spawn(|| SELF_READER.with(|t| t.0)).join().unwrap());
+        drop(rt);
+        // 1,024 rounds in the fiber, then the leftover and the fresh value
+        // its destructor read (none stored in the worker, whose exit would
+        // have dropped it).
+        let drops = DROPS.load(Ordering::SeqCst);
+        assert!((1024..=1026).contains(&drops), "{drops} drops");
+    });
+}
+
+/// Two fiber-locals whose destructors read each other, at thread exit.
+#[test]
+fn plain_thread_fiber_locals_reading_each_other_in_destructors_end() {
+    in_child(
+        "plain_thread_fiber_locals_reading_each_other_in_destructors_end",
+        30,
+        || {
+            struct ReadsB;
+            impl Drop for ReadsB {
+                fn drop(&mut self) {
+                    B.with(|_| ());
+                }
+            }
+            struct ReadsA;
+            impl Drop for ReadsA {
+                fn drop(&mut self) {
+                    A.with(|_| ());
+                }
+            }
+            fiber::fiber_local! {
+                static A: ReadsB = ReadsB;
+                static B: ReadsA = ReadsA;
+            }
+            std::thread::spawn(|| {
+                A.with(|_| ());
+                B.with(|_| ());
+            })
+            .join()
+            .unwrap();
+        },
+    );
+}

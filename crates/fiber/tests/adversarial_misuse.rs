@@ -264,3 +264,35 @@ fn a_fiber_only_call_inside_blocking_names_the_blocking_pool() {
     let msg = msg.expect("fiber::sleep panics on a blocking-pool thread");
     assert!(msg.contains("inside a fiber::blocking call"), "{msg}");
 }
+
+/// The same for the structured-concurrency calls: `scope`,
+/// `supervisor_scope`, `try_scope` and `with_timeout` inside a blocking
+/// closure said "called outside a fiber: ... start a runtime", which is
+/// wrong advice while one runs.
+#[test]
+fn scopes_and_timeouts_inside_blocking_name_the_blocking_pool() {
+    let msgs = common::on_runtime(|| {
+        fiber::blocking(|| {
+            [
+                common::panic_message(|| fiber::scope(|_| ())),
+                common::panic_message(|| fiber::supervisor_scope(|_| ())),
+                common::panic_message(|| {
+                    let _ = fiber::try_scope(|_| Ok::<(), String>(()));
+                }),
+                common::panic_message(|| {
+                    let _ = fiber::with_timeout(std::time::Duration::from_secs(1), || ());
+                }),
+            ]
+        })
+    });
+    for (msg, what) in msgs
+        .into_iter()
+        .zip(["scope", "supervisor_scope", "try_scope", "with_timeout"])
+    {
+        let msg = msg.unwrap_or_else(|| panic!("fiber::{what} panics on a blocking-pool thread"));
+        assert!(
+            msg.contains(&format!("fiber::{what} called inside a fiber::blocking call")),
+            "{msg}"
+        );
+    }
+}

@@ -275,3 +275,49 @@ fn join_of_a_fiber_abandoned_in_a_long_blocking_call_ends_cancelled() {
         },
     );
 }
+
+/// A fiber still in a `fiber::blocking` call when the grace time ends is
+/// given up (the call's closure may borrow its stack, so it is never
+/// unwound). The shutdown report said it was "parked on a wait nothing
+/// completes, or catching the shutdown unwind", which sends the reader
+/// looking for the wrong bug; it now names the blocking call.
+#[test]
+fn a_fiber_in_a_blocking_call_at_teardown_is_reported_as_such() {
+    const CHILD: &str = "FIBER_TEST_BLOCKING_REPORT_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let rt = fiber::Runtime::builder()
+            .workers(2)
+            .shutdown_timeout(ms(100))
+            .build()
+            .unwrap();
+        let started = Arc::new(AtomicBool::new(false));
+        let s = started.clone();
+        rt.spawn(move || {
+            fiber::blocking(move || {
+                s.store(true, Ordering::SeqCst);
+                std::thread::sleep(ms(1500));
+            })
+        });
+        while !started.load(Ordering::SeqCst) {
+            std::thread::sleep(ms(1));
+        }
+        drop(rt);
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_fiber_in_a_blocking_call_at_teardown_is_reported_as_such",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 fiber(s) could not be unwound (waiting for a fiber::blocking call that has not returned"),
+        "{stderr}"
+    );
+}

@@ -403,3 +403,56 @@ fn a_plain_thread_waiting_on_a_waitgroup_a_torn_down_fiber_holds_returns() {
         t.join().unwrap();
     });
 }
+
+/// A destructor that opens a scope and joins its child, run by teardown
+/// (the fiber is unwound out of a lock-order deadlock). The child is
+/// spawned during shutdown, so it is cancelled before it starts, and only
+/// teardown's thread can run it to its end. The explicit join of a scoped
+/// child was a non-cancellable wait, which an unwinding fiber at teardown
+/// treated as a lock nothing would release: after 200 ms the process
+/// aborted ("waits ... for a lock or a value that nothing will release
+/// now"). It now waits as the scope's own exit does, parked at once, and
+/// reports the child cancelled.
+#[test]
+fn a_scoped_join_in_a_destructor_run_by_teardown_reports_cancelled() {
+    in_child(
+        "a_scoped_join_in_a_destructor_run_by_teardown_reports_cancelled",
+        60,
+        || {
+            within(40, || {
+                static CANCELLED: AtomicUsize = AtomicUsize::new(0);
+                struct JoinsAScopedChild;
+                impl Drop for JoinsAScopedChild {
+                    fn drop(&mut self) {
+                        let r = fiber::scope(|s| s.spawn(|| 1).join());
+                        if r.is_err_and(|e| e.is_cancelled()) {
+                            CANCELLED.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+                let rt = rt_grace(2, ms(200));
+                let m1 = Arc::new(fiber::sync::Mutex::new(()));
+                let m2 = Arc::new(fiber::sync::Mutex::new(()));
+                let both = Arc::new(fiber::sync::Barrier::new(2));
+                for k in 0..2 {
+                    let (a, b) = if k == 0 {
+                        (m1.clone(), m2.clone())
+                    } else {
+                        (m2.clone(), m1.clone())
+                    };
+                    let both = both.clone();
+                    rt.spawn(move || {
+                        let _on_drop = JoinsAScopedChild;
+                        let _ga = a.lock().unwrap();
+                        let _ = both.wait();
+                        // A lock-order deadlock: torn down at shutdown.
+                        let _gb = b.lock();
+                    });
+                }
+                wait_parked(&rt, 2);
+                drop(rt);
+                assert_eq!(CANCELLED.load(Ordering::SeqCst), 2);
+            })
+        },
+    );
+}
