@@ -296,32 +296,38 @@ impl<T: Send> TaskControl for Task<T> {
 }
 
 impl<T: Send> Task<T> {
-    /// Store the outcome and wake every joiner (called by the fiber, once).
-    /// With the handle gone, the outcome comes back: the fiber drops it on
-    /// its own stack, so user `Drop` code never runs bare on a worker.
-    fn complete(&self, outcome: Result<T, JoinError>) -> Option<Result<T, JoinError>> {
-        let mut outcome = Some(outcome);
-        let mut unwanted = None;
+    /// Store the outcome, moved out of `outcome` in place (a large value is
+    /// not copied through the call), and wake every joiner (called by the
+    /// fiber, once). What no joiner will see stays in `outcome` (the handle
+    /// is gone, or a cancel came first and the value is unwanted): the
+    /// fiber drops it on its own stack, so user `Drop` code never runs bare
+    /// on a worker.
+    fn complete(&self, outcome: &mut Option<Result<T, JoinError>>) {
         let waiters = {
             let mut joiners = lock(&self.joiners);
             if joiners.finished {
                 // Abandoned at a teardown (`abandon`) and resumed after
                 // all: the joiners already have their answer.
-                return outcome;
-            }
-            // The outcome is decided here, under the lock that a cancel
-            // request takes too: a task cancelled before this point ends
-            // cancelled even if its closure returned a value (the value goes
-            // back to the fiber, which drops it once); a later cancel is a
-            // no-op.
-            if self.cancel.load(Ordering::Relaxed) && matches!(outcome, Some(Ok(_))) {
-                unwanted = outcome.replace(Err(JoinError::cancelled(self.id)));
+                return;
             }
             if !joiners.detached {
+                // The outcome is decided here, under the lock that a cancel
+                // request takes too: a task cancelled before this point
+                // ends cancelled even if its closure returned a value (the
+                // value stays with the fiber, which drops it once); a later
+                // cancel is a no-op.
+                let unwanted = self.cancel.load(Ordering::Relaxed) && matches!(outcome, Some(Ok(_)));
                 // SAFETY: only the fiber writes, once, before `finished`;
                 // the handle reads only after it (under this lock or after
-                // the Acquire below).
-                self.result.with_mut(|r| unsafe { *r = outcome.take() });
+                // the Acquire below). The slot is empty until then, and it
+                // and `outcome` are distinct places.
+                self.result.with_mut(|r| unsafe {
+                    if unwanted {
+                        *r = Some(Err(JoinError::cancelled(self.id)));
+                    } else {
+                        std::ptr::swap_nonoverlapping(r, outcome, 1);
+                    }
+                });
             }
             joiners.finished = true;
             // Release: pairs with the Acquire in `try_complete`/`is_finished`
@@ -331,13 +337,6 @@ impl<T: Send> Task<T> {
         };
         for waiter in &waiters {
             fiber_wake(waiter);
-        }
-        match unwanted {
-            Some(value) => {
-                drop_quietly(outcome);
-                Some(value)
-            }
-            None => outcome,
         }
     }
 
@@ -407,20 +406,40 @@ struct Completion<T: Send> {
 }
 
 impl<T: Send> Completion<T> {
-    fn finish(&mut self, outcome: Result<T, JoinError>) {
+    /// Complete with the outcome in `outcome` (moved out in place; see
+    /// `Task::complete`); what no joiner will see is dropped here.
+    fn finish(&mut self, outcome: &mut Option<Result<T, JoinError>>) {
         self.armed = false;
-        let outcome = outcome.map_err(|e| e.with_name(self.name.clone()));
-        if let Some(unwanted) = self.task.complete(outcome) {
-            drop_quietly(unwanted);
+        if let Some(Err(e)) = outcome {
+            e.name = self.name.clone();
         }
+        self.task.complete(outcome);
+        drop_in_place_quietly(outcome);
+    }
+
+    /// Complete with an error.
+    fn fail(&mut self, error: JoinError) {
+        self.finish(&mut Some(Err(error)));
     }
 }
 
 impl<T: Send> Drop for Completion<T> {
     fn drop(&mut self) {
         if self.armed {
-            self.finish(Err(JoinError::cancelled(self.id)));
+            self.fail(JoinError::cancelled(self.id));
         }
+    }
+}
+
+/// Empty `slot`, dropping its value where it is, containing a panic of its
+/// destructor as [`drop_quietly`] does. (Assigning `None` drops the old
+/// value in place; on a panic the slot still ends `None`.)
+fn drop_in_place_quietly<V>(slot: &mut Option<V>) {
+    if slot.is_none() {
+        return;
+    }
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| *slot = None)) {
+        drop_quietly(payload);
     }
 }
 
@@ -675,11 +694,10 @@ where
         if shutting_down || completion.task.is_cancel_requested() {
             // Never started: the closure is dropped here, on the fiber's
             // stack, not by whoever discards the frame.
-            let outcome = match drop_caught(f) {
-                Ok(()) => Err(JoinError::cancelled(id)),
-                Err(payload) => Err(JoinError::panicked(id, payload)),
-            };
-            completion.finish(outcome);
+            completion.fail(match drop_caught(f) {
+                Ok(()) => JoinError::cancelled(id),
+                Err(payload) => JoinError::panicked(id, payload),
+            });
             return Exit::Cancelled;
         }
         let outcome = catch_unwind(AssertUnwindSafe(f));
@@ -723,24 +741,23 @@ where
                 // The value of a fiber that acknowledged its cancellation is
                 // dropped here, once; a panic of its destructor is what the
                 // joiner sees.
-                let outcome = match drop_caught(value) {
-                    Ok(()) => Err(JoinError::cancelled(id)),
-                    Err(payload) => Err(JoinError::panicked(id, payload)),
-                };
-                completion.finish(outcome);
+                completion.fail(match drop_caught(value) {
+                    Ok(()) => JoinError::cancelled(id),
+                    Err(payload) => JoinError::panicked(id, payload),
+                });
                 Exit::Cancelled
             }
             Ok(value) => {
-                completion.finish(Ok(value));
+                completion.finish(&mut Some(Ok(value)));
                 Exit::Done
             }
             Err(payload) if crate::fiber::is_shutdown_unwind(&*payload) => {
                 drop_quietly(payload);
-                completion.finish(Err(JoinError::cancelled(id)));
+                completion.fail(JoinError::cancelled(id));
                 Exit::Cancelled
             }
             Err(payload) => {
-                completion.finish(Err(JoinError::panicked(id, payload)));
+                completion.fail(JoinError::panicked(id, payload));
                 Exit::Done
             }
         }

@@ -231,3 +231,45 @@ fn eight_kib_messages_by_value_fit_the_default_stack_in_every_path() {
         },
     );
 }
+
+/// A fiber's return value of 16 KiB, joined, on the default stack in a
+/// test (debug) build. The value travelled by value through the fiber's
+/// completion (`Completion::finish`, `Task::complete`, each frame holding
+/// copies): about 12 KiB already overflowed the 256 KiB stack in a debug
+/// build. It now moves into the join slot in place.
+const RESULT: usize = 16 * 1024;
+
+#[inline(never)]
+fn big_result(seed: u8) -> [u8; RESULT] {
+    let mut b = [0u8; RESULT];
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = seed.wrapping_add(i as u8);
+    }
+    b
+}
+
+#[inline(never)]
+fn join_sum(h: fiber::JoinHandle<[u8; RESULT]>) -> u64 {
+    sum(&h.join().unwrap())
+}
+
+#[test]
+fn a_16_kib_return_value_fits_the_default_stack() {
+    in_child("a_16_kib_return_value_fits_the_default_stack", 60, || {
+        on_runtime(|| {
+            let want = sum(&big_result(7));
+            let h = fiber::spawn(|| big_result(7));
+            assert_eq!(join_sum(h), want);
+            // Cancelled after its body returned: the value is dropped by
+            // the fiber, in place.
+            let h = fiber::spawn(|| {
+                fiber::Job::current().cancel();
+                big_result(8)
+            });
+            assert!(h.join().unwrap_err().is_cancelled());
+            // A scoped child's value.
+            let got = fiber::scope(|s| sum(&s.spawn(|| big_result(9)).join().unwrap()));
+            assert_eq!(got, sum(&big_result(9)));
+        })
+    });
+}
