@@ -1990,6 +1990,13 @@ impl<T> Chan<T> {
         }
     }
 
+    /// Is `node` reserved by a select's send arm (which will complete it or
+    /// give it back)? Read under the lock, where reservations change.
+    pub(crate) fn is_reserved(&self, node: &Node<T>) -> bool {
+        let _inner = self.lock();
+        node.state() == NodeState::Reserved
+    }
+
     /// Unlink `node` if still queued; report a completion that raced. A
     /// node reserved by a select's send arm is a committed hand-off: wait
     /// (yielding) until the value arrives or the reservation is released.

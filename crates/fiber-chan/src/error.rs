@@ -65,7 +65,7 @@ pub struct ReadyTimeoutError;
 
 impl fmt::Display for TryReadyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("all operations in select would block")
+        f.pad("all operations in select would block")
     }
 }
 
@@ -73,7 +73,7 @@ impl Error for TryReadyError {}
 
 impl fmt::Display for ReadyTimeoutError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("timed out waiting on ready")
+        f.pad("timed out waiting on ready")
     }
 }
 
@@ -202,15 +202,15 @@ impl<T> fmt::Debug for SendTimeoutError<T> {
 
 impl<T> fmt::Display for SendError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("sending on a disconnected channel")
+        f.pad("sending on a disconnected channel")
     }
 }
 
 impl<T> fmt::Display for TrySendError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TrySendError::Full(_) => f.write_str("sending on a full channel"),
-            TrySendError::Disconnected(_) => f.write_str("sending on a disconnected channel"),
+            TrySendError::Full(_) => f.pad("sending on a full channel"),
+            TrySendError::Disconnected(_) => f.pad("sending on a disconnected channel"),
         }
     }
 }
@@ -218,23 +218,23 @@ impl<T> fmt::Display for TrySendError<T> {
 impl<T> fmt::Display for SendTimeoutError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SendTimeoutError::Timeout(_) => f.write_str("timed out waiting on send operation"),
-            SendTimeoutError::Disconnected(_) => f.write_str("sending on a disconnected channel"),
+            SendTimeoutError::Timeout(_) => f.pad("timed out waiting on send operation"),
+            SendTimeoutError::Disconnected(_) => f.pad("sending on a disconnected channel"),
         }
     }
 }
 
 impl fmt::Display for RecvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("receiving on an empty and disconnected channel")
+        f.pad("receiving on an empty and disconnected channel")
     }
 }
 
 impl fmt::Display for TryRecvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TryRecvError::Empty => f.write_str("receiving on an empty channel"),
-            TryRecvError::Disconnected => f.write_str("receiving on an empty and disconnected channel"),
+            TryRecvError::Empty => f.pad("receiving on an empty channel"),
+            TryRecvError::Disconnected => f.pad("receiving on an empty and disconnected channel"),
         }
     }
 }
@@ -242,21 +242,21 @@ impl fmt::Display for TryRecvError {
 impl fmt::Display for RecvTimeoutError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RecvTimeoutError::Timeout => f.write_str("timed out waiting on receive operation"),
-            RecvTimeoutError::Disconnected => f.write_str("channel is empty and disconnected"),
+            RecvTimeoutError::Timeout => f.pad("timed out waiting on receive operation"),
+            RecvTimeoutError::Disconnected => f.pad("channel is empty and disconnected"),
         }
     }
 }
 
 impl fmt::Display for TrySelectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("all operations in select would block")
+        f.pad("all operations in select would block")
     }
 }
 
 impl fmt::Display for SelectTimeoutError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("timed out waiting on select")
+        f.pad("timed out waiting on select")
     }
 }
 

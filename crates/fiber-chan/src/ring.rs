@@ -110,7 +110,8 @@ pub(crate) fn check_capacity<T>(cap: usize) {
     let bytes = cap.checked_mul(std::mem::size_of::<Slot<T>>());
     if !addressable || bytes.is_none_or(|b| b > isize::MAX as usize) {
         panic!(
-            "fiber::chan::bounded({cap}): the capacity is too large for a buffer of {} values of {} bytes              each (allocated up front); use fiber::chan::unbounded for a channel without a limit",
+            "fiber::chan::bounded({cap}): the capacity is too large for a buffer of {} values of {} bytes \
+             each (allocated up front); use fiber::chan::unbounded for a channel without a limit",
             cap,
             std::mem::size_of::<T>()
         );

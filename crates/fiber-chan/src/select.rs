@@ -194,6 +194,11 @@ trait Parked {
     fn unregister(&mut self, fiber_may_yield: bool) -> Option<WaitResult>;
     /// This operation won with `result`: move its outcome into `slot`.
     fn finish(&mut self, result: WaitResult, slot: &mut Slot) -> Status;
+    /// Is the node reserved by a peer's send arm (which will complete it
+    /// or give it back, and wake the owner either way)?
+    fn is_reserved(&mut self) -> bool {
+        false
+    }
 }
 
 impl<T> RecvHandle for Receiver<T> {
@@ -302,6 +307,13 @@ impl<T> Parked for ParkedRecv<'_, T> {
             return None;
         };
         chan.unregister(self.node.as_ref()?, fiber_may_yield)
+    }
+
+    fn is_reserved(&mut self) -> bool {
+        match (&self.receiver.flavor, &self.node) {
+            (Flavor::Chan(chan), Some(node)) => chan.is_reserved(node),
+            _ => false,
+        }
     }
 
     fn finish(&mut self, result: WaitResult, slot: &mut Slot) -> Status {
@@ -507,6 +519,14 @@ struct SelectWait<'s, 'a> {
 }
 
 impl SelectWait<'_, '_> {
+    /// Is the group's winner a node that a peer reserved?
+    fn winner_is_reserved(&mut self) -> bool {
+        let Some(winner) = self.group.winner() else {
+            return false;
+        };
+        self.parks[winner].get().is_some_and(|parked| parked.is_reserved())
+    }
+
     /// Unlink every node; the winner is the group's CAS winner, and only it
     /// reads a result (PITFALLS 16: losers never consume).
     fn unregister_all(&mut self, fiber_may_yield: bool) -> Option<usize> {
@@ -550,6 +570,17 @@ impl<'s, 'a: 's> Waitable for SelectWaitable<'s, 'a> {
                     wait.ops[i].finish(&mut wait.parks[i], result);
                     wait.chosen.set(Some(i));
                     return Publish::Ready(WaitResult::Ok);
+                }
+                Reg::Lost if wait.winner_is_reserved() => {
+                    // A peer's send arm reserved the winning node while we
+                    // queued the others: it evaluates its value (user code,
+                    // which may wait for a fiber of this very worker) and
+                    // then completes the node or gives it back, waking us
+                    // through the node's record either way. Park until then
+                    // (`unpublish` collects the outcome): waiting for it
+                    // here, where a fiber cannot yield, spun the worker that
+                    // the peer's value could need, for ever.
+                    return Publish::Published;
                 }
                 Reg::Lost | Reg::Retry => {
                     // Lost: a peer completed a node registered earlier.

@@ -73,9 +73,34 @@ fn bounded_with_an_impossible_capacity_panics_naming_it() {
             msg.contains("capacity is too large") && msg.contains(&cap.to_string()),
             "{msg}"
         );
+        // One line of prose (a wrapped string literal once kept its
+        // indentation: "8 bytes              each").
+        assert!(!msg.contains("  "), "{msg:?}");
     }
     // A large but possible one works.
     let (tx, rx) = fiber::chan::bounded::<u8>(1 << 16);
     tx.send(1).unwrap();
     assert_eq!(rx.recv(), Ok(1));
+}
+
+/// crossbeam-channel writes its errors' `Display` through `str`'s, which
+/// honours width, fill and precision (`{:>40}`, `{:.9}`); so do ours (they
+/// ignored them).
+#[test]
+fn error_display_honours_width_and_precision() {
+    use fiber::chan::{RecvError, RecvTimeoutError, SendError, TryRecvError, TrySendError};
+    assert_eq!(
+        format!("[{:>50}]", RecvError),
+        "[    receiving on an empty and disconnected channel]"
+    );
+    assert_eq!(format!("[{:.9}]", TryRecvError::Empty), "[receiving]");
+    assert_eq!(
+        format!("[{:>36}]", SendError(1u8)),
+        "[   sending on a disconnected channel]"
+    );
+    assert_eq!(
+        format!("[{:<26}]", TrySendError::Full(1u8)),
+        "[sending on a full channel ]"
+    );
+    assert_eq!(format!("[{:*^9.7}]", RecvTimeoutError::Timeout), "[*timed o*]");
 }

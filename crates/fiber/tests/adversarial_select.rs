@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, rt, within};
+use common::{in_child, ms, rt, rt1, within};
 
 /// Run `f` in a fiber and on a plain thread.
 fn both(f: fn()) {
@@ -378,4 +378,82 @@ fn a_cancelled_select_never_returns_a_removed_index() {
             assert!(completed, "the timer operation fails as if disconnected");
         })
     })
+}
+
+/// One round: a fiber's biased select over a rendezvous channel `r1` and
+/// many others, on a runtime of one fixed worker, while a plain thread
+/// polls a select whose send arm to `r1` evaluates its value only after it
+/// reserved the fiber's node (crossbeam evaluates a send arm's value after
+/// the choice); that value waits for fiber `H` on the same worker. When the
+/// reservation landed while the fiber was still queueing its nodes, the
+/// fiber lost a later arm, and waited for the reservation's completion
+/// inside its publish, where a fiber cannot yield: it spun on the one
+/// worker that `H` needed, for ever. Returns whether the select got 42.
+fn reserved_during_publish_round() -> bool {
+    let rt = rt1();
+    let (s1, r1) = chan::bounded::<u64>(0);
+    let others: Vec<_> = (0..3000).map(|_| chan::bounded::<u64>(0)).collect();
+    let (ready_s, ready_r) = chan::bounded::<()>(1);
+    let (go_s, go_r) = chan::bounded::<()>(1);
+    let (late_s, late_r) = chan::bounded::<u64>(1);
+    // H: parked on the worker; the thread's send value needs it to run.
+    rt.spawn(move || {
+        if ready_r.recv().is_ok() {
+            let _ = go_s.send(());
+        }
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let poller = std::thread::spawn(move || loop {
+        if stop2.load(Ordering::SeqCst) {
+            return;
+        }
+        fiber::select! {
+            send(s1, {
+                // Makes the fiber's last arm ready, then waits for H.
+                let _ = late_s.try_send(1);
+                let _ = ready_s.send(());
+                go_r.recv().unwrap();
+                42
+            }) -> res => {
+                res.unwrap();
+                return;
+            },
+            default => {},
+        }
+    });
+    let (done_s, done_r) = chan::bounded::<u64>(1);
+    rt.spawn(move || {
+        let mut sel = chan::Select::new_biased();
+        let first = sel.recv(&r1);
+        for (_, r) in &others {
+            sel.recv(r);
+        }
+        sel.recv(&late_r);
+        let op = sel.select();
+        assert_eq!(op.index(), first, "the reserved arm wins");
+        done_s.send(op.recv(&r1).unwrap()).unwrap();
+    });
+    let got = done_r.recv_timeout(Duration::from_secs(10));
+    stop.store(true, Ordering::SeqCst);
+    if got.is_err() {
+        // The worker spins for ever: leave without joining anything.
+        eprintln!("hang: the fiber's select never completed");
+        std::process::exit(3);
+    }
+    poller.join().unwrap();
+    got == Ok(42)
+}
+
+#[test]
+fn a_select_whose_node_is_reserved_while_it_publishes_parks_instead_of_spinning() {
+    in_child(
+        "a_select_whose_node_is_reserved_while_it_publishes_parks_instead_of_spinning",
+        200,
+        || {
+            for _ in 0..15 {
+                assert!(reserved_during_publish_round());
+            }
+        },
+    );
 }

@@ -383,3 +383,41 @@ fn loom_last_receiver_drop_vs_plain_send() {
         drop(tx);
     });
 }
+
+/// A select's send arm reserves a receiving select's node while that select
+/// is still queueing its nodes, and makes the receiver's later arm ready
+/// before it delivers: the receiving select loses that arm to the
+/// reservation, parks (it must not wait for the delivery inside its
+/// publish: a fiber cannot yield there, and the reserving side may need a
+/// fiber of the same worker), and is woken by the delivery with exactly
+/// the reserved value. Without the reservation's wake it sleeps for ever.
+#[test]
+fn loom_reservation_while_the_receiving_select_publishes() {
+    loom::model(|| {
+        let (s1, r1) = bounded::<u32>(0);
+        let (late_tx, late_rx) = bounded::<u32>(1);
+        let receiver = thread::spawn(move || {
+            let mut sel = Select::new_biased();
+            let first = sel.recv(&r1);
+            let late = sel.recv(&late_rx);
+            let oper = sel.select();
+            let got = if oper.index() == first {
+                oper.recv(&r1).unwrap()
+            } else {
+                assert_eq!(oper.index(), late);
+                oper.recv(&late_rx).unwrap() + 100
+            };
+            (got, late_rx.try_recv().ok())
+        });
+        let mut sel = Select::new();
+        let send = sel.send(&s1);
+        let oper = sel.select();
+        assert_eq!(oper.index(), send);
+        // The value is computed after the choice: here it makes the other
+        // arm ready first.
+        late_tx.send(1).unwrap();
+        oper.send(&s1, 5).unwrap();
+        let (got, left) = receiver.join().unwrap();
+        assert_eq!((got, left), (5, Some(1)), "the reserved arm wins; the late value stays");
+    });
+}
