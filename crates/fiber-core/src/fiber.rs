@@ -671,6 +671,14 @@ impl Fiber {
             .fetch_max(ABANDONED, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Undo an abandonment (teardown gave up on the fiber while it waited
+    /// for a call that has returned since: it may run to its end now).
+    pub(crate) fn revive(&self) {
+        // Relaxed: as in `mark_abandoned`.
+        self.abandoned
+            .store(NOT_ABANDONED, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub(crate) fn is_abandoned(&self) -> bool {
         self.abandoned.load(std::sync::atomic::Ordering::Relaxed) != NOT_ABANDONED
     }

@@ -478,6 +478,28 @@ impl FramePool {
         self.teardown_rounds(drain, false)
     }
 
+    /// Take back the fibers a teardown gave up on because they waited for a
+    /// blocking call (`WaitKind::Blocking`, a wait teardown never ends),
+    /// once every such call has returned: a later
+    /// [`teardown`](Self::teardown) then resumes them (the call's wake
+    /// queued them), and they run to their end, their destructors with
+    /// them (sockets and files closed). Returns how many.
+    ///
+    /// # Safety
+    ///
+    /// As for [`teardown`](Self::teardown); and no blocking call of these
+    /// fibers is still running (their closures may borrow their stacks).
+    pub unsafe fn revive_abandoned_in_blocking(&self) -> usize {
+        let mut revived = 0;
+        for frame in lock(&self.all).iter() {
+            if frame.is_abandoned() && frame.last_park_kind() == crate::dump::WaitKind::Blocking {
+                frame.revive();
+                revived += 1;
+            }
+        }
+        revived
+    }
+
     fn teardown_rounds(&self, drain: &mut dyn FnMut() -> Vec<Runnable>, last: bool) -> TeardownReport {
         self.begin_cancel();
         self.phase.store(Phase::Teardown as u8, Ordering::SeqCst);

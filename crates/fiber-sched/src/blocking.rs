@@ -318,16 +318,20 @@ where
         // `f` (and everything it captured) is consumed and dropped inside
         // `catch_unwind`, before completion is signalled.
         let result = fiber_core::run_on_behalf_of(origin, || catch_unwind(AssertUnwindSafe(f)));
-        counted.in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         signal.complete(result);
+        // After the wake: once a shut-down runtime's reaper sees no call in
+        // flight, every caller it gave up on is back in a run queue
+        // (`Runtime::shutdown`).
+        counted.in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     });
     // SAFETY: the job may borrow from this frame. It is always run (the
     // pool never drops a queued job; a job that cannot get a thread comes
     // back and runs here), and this frame is not left before the job
     // signalled completion: the park below ends only when `finished` is
-    // set, and `guard` blocks any unwind until then. The only thing the
-    // job touches after signalling is its `Arc<Done>`, which owns its
-    // memory and whose result the guard takes out on this side.
+    // set, and `guard` blocks any unwind until then. The only things the
+    // job touches after signalling are its `Arc<Done>`, which owns its
+    // memory and whose result the guard takes out on this side, and its
+    // `Arc<Pool>` (the in-flight count).
     let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
     if let Err(job) = pool.submit(job) {
         job();

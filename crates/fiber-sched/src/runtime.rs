@@ -523,13 +523,47 @@ impl Runtime {
             }
             return;
         }
-        if report.must_leak() {
-            std::mem::forget(shared.clone());
-        }
         shared.timers.clear();
         // 6: the blocking pool's threads exit (an abandoned call's thread
         // once its call returns) instead of waiting out their keep-alive.
         crate::blocking::close(shared.id);
+        if report.abandoned_in_blocking > 0 {
+            // Fibers given up on inside a blocking call resume when the
+            // call returns (its wake queues them): a reaper waits for
+            // that and unwinds them, so what they own (sockets, files) is
+            // released; it keeps the runtime's memory alive meanwhile, and
+            // frees it if nothing else was given up on.
+            let others_leak = report.abandoned > report.abandoned_in_blocking;
+            let reaper_shared = shared.clone();
+            let reaper = std::thread::Builder::new()
+                .name(format!("{}-reaper", shared.config.thread_name))
+                .spawn(move || {
+                    let shared = reaper_shared;
+                    let mut pause = Duration::from_millis(1);
+                    while crate::blocking::in_flight(shared.id) > 0 {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_millis(100));
+                    }
+                    // SAFETY: every worker thread has been joined, and no
+                    // blocking call of this runtime is in flight.
+                    let report = unsafe {
+                        shared.pool.revive_abandoned_in_blocking();
+                        shared.pool.teardown(&mut || drain_queues(&shared))
+                    };
+                    report_abandoned(&report);
+                    shared.timers.clear();
+                    if others_leak || report.must_leak() {
+                        std::mem::forget(shared);
+                    }
+                });
+            if reaper.is_err() {
+                std::mem::forget(shared);
+            }
+            return;
+        }
+        if report.must_leak() {
+            std::mem::forget(shared);
+        }
     }
 }
 
@@ -562,19 +596,17 @@ fn report_abandoned(report: &fiber_core::TeardownReport) {
         .iter()
         .map(|(id, at)| format!("{id} (spawned at {at})"))
         .collect();
+    let blocking = "waiting for a fiber::blocking call that has not returned, whose closure may borrow the \
+                    fiber's stack: unwound once the call returns";
+    let lost = "parked on a wait nothing completes, or catching the shutdown unwind: their stacks and the \
+                runtime's memory are leaked";
     let why = match (report.abandoned_in_blocking, report.abandoned) {
-        (0, _) => "parked on a wait nothing completes, or catching the shutdown unwind".to_string(),
-        (b, all) if b == all => "waiting for a fiber::blocking call that has not returned, whose closure may \
-                                 borrow the fiber's stack"
-            .to_string(),
-        (b, _) => format!(
-            "{b} waiting for a fiber::blocking call that has not returned, whose closure may borrow the \
-             fiber's stack; the others parked on a wait nothing completes, or catching the shutdown unwind"
-        ),
+        (0, _) => lost.to_string(),
+        (b, all) if b == all => blocking.to_string(),
+        (b, all) => format!("{b} {blocking}; {} {lost}", all - b),
     };
     eprintln!(
-        "fiber: shutdown: {} fiber(s) could not be unwound ({why}): their stacks and the runtime's memory are \
-         leaked: {}",
+        "fiber: shutdown: {} fiber(s) could not be unwound now ({why}): {}",
         report.abandoned,
         fibers.join(", ")
     );

@@ -317,7 +317,65 @@ fn a_fiber_in_a_blocking_call_at_teardown_is_reported_as_such() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("1 fiber(s) could not be unwound (waiting for a fiber::blocking call that has not returned"),
+        stderr
+            .contains("1 fiber(s) could not be unwound now (waiting for a fiber::blocking call that has not returned"),
         "{stderr}"
+    );
+}
+
+/// What a fiber given up on inside a long blocking call owns is released
+/// once the call returns: the fiber is unwound then (by the runtime's
+/// reaper), so its socket's descriptor is closed. It stayed open for the
+/// rest of the process, with everything else the fiber owned.
+#[test]
+fn a_fiber_given_up_on_in_a_blocking_call_is_unwound_when_the_call_returns() {
+    in_child(
+        "a_fiber_given_up_on_in_a_blocking_call_is_unwound_when_the_call_returns",
+        40,
+        || {
+            fn fds() -> usize {
+                std::fs::read_dir("/proc/self/fd").unwrap().count()
+            }
+            static DROPPED: AtomicBool = AtomicBool::new(false);
+            struct Owned;
+            impl Drop for Owned {
+                fn drop(&mut self) {
+                    DROPPED.store(true, Ordering::SeqCst);
+                }
+            }
+            // Start the I/O driver first: its descriptors are not the fiber's.
+            drop(fiber::net::UdpSocket::bind("127.0.0.1:0").unwrap());
+            let base = fds();
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .shutdown_timeout(ms(100))
+                .build()
+                .unwrap();
+            let socket = fiber::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let (in_tx, in_rx) = std::sync::mpsc::channel();
+            let owned = Owned;
+            rt.spawn(move || {
+                let (_socket, _owned) = (socket, owned);
+                fiber::blocking(move || {
+                    in_tx.send(()).unwrap();
+                    std::thread::sleep(ms(600));
+                });
+            });
+            in_rx.recv().unwrap();
+            drop(rt);
+            assert!(
+                !DROPPED.load(Ordering::SeqCst),
+                "still in its call when the runtime was dropped"
+            );
+            let until = Instant::now() + Duration::from_secs(20);
+            while !(DROPPED.load(Ordering::SeqCst) && fds() <= base) {
+                assert!(
+                    Instant::now() < until,
+                    "never unwound: {} descriptors, {base} before",
+                    fds()
+                );
+                std::thread::sleep(ms(10));
+            }
+        },
     );
 }
