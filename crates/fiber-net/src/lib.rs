@@ -51,6 +51,53 @@
 
 mod sync;
 
+/// `std`'s descriptor conversions for a socket type `$t` whose std twin is
+/// `$std`: `From<OwnedFd>`, `FromRawFd` and `IntoRawFd`, so that porting
+/// code that adopts or hands out raw descriptors is an import change.
+#[cfg(not(loom))]
+macro_rules! adopt_fd {
+    ($t:ident, $std:ty) => {
+        /// Adopt a socket descriptor, as `std`'s `From<OwnedFd>` does: the
+        /// socket is made non-blocking and registered with the I/O driver
+        /// (its read and write timeouts, if any, are kept).
+        ///
+        /// # Panics
+        ///
+        /// If the I/O driver cannot register it (the driver could not
+        /// start, or the kernel refused: `epoll_ctl`'s `ENOSPC` past
+        /// `max_user_watches`); `from_std` returns that error instead.
+        impl From<std::os::fd::OwnedFd> for $t {
+            fn from(fd: std::os::fd::OwnedFd) -> $t {
+                match <$t>::from_std(<$std>::from(fd)) {
+                    Ok(socket) => socket,
+                    Err(e) => panic!(concat!("fiber::net::", stringify!($t), "::from(OwnedFd): {}"), e),
+                }
+            }
+        }
+
+        impl std::os::fd::FromRawFd for $t {
+            /// As [`From<OwnedFd>`](#impl-From<OwnedFd>-for-Self).
+            ///
+            /// # Safety
+            ///
+            /// `fd` is an open socket of this type that the caller owns and
+            /// gives up (`std`'s contract).
+            unsafe fn from_raw_fd(fd: std::os::fd::RawFd) -> $t {
+                // SAFETY: the caller's contract.
+                <$t>::from(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+            }
+        }
+
+        impl std::os::fd::IntoRawFd for $t {
+            /// The socket's descriptor, deregistered from the I/O driver;
+            /// the caller owns it (and closes it).
+            fn into_raw_fd(self) -> std::os::fd::RawFd {
+                std::os::fd::IntoRawFd::into_raw_fd(std::os::fd::OwnedFd::from(self))
+            }
+        }
+    };
+}
+
 /// `Read` and `Write` for a stream type and for a shared reference to it
 /// (so a reader fiber and a writer fiber can use one connection): each call
 /// parks on the socket's readiness through its `io` field. With

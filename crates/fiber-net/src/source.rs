@@ -246,12 +246,20 @@ impl<S: Source + Describe> Io<S> {
         )
     }
 
-    pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        set_timeout(&self.settings.read_timeout, timeout)
+    pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>
+    where
+        S: std::os::fd::AsRawFd,
+    {
+        let kernel = kernel_timeout(self.get().as_raw_fd(), libc::SO_RCVTIMEO, timeout)?;
+        set_timeout(&self.settings.read_timeout, kernel)
     }
 
-    pub(crate) fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        set_timeout(&self.settings.write_timeout, timeout)
+    pub(crate) fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>
+    where
+        S: std::os::fd::AsRawFd,
+    {
+        let kernel = kernel_timeout(self.get().as_raw_fd(), libc::SO_SNDTIMEO, timeout)?;
+        set_timeout(&self.settings.write_timeout, kernel)
     }
 
     pub(crate) fn read_timeout(&self) -> Option<Duration> {
@@ -278,6 +286,51 @@ impl<S: Source> Drop for Io<S> {
             self.registration.deregister(source);
         }
     }
+}
+
+/// A std socket's timeouts live in the kernel (`SO_RCVTIMEO` /
+/// `SO_SNDTIMEO`), which rounds them up to its clock tick, and std's
+/// getters read them back (1.5 ms reads back as 4 ms with a 250 Hz tick).
+/// Set the kernel's option too (a non-blocking socket ignores it for its
+/// calls) and return what the kernel keeps: the handle's getters then
+/// report what std's would, its waits last that long, and a socket handed
+/// to std (`into_std`, `OwnedFd`) keeps its timeouts. `Some(0)` is
+/// `InvalidInput`, as in std.
+fn kernel_timeout(
+    fd: std::os::fd::RawFd,
+    option: libc::c_int,
+    timeout: Option<Duration>,
+) -> io::Result<Option<Duration>> {
+    let tv = match timeout {
+        None => libc::timeval { tv_sec: 0, tv_usec: 0 },
+        Some(d) if d.is_zero() => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot set a 0 duration timeout",
+            ))
+        }
+        Some(d) => libc::timeval {
+            tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+            // Under a microsecond: one (zero would mean "no timeout").
+            tv_usec: (d.subsec_micros() as libc::suseconds_t).max(libc::suseconds_t::from(d.as_secs() == 0)),
+        },
+    };
+    let size = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: `fd` is the open socket of the caller's handle; `tv` is a
+    // valid `timeval` of `size` bytes, read only during the call.
+    let set = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, option, (&raw const tv).cast(), size) };
+    if set == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut back = libc::timeval { tv_sec: 0, tv_usec: 0 };
+    let mut len = size;
+    // SAFETY: as above; `back` has room for `len` bytes, written only
+    // during the call.
+    let got = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, option, (&raw mut back).cast(), &mut len) };
+    if got == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((back.tv_sec != 0 || back.tv_usec != 0).then(|| Duration::new(back.tv_sec as u64, back.tv_usec as u32 * 1000)))
 }
 
 fn set_timeout(cell: &AtomicU64, timeout: Option<Duration>) -> io::Result<()> {

@@ -406,3 +406,8 @@ impl From<TcpStream> for OwnedFd {
         stream.io.into_owned_fd()
     }
 }
+
+#[cfg(not(loom))]
+adopt_fd!(TcpListener, net::TcpListener);
+#[cfg(not(loom))]
+adopt_fd!(TcpStream, net::TcpStream);

@@ -276,3 +276,6 @@ impl From<UdpSocket> for OwnedFd {
         socket.io.into_owned_fd()
     }
 }
+
+#[cfg(not(loom))]
+adopt_fd!(UdpSocket, net::UdpSocket);

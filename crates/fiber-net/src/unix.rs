@@ -544,3 +544,10 @@ macro_rules! fd_impls {
 }
 
 fd_impls!(UnixListener, UnixStream, UnixDatagram);
+
+#[cfg(not(loom))]
+adopt_fd!(UnixListener, net::UnixListener);
+#[cfg(not(loom))]
+adopt_fd!(UnixStream, net::UnixStream);
+#[cfg(not(loom))]
+adopt_fd!(UnixDatagram, net::UnixDatagram);

@@ -89,8 +89,8 @@ fn tcp_timeouts_are_std_s() {
         assert_eq!(client.write_timeout().unwrap(), None);
         client.set_read_timeout(Some(ms(30))).unwrap();
         client.set_write_timeout(Some(ms(40))).unwrap();
-        assert_eq!(client.read_timeout().unwrap(), Some(ms(30)));
-        assert_eq!(client.write_timeout().unwrap(), Some(ms(40)));
+        assert_eq!(client.read_timeout().unwrap(), std_rounded(ms(30)));
+        assert_eq!(client.write_timeout().unwrap(), std_rounded(ms(40)));
         let mut buf = [0u8; 8];
         let err = (&client).read(&mut buf).unwrap_err();
         assert!(
@@ -259,7 +259,7 @@ fn udp_is_std_s() {
             ErrorKind::InvalidInput
         );
         a.set_read_timeout(Some(ms(20))).unwrap();
-        assert_eq!(a.read_timeout().unwrap(), Some(ms(20)));
+        assert_eq!(a.read_timeout().unwrap(), std_rounded(ms(20)));
         let err = a.recv_from(&mut big).unwrap_err();
         assert!(
             matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
@@ -422,8 +422,8 @@ fn udp_multicast_options_and_the_rest_of_unix_sockets_are_std_s() {
         assert_eq!(b.read_timeout().unwrap(), None);
         b.set_read_timeout(Some(ms(20))).unwrap();
         b.set_write_timeout(Some(ms(30))).unwrap();
-        assert_eq!(twin.read_timeout().unwrap(), Some(ms(20)));
-        assert_eq!(twin.write_timeout().unwrap(), Some(ms(30)));
+        assert_eq!(twin.read_timeout().unwrap(), std_rounded(ms(20)));
+        assert_eq!(twin.write_timeout().unwrap(), std_rounded(ms(30)));
         let err = twin.recv(&mut buf).unwrap_err();
         assert!(matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut));
         b.set_nonblocking(true).unwrap();
@@ -521,4 +521,77 @@ fn from_std_keeps_the_std_sockets_timeouts() {
         assert_eq!(d.read_timeout().unwrap(), want);
         assert!(d.recv(&mut [0u8; 4]).is_err());
     });
+}
+
+/// What std reads back for a socket timeout of `d`: the kernel keeps it
+/// rounded up to its clock tick, and so do `fiber::net`'s getters.
+fn std_rounded(d: std::time::Duration) -> Option<std::time::Duration> {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(d)).unwrap();
+    s.read_timeout().unwrap()
+}
+
+/// std's socket timeouts live in the kernel, which rounds them up to its
+/// clock tick, and std's getters read them back (1 ns and 1.5 ms read
+/// back as one tick). `fiber::net`'s getters returned the value as given.
+#[test]
+fn timeout_getters_read_back_what_std_reads_back() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let std_client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let client = fiber::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let udp = fiber::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for d in [Duration::from_nanos(1), Duration::from_micros(1500), ms(5), ms(123)] {
+        std_client.set_read_timeout(Some(d)).unwrap();
+        std_client.set_write_timeout(Some(d)).unwrap();
+        client.set_read_timeout(Some(d)).unwrap();
+        client.set_write_timeout(Some(d)).unwrap();
+        udp.set_read_timeout(Some(d)).unwrap();
+        let want = std_client.read_timeout().unwrap();
+        assert_eq!(client.read_timeout().unwrap(), want, "{d:?}");
+        assert_eq!(
+            client.write_timeout().unwrap(),
+            std_client.write_timeout().unwrap(),
+            "{d:?}"
+        );
+        assert_eq!(udp.read_timeout().unwrap(), want, "{d:?}");
+    }
+    // A socket handed to std keeps them, as a std socket's would.
+    let back = client.into_std().unwrap();
+    assert_eq!(back.read_timeout().unwrap(), std_client.read_timeout().unwrap());
+}
+
+/// std's sockets adopt and hand out descriptors through `From<OwnedFd>`,
+/// `FromRawFd` and `IntoRawFd`; so do `fiber::net`'s (porting such code is
+/// an import change). They did not compile.
+#[test]
+fn sockets_convert_from_and_into_descriptors_as_std_s() {
+    use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+    let listener = fiber::net::TcpListener::from(OwnedFd::from(std::net::TcpListener::bind("127.0.0.1:0").unwrap()));
+    let addr = listener.local_addr().unwrap();
+    let raw = std::net::TcpStream::connect(addr).unwrap().into_raw_fd();
+    // SAFETY: `raw` is an open TCP socket that this test owns and gives up.
+    let mut client = unsafe { fiber::net::TcpStream::from_raw_fd(raw) };
+    let (server, _) = listener.accept().unwrap();
+    let mut server = fiber::net::TcpStream::from(OwnedFd::from(server));
+    client.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    server.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"ping");
+    // Out again: a blocking std socket that still works.
+    // SAFETY: `into_raw_fd` gave this test the descriptor.
+    let mut std_server = unsafe { std::net::TcpStream::from_raw_fd(server.into_raw_fd()) };
+    std_server.write_all(b"pong").unwrap();
+    client.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"pong");
+    let udp = fiber::net::UdpSocket::from(OwnedFd::from(std::net::UdpSocket::bind("127.0.0.1:0").unwrap()));
+    assert!(udp.local_addr().is_ok());
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut a = fiber::net::unix::UnixStream::from(OwnedFd::from(a));
+    let mut b = fiber::net::unix::UnixStream::from(OwnedFd::from(b));
+    a.write_all(b"unix").unwrap();
+    b.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"unix");
+    let (d1, _d2) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let d1 = fiber::net::unix::UnixDatagram::from(OwnedFd::from(d1));
+    assert!(d1.local_addr().is_ok());
 }
