@@ -75,6 +75,7 @@ impl Job {
 
     /// Cancel the job, then wait until it has ended (Kotlin's
     /// `cancelAndJoin`).
+    #[track_caller]
     pub fn cancel_and_join(&self) -> Result<JobState, Cancelled> {
         self.cancel();
         self.join()

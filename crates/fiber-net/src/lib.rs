@@ -130,6 +130,74 @@ macro_rules! stream_io {
                 self.io
                     .read::<$crate::readiness::op::Read, _>(|mut s| std::io::Read::read_vectored(&mut s, bufs))
             }
+
+            // std's provided loops, here so that the fiber dump names the
+            // caller's line rather than one inside std (`#[track_caller]`
+            // through each `read`), with std's errors and retries.
+            #[track_caller]
+            fn read_exact(&mut self, mut buf: &mut [u8]) -> std::io::Result<()> {
+                while !buf.is_empty() {
+                    match std::io::Read::read(self, buf) {
+                        Ok(0) => {
+                            return Err(std::io::Error::new(
+                                std::io::ErrorKind::UnexpectedEof,
+                                "failed to fill whole buffer",
+                            ))
+                        }
+                        Ok(n) => buf = &mut std::mem::take(&mut buf)[n..],
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            }
+
+            #[track_caller]
+            fn read_to_end(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+                let start = buf.len();
+                loop {
+                    if buf.capacity() - buf.len() < 32 {
+                        buf.reserve(8 * 1024);
+                    }
+                    let len = buf.len();
+                    // At most 64 KiB zeroed per read, however large the
+                    // spare capacity.
+                    let room = (buf.capacity() - len).min(64 * 1024);
+                    buf.resize(len + room, 0);
+                    match std::io::Read::read(self, &mut buf[len..]) {
+                        Ok(0) => {
+                            buf.truncate(len);
+                            return Ok(len - start);
+                        }
+                        Ok(n) => buf.truncate(len + n),
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => buf.truncate(len),
+                        Err(e) => {
+                            buf.truncate(len);
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+
+            #[track_caller]
+            fn read_to_string(&mut self, buf: &mut String) -> std::io::Result<usize> {
+                // As std: the bytes read are kept only if they are UTF-8
+                // (with an I/O error too, which is then returned).
+                let mut bytes = Vec::new();
+                let result = std::io::Read::read_to_end(self, &mut bytes);
+                match std::str::from_utf8(&bytes) {
+                    Ok(text) => {
+                        buf.push_str(text);
+                        result
+                    }
+                    Err(_) => result.and_then(|_| {
+                        Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "stream did not contain valid UTF-8",
+                        ))
+                    }),
+                }
+            }
         }
 
         impl std::io::Write for &$stream {
@@ -143,6 +211,25 @@ macro_rules! stream_io {
             fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
                 self.io
                     .write::<$crate::readiness::op::Write, _>(|mut s| std::io::Write::write_vectored(&mut s, bufs))
+            }
+
+            // As `read_exact` above.
+            #[track_caller]
+            fn write_all(&mut self, mut buf: &[u8]) -> std::io::Result<()> {
+                while !buf.is_empty() {
+                    match std::io::Write::write(self, buf) {
+                        Ok(0) => {
+                            return Err(std::io::Error::new(
+                                std::io::ErrorKind::WriteZero,
+                                "failed to write whole buffer",
+                            ))
+                        }
+                        Ok(n) => buf = &buf[n..],
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
             }
 
             fn flush(&mut self) -> std::io::Result<()> {
@@ -160,6 +247,21 @@ macro_rules! stream_io {
             fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
                 std::io::Read::read_vectored(&mut &*self, bufs)
             }
+
+            #[track_caller]
+            fn read_exact(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+                std::io::Read::read_exact(&mut &*self, buf)
+            }
+
+            #[track_caller]
+            fn read_to_end(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+                std::io::Read::read_to_end(&mut &*self, buf)
+            }
+
+            #[track_caller]
+            fn read_to_string(&mut self, buf: &mut String) -> std::io::Result<usize> {
+                std::io::Read::read_to_string(&mut &*self, buf)
+            }
         }
 
         impl std::io::Write for $stream {
@@ -171,6 +273,11 @@ macro_rules! stream_io {
             #[track_caller]
             fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
                 std::io::Write::write_vectored(&mut &*self, bufs)
+            }
+
+            #[track_caller]
+            fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+                std::io::Write::write_all(&mut &*self, buf)
             }
 
             fn flush(&mut self) -> std::io::Result<()> {

@@ -340,17 +340,33 @@ impl Config {
         if let Some(b) = overrides.park_backtraces {
             config.park_backtraces = b;
         }
+        // Where each of the two came from, for the error naming a
+        // contradiction: the variable, or the builder's option.
+        let (mut harvest_setting, mut park_setting) = ("io_harvest", "io_park");
         if let Some(v) = var("FIBER_IO_HARVEST") {
             config.io_harvest = parse_bool("FIBER_IO_HARVEST", &v)?;
+            harvest_setting = "FIBER_IO_HARVEST";
         }
         if let Some(b) = overrides.io_harvest {
             config.io_harvest = b;
+            harvest_setting = "io_harvest";
         }
         if let Some(v) = var("FIBER_IO_PARK") {
             config.io_park = parse_bool("FIBER_IO_PARK", &v)?;
+            park_setting = "FIBER_IO_PARK";
         }
         if let Some(b) = overrides.io_park {
             config.io_park = b;
+            park_setting = "io_park";
+        }
+        if config.io_park && !config.io_harvest {
+            return Err(err(
+                park_setting,
+                "on",
+                format!(
+                    "needs {harvest_setting} on (an idle worker can wait in the I/O driver only if workers take I/O)"
+                ),
+            ));
         }
         if let Some(v) = var("FIBER_TRACE_SPANS") {
             config.fiber_spans = parse_bool("FIBER_TRACE_SPANS", &v)?;

@@ -181,3 +181,65 @@ fn a_fiber_name_cannot_forge_dump_lines() {
     );
     assert!(text.contains("\\n"), "the newline is escaped:\n{text}");
 }
+
+/// More waits whose dump line must be the user's: `Job::cancel_and_join`
+/// (it named a line inside fiber-jobs) and a socket's `read_exact`,
+/// `read_to_end`, `read_to_string` and `write_all` (std's provided loops:
+/// they named a line inside std).
+#[test]
+#[rustfmt::skip] // the `line!()` offsets below count lines
+fn cancel_and_join_and_the_std_read_write_loops_name_the_users_line() {
+    use std::io::{Read, Write};
+    let rt = Arc::new(rt_n(2, 2));
+    let rt2 = rt.clone();
+    let file = file!();
+    let (text, lines) = within(60, move || {
+        let rt = rt2;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<u32>();
+        let (done_tx, done_rx) = chan::bounded::<()>(1);
+        rt.spawn(move || {
+            // A job parked in a lock this fiber holds: cancelling it does
+            // not end its wait, so `cancel_and_join` waits.
+            let m = Arc::new(fiber::sync::Mutex::new(()));
+            let held = m.lock().unwrap();
+            let (job_tx, job_rx) = chan::bounded::<fiber::Job>(1);
+            let m2 = m.clone();
+            fiber::spawn(move || { job_tx.send(fiber::Job::current()).unwrap(); let _g = m2.lock().unwrap(); });
+            let job = job_rx.recv().unwrap();
+            let r = ready_tx.clone();
+            fiber::spawn(move || { r.send(line!()).unwrap(); let _ = job.cancel_and_join(); });
+            // Idle connections for the reads, one that nobody reads for the write.
+            let l = fiber::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let pair = || {
+                let client = fiber::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+                (client, l.accept().unwrap().0)
+            };
+            let ((ka, mut a), (kb, mut b), (kc, mut c), (mut w, kw)) = (pair(), pair(), pair(), pair());
+            let r = ready_tx.clone();
+            fiber::spawn(move || { r.send(line!()).unwrap(); let _ = a.read_exact(&mut [0u8; 8]); });
+            let r = ready_tx.clone();
+            fiber::spawn(move || { r.send(line!()).unwrap(); let _ = b.read_to_end(&mut Vec::new()); });
+            let r = ready_tx.clone();
+            fiber::spawn(move || { r.send(line!()).unwrap(); let _ = c.read_to_string(&mut String::new()); });
+            let r = ready_tx;
+            fiber::spawn(move || { r.send(line!()).unwrap(); let _ = w.write_all(&vec![0u8; 64 << 20]); });
+            let _ = done_rx.recv();
+            drop(held);
+            drop((ka, kb, kc, kw));
+        });
+        let lines: Vec<u32> = (0..5).map(|_| ready_rx.recv_timeout(Duration::from_secs(10)).unwrap()).collect();
+        std::thread::sleep(ms(300));
+        let text = rt.dump().to_string();
+        let _ = done_tx.send(());
+        (text, lines)
+    });
+    drop(rt);
+    let missing: Vec<String> = lines
+        .iter()
+        .map(|line| format!(" at {file}:{line}:"))
+        // The parked-at site, not the spawn site (which names the same
+        // line here).
+        .filter(|site| !text.lines().any(|l| l.split(", spawned at").next().unwrap().contains(site.as_str())))
+        .collect();
+    assert!(missing.is_empty(), "missing {missing:#?} in:\n{text}");
+}
