@@ -1231,30 +1231,37 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         return Some(fiber);
     }
     // A fiber that yielded goes behind the fibers woken or spawned for
-    // this worker from outside (its inbox), or a fiber that yields in a
-    // loop would keep them out for as long as it loops. The global queue
-    // comes after it here, and first on every `GLOBAL_CHECK_INTERVAL`th
-    // round above (Go's one in 61), so a yield loop delays it by at most
-    // that many rounds. (`is_empty` first: two loads, where a `pop` on an
-    // empty queue also pays a SeqCst fence, on every round of a yield
-    // loop; a push it misses is seen on the next round, and the idle
-    // handshake re-checks with its own fence before the worker sleeps.)
+    // this worker from outside (its inbox) and behind the global queue
+    // (timer wakes the monitor fires, fibers it moved off a stuck worker),
+    // as Go's `Gosched` puts the goroutine on the global queue: a fiber
+    // that yields in a loop would keep them out for as long as it loops.
+    // (With the global queue after the yielded fibers, two yield loops let
+    // it in one fiber per `GLOBAL_CHECK_INTERVAL` rounds: 500 timer wakes
+    // came up to 13 s late; `yield_loops_do_not_starve_the_global_queue`.)
+    // The yielded fibers still get a turn first on every
+    // `GLOBAL_CHECK_INTERVAL`th round above. (`is_empty` first: plain
+    // loads, where a `pop` on an empty queue also pays a SeqCst fence, on
+    // every round of a yield loop; a push it misses is seen on the next
+    // round, and the idle handshake re-checks with its own fence before
+    // the worker sleeps.)
     let inbox = &shared.slots[ctx.index].inbox;
     if !inbox.is_empty() {
         if let Some(fiber) = inbox.pop() {
             return Some(fiber);
         }
     }
-    if let Some(fiber) = ctx.yielded.pop() {
-        return Some(fiber);
-    }
-    if let Some(fiber) = shared.global.pop() {
-        for _ in 1..GLOBAL_BATCH {
-            match shared.global.pop() {
-                Some(more) => ctx.local.push(more),
-                None => break,
+    if !shared.global.is_empty() {
+        if let Some(fiber) = shared.global.pop() {
+            for _ in 1..GLOBAL_BATCH {
+                match shared.global.pop() {
+                    Some(more) => ctx.local.push(more),
+                    None => break,
+                }
             }
+            return Some(fiber);
         }
+    }
+    if let Some(fiber) = ctx.yielded.pop() {
         return Some(fiber);
     }
     steal(shared, ctx)

@@ -52,3 +52,23 @@ fn a_long_computation_with_growth_off_keeps_the_runtime_its_worker() {
         s.scale_events
     );
 }
+
+/// A plain thread that calls `block_on` (or `Runtime::spawn` and joins)
+/// again and again reuses frames: at most one fiber is alive at a time.
+/// The frames its fibers left went into the workers' caches and batches,
+/// which a thread without a cache of the pool never looked at, so each
+/// call mapped a new stack (20,000 frames for 20,000 calls, memory bounded
+/// only by the monitor's trim).
+#[test]
+fn outside_spawns_reuse_frames_finished_on_the_workers() {
+    let rt = fiber::Runtime::builder().workers(2).build().unwrap();
+    for i in 0..3_000usize {
+        assert_eq!(rt.block_on(move || i), i);
+        assert_eq!(rt.spawn(move || i).join().unwrap(), i);
+    }
+    let frames = rt.stats().frames_allocated;
+    assert!(
+        frames < 500,
+        "6,000 outside spawns, one alive at a time, made {frames} frames"
+    );
+}
