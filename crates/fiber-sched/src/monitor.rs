@@ -260,6 +260,13 @@ fn drain_stuck(shared: &Arc<Shared>, index: usize, running: u64, still: Duration
             None => "none (at the ceiling)".to_string(),
         }
     ));
+    if let Some(i) = replacement {
+        // A worker started: a scale-up like any growth, so that scale-ups
+        // minus scale-downs is the pool's size over its minimum.
+        shared
+            .counters
+            .record_grow(format!("+1 worker (slot {i}): replaces draining worker {index}"));
+    }
     if moved > 0 {
         shared.notify_one();
     }
