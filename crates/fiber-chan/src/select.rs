@@ -861,7 +861,8 @@ impl<'a> Select<'a> {
     fn assert_live(&self, what: &str) {
         assert!(
             self.ops.iter().any(|op| !matches!(op.handle, Handle::Removed)),
-            "Select::{what} called with no operations: it would block forever; add an operation first"
+            "Select::{what} (or select! without arms) called with no operations: it would block forever; add \
+             an operation first"
         );
     }
 

@@ -207,7 +207,11 @@ fn parse_bool(setting: &str, value: &str) -> Result<bool, ConfigError> {
         "0" | "false" | "no" | "off" => Ok(false),
         // Empty is not a spelling of either: it would silently turn off a
         // switch that is on by default (`FIBER_IO_HARVEST=`).
-        _ => Err(err(setting, value, "expected 0 or 1")),
+        _ => Err(err(
+            setting,
+            value,
+            "expected 1 (or true, yes, on) or 0 (or false, no, off)",
+        )),
     }
 }
 
@@ -343,6 +347,7 @@ impl Config {
         // Where each of the two came from, for the error naming a
         // contradiction: the variable, or the builder's option.
         let (mut harvest_setting, mut park_setting) = ("io_harvest", "io_park");
+        let mut park_value = "true".to_string();
         if let Some(v) = var("FIBER_IO_HARVEST") {
             config.io_harvest = parse_bool("FIBER_IO_HARVEST", &v)?;
             harvest_setting = "FIBER_IO_HARVEST";
@@ -354,15 +359,17 @@ impl Config {
         if let Some(v) = var("FIBER_IO_PARK") {
             config.io_park = parse_bool("FIBER_IO_PARK", &v)?;
             park_setting = "FIBER_IO_PARK";
+            park_value = v;
         }
         if let Some(b) = overrides.io_park {
             config.io_park = b;
             park_setting = "io_park";
+            park_value = b.to_string();
         }
         if config.io_park && !config.io_harvest {
             return Err(err(
                 park_setting,
-                "on",
+                &park_value,
                 format!(
                     "needs {harvest_setting} on (an idle worker can wait in the I/O driver only if workers take I/O)"
                 ),

@@ -124,7 +124,9 @@ impl Condvar {
     ///
     /// # Panics
     ///
-    /// If this condvar was used with another mutex.
+    /// If another fiber or thread is waiting on this condvar with a
+    /// different mutex at the same time (one condvar used with two mutexes
+    /// one after the other is not detected).
     #[track_caller]
     pub fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> LockResult<MutexGuard<'a, T>> {
         self.wait_inner(guard, None).0
@@ -136,6 +138,10 @@ impl Condvar {
     /// # Errors
     ///
     /// `Err` (holding the guard) if the mutex is poisoned.
+    ///
+    /// # Panics
+    ///
+    /// As [`Condvar::wait`].
     #[track_caller]
     pub fn wait_while<'a, T, F>(&self, guard: MutexGuard<'a, T>, mut condition: F) -> LockResult<MutexGuard<'a, T>>
     where
@@ -159,6 +165,10 @@ impl Condvar {
     /// # Errors
     ///
     /// `Err` (holding the guard and the result) if the mutex is poisoned.
+    ///
+    /// # Panics
+    ///
+    /// As [`Condvar::wait`].
     #[track_caller]
     pub fn wait_timeout<'a, T>(
         &self,
@@ -181,6 +191,10 @@ impl Condvar {
     /// # Errors
     ///
     /// `Err` (holding the guard and the result) if the mutex is poisoned.
+    ///
+    /// # Panics
+    ///
+    /// As [`Condvar::wait`].
     #[track_caller]
     pub fn wait_timeout_while<'a, T, F>(
         &self,
@@ -269,7 +283,7 @@ impl Condvar {
             same
         };
         if !same {
-            panic!("fiber_sync::Condvar: attempted to use a condition variable with two mutexes");
+            panic!("fiber::sync::Condvar: attempted to use a condition variable with two mutexes (another waiter waits with a different one)");
         }
     }
 

@@ -81,7 +81,7 @@ impl Semaphore {
     pub fn new(permits: usize) -> Semaphore {
         assert!(
             permits <= Self::MAX_PERMITS,
-            "fiber_sync::Semaphore::new: {permits} permits exceed MAX_PERMITS"
+            "fiber::sync::Semaphore::new: {permits} permits exceed MAX_PERMITS"
         );
         Semaphore {
             state: AtomicUsize::new(permits << SHIFT),
@@ -161,7 +161,7 @@ impl Semaphore {
     pub fn add_permits(&self, n: usize) {
         assert!(
             n <= Self::MAX_PERMITS,
-            "fiber_sync::Semaphore::add_permits: {n} permits exceed MAX_PERMITS"
+            "fiber::sync::Semaphore::add_permits: {n} permits exceed MAX_PERMITS"
         );
         self.release(n);
     }
@@ -176,7 +176,7 @@ impl Semaphore {
         if (prev >> SHIFT) + n > Self::MAX_PERMITS {
             // Undo before panicking so the count stays meaningful.
             self.state.fetch_sub(n << SHIFT, Ordering::Relaxed);
-            panic!("fiber_sync::Semaphore: adding {n} permits exceeds MAX_PERMITS");
+            panic!("fiber::sync::Semaphore: adding {n} permits exceeds MAX_PERMITS");
         }
         if prev & QUEUED != 0 {
             let wakes = {

@@ -364,7 +364,7 @@ impl<T: Send + 'static> FiberLocal<T> {
 ///         .map(|_| {
 ///             fiber::spawn(|| {
 ///                 COUNTER.with(|c| c.set(c.get() + 1));
-///                 fiber::yield_now();
+///                 let _ = fiber::yield_now();
 ///                 COUNTER.with(|c| c.get())
 ///             })
 ///         })

@@ -296,3 +296,22 @@ fn scopes_and_timeouts_inside_blocking_name_the_blocking_pool() {
         );
     }
 }
+
+/// Misuse panics name the facade's paths and the user's own call: the
+/// semaphore's said `fiber_sync::Semaphore::new`, and an empty `select!`
+/// blamed `Select::select`, which the user never called.
+#[test]
+fn misuse_messages_name_what_the_user_wrote() {
+    let msg = common::panic_message(|| {
+        let _ = fiber::sync::Semaphore::new(usize::MAX);
+    })
+    .expect("panics");
+    assert!(msg.starts_with("fiber::sync::Semaphore::new"), "{msg}");
+    let msg = common::on_runtime(|| {
+        common::panic_message(|| {
+            fiber::select! {}
+        })
+    })
+    .expect("panics");
+    assert!(msg.contains("select! without arms"), "{msg}");
+}

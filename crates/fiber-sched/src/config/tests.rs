@@ -77,7 +77,10 @@ fn boolean_variables_reject_garbage() {
         "FIBER_BACKTRACE",
     ] {
         let e = error_of(&[(var, "maybe")]);
-        assert_eq!(e.to_string(), format!("invalid {var}=\"maybe\": expected 0 or 1"));
+        assert_eq!(
+            e.to_string(),
+            format!("invalid {var}=\"maybe\": expected 1 (or true, yes, on) or 0 (or false, no, off)")
+        );
     }
     // Empty is neither: it would silently turn off a switch that is on by
     // default.
@@ -104,6 +107,11 @@ fn boolean_variables_reject_garbage() {
     assert_eq!(contradiction.setting, "FIBER_IO_PARK");
     assert!(
         contradiction.to_string().contains("FIBER_IO_HARVEST"),
+        "{contradiction}"
+    );
+    // It quotes what the user wrote.
+    assert!(
+        contradiction.to_string().contains("FIBER_IO_PARK=\"1\""),
         "{contradiction}"
     );
     assert_eq!(resolve(&[]).unwrap().io_park, crate::config::DEFAULT_IO_PARK);
