@@ -491,79 +491,62 @@ impl Runtime {
             }
         };
         report_abandoned(&report);
-        if !stuck.is_empty() {
-            // The stuck workers' fibers end (unwinding) at their next
-            // yield point, on those workers, which then leave their loop;
-            // a reaper thread waits for them and unwinds what they left
-            // (fibers they woke, the scopes that waited on them). It and
-            // the stuck workers keep the runtime's memory alive meanwhile.
-            crate::blocking::close(shared.id);
-            let leak = report.must_leak();
-            let reaper_shared = shared.clone();
-            let reaper = std::thread::Builder::new()
-                .name(format!("{}-reaper", shared.config.thread_name))
-                .spawn(move || {
-                    for thread in stuck {
-                        let _ = thread.join();
-                    }
-                    let shared = reaper_shared;
-                    // SAFETY: every worker thread of the runtime has now
-                    // been joined (the others before this thread started).
-                    let report = unsafe { shared.pool.teardown(&mut || drain_queues(&shared)) };
-                    report_abandoned(&report);
-                    shared.timers.clear();
-                    if leak || report.must_leak() {
-                        std::mem::forget(shared);
-                    }
-                });
-            if reaper.is_err() {
-                // No thread for the reaper: the stuck workers' fibers and
-                // whatever waits on them stay as they are, for good.
-                std::mem::forget(shared);
-            }
-            return;
-        }
-        shared.timers.clear();
         // 6: the blocking pool's threads exit (an abandoned call's thread
         // once its call returns) instead of waiting out their keep-alive.
         crate::blocking::close(shared.id);
-        if report.abandoned_in_blocking > 0 {
-            // Fibers given up on inside a blocking call resume when the
-            // call returns (its wake queues them): a reaper waits for
-            // that and unwinds them, so what they own (sockets, files) is
-            // released; it keeps the runtime's memory alive meanwhile, and
-            // frees it if nothing else was given up on.
-            let others_leak = report.abandoned > report.abandoned_in_blocking;
-            let reaper_shared = shared.clone();
-            let reaper = std::thread::Builder::new()
-                .name(format!("{}-reaper", shared.config.thread_name))
-                .spawn(move || {
-                    let shared = reaper_shared;
-                    let mut pause = Duration::from_millis(1);
-                    while crate::blocking::in_flight(shared.id) > 0 {
-                        std::thread::sleep(pause);
-                        pause = (pause * 2).min(Duration::from_millis(100));
-                    }
-                    // SAFETY: every worker thread has been joined, and no
-                    // blocking call of this runtime is in flight.
-                    let report = unsafe {
-                        shared.pool.revive_abandoned_in_blocking();
-                        shared.pool.teardown(&mut || drain_queues(&shared))
-                    };
-                    report_abandoned(&report);
-                    shared.timers.clear();
-                    if others_leak || report.must_leak() {
-                        std::mem::forget(shared);
-                    }
-                });
-            if reaper.is_err() {
-                std::mem::forget(shared);
-            }
+        if !stuck.is_empty() || report.abandoned_in_blocking > 0 {
+            reap_later(shared, stuck, &report);
             return;
         }
+        shared.timers.clear();
         if report.must_leak() {
             std::mem::forget(shared);
         }
+    }
+}
+
+/// What teardown could not finish yet, finished by a reaper thread once it
+/// can be. The stuck workers' fibers end (unwinding) at their next yield
+/// point, on those workers, which then leave their loop: the reaper joins
+/// them and unwinds what they left (fibers they woke, the scopes that
+/// waited on them). Fibers given up on inside a blocking call resume when
+/// the call returns (its wake queues them, before the in-flight count
+/// drops): the reaper waits for the runtime's calls, takes those fibers
+/// back and unwinds them, so what they own (sockets, files) is released.
+/// It keeps the runtime's memory alive meanwhile, and frees it unless a
+/// fiber was given up on for good.
+fn reap_later(shared: Arc<Shared>, stuck: Vec<std::thread::JoinHandle<()>>, first: &fiber_core::TeardownReport) {
+    let lost_for_good = first.abandoned > first.abandoned_in_blocking;
+    let reaper_shared = shared.clone();
+    let reaper = std::thread::Builder::new()
+        .name(format!("{}-reaper", shared.config.thread_name))
+        .spawn(move || {
+            for thread in stuck {
+                let _ = thread.join();
+            }
+            let shared = reaper_shared;
+            let mut pause = Duration::from_millis(1);
+            while crate::blocking::in_flight(shared.id) > 0 {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            // SAFETY: every worker thread of the runtime has now been
+            // joined (the others before this thread started), and no
+            // blocking call of this runtime is in flight.
+            let report = unsafe {
+                shared.pool.revive_abandoned_in_blocking();
+                shared.pool.teardown(&mut || drain_queues(&shared))
+            };
+            report_abandoned(&report);
+            shared.timers.clear();
+            if lost_for_good || report.must_leak() {
+                std::mem::forget(shared);
+            }
+        });
+    if reaper.is_err() {
+        // No thread for the reaper: what it would have finished stays as
+        // it is, for good.
+        std::mem::forget(shared);
     }
 }
 

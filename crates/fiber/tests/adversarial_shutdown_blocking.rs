@@ -379,3 +379,67 @@ fn a_fiber_given_up_on_in_a_blocking_call_is_unwound_when_the_call_returns() {
         },
     );
 }
+
+/// The same while another worker is stuck in a fiber that never yields:
+/// shutdown then hands the rest to a reaper thread, which unwound what the
+/// stuck worker left but never waited for the blocking calls, so a fiber
+/// inside one was given up on for good (its values never dropped).
+#[test]
+fn a_fiber_in_a_blocking_call_is_unwound_when_a_worker_is_stuck_too() {
+    in_child(
+        "a_fiber_in_a_blocking_call_is_unwound_when_a_worker_is_stuck_too",
+        40,
+        || {
+            static DROPPED: AtomicBool = AtomicBool::new(false);
+            struct Owned;
+            impl Drop for Owned {
+                fn drop(&mut self) {
+                    DROPPED.store(true, Ordering::SeqCst);
+                }
+            }
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .max_workers(2)
+                .shutdown_timeout(ms(100))
+                .build()
+                .unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let (in_tx, in_rx) = std::sync::mpsc::channel();
+            let spinning = in_tx.clone();
+            let s = stop.clone();
+            // Never yields until released, after the runtime is dropped.
+            rt.spawn(move || {
+                spinning.send(()).unwrap();
+                while !s.load(Ordering::SeqCst) {
+                    std::hint::spin_loop();
+                }
+            });
+            let owned = Owned;
+            rt.spawn(move || {
+                let _owned = owned;
+                // Longer than the stuck worker: the reaper's teardown comes
+                // while the call still runs.
+                fiber::blocking(move || {
+                    in_tx.send(()).unwrap();
+                    std::thread::sleep(ms(4000));
+                });
+            });
+            in_rx.recv().unwrap();
+            in_rx.recv().unwrap();
+            let releaser = std::thread::spawn(move || {
+                std::thread::sleep(ms(2500));
+                stop.store(true, Ordering::SeqCst);
+            });
+            drop(rt);
+            let until = Instant::now() + Duration::from_secs(20);
+            while !DROPPED.load(Ordering::SeqCst) {
+                assert!(
+                    Instant::now() < until,
+                    "the fiber in the blocking call was never unwound"
+                );
+                std::thread::sleep(ms(10));
+            }
+            releaser.join().unwrap();
+        },
+    );
+}
