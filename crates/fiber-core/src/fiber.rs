@@ -27,7 +27,7 @@ use crate::sched::{Runnable, Schedule};
 use crate::stack::{FiberStack, StackBounds};
 use crate::state::{Actor, Commit, FiberState, StateWord};
 use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
-use crate::task::TaskControl;
+use crate::task::TaskRef;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use std::fmt;
 use std::panic::Location;
@@ -102,7 +102,7 @@ pub(crate) struct Fiber {
     /// runs), for [`Fiber::prefetch_stack`].
     parked_sp: AtomicUsize,
     sched: UnsafeCell<Option<Arc<dyn Schedule>>>,
-    task: UnsafeCell<Option<Arc<dyn TaskControl>>>,
+    task: UnsafeCell<Option<TaskRef>>,
     /// The cancellation scope the fiber runs in now (fiber-jobs' job), if any.
     cancel_scope: UnsafeCell<Option<Arc<dyn crate::CancelScope>>>,
     coroutine: UnsafeCell<Option<FiberCoroutine>>,
@@ -339,7 +339,7 @@ impl Fiber {
         this: &Arc<Fiber>,
         id: FiberId,
         sched: Arc<dyn Schedule>,
-        task: Arc<dyn TaskControl>,
+        task: TaskRef,
         spawned_at: &'static Location<'static>,
         stack: FiberStack,
         body: impl FnOnce() -> Exit + Send + 'a,
@@ -737,7 +737,7 @@ impl Fiber {
     /// # Safety
     ///
     /// Called by the running fiber itself.
-    pub(crate) unsafe fn task(&self) -> Option<Arc<dyn TaskControl>> {
+    pub(crate) unsafe fn task(&self) -> Option<TaskRef> {
         // SAFETY: see the function's contract.
         self.task.with(|t| unsafe { (*t).clone() })
     }
@@ -748,7 +748,7 @@ impl Fiber {
     ///
     /// The fiber is abandoned and not running: nothing writes its task
     /// slot any more (only the running fiber and `prepare` do).
-    pub(crate) unsafe fn abandoned_task(&self) -> Option<Arc<dyn TaskControl>> {
+    pub(crate) unsafe fn abandoned_task(&self) -> Option<TaskRef> {
         // SAFETY: see the function's contract.
         self.task.with(|t| unsafe { (*t).clone() })
     }

@@ -67,6 +67,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
+mod block;
 mod sync;
 
 pub mod state;
@@ -99,6 +100,7 @@ mod task;
 pub mod testing;
 mod wait;
 
+pub use block::trim_join_blocks;
 #[cfg(not(loom))]
 pub use dump::{advance_coarse_clock, Dump, FiberInfo};
 #[cfg(not(loom))]

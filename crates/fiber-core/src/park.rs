@@ -4,8 +4,8 @@
 //! allowed, as in std, and a cancelled fiber's `park` returns at once.
 
 use crate::fiber::{current, FiberId};
-use crate::sync::{lock, Arc, Mutex};
-use crate::task::TaskControl;
+use crate::sync::{lock, Mutex};
+use crate::task::TaskRef;
 use crate::wait::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -69,7 +69,7 @@ impl Waitable for ParkToken {
 #[derive(Clone)]
 pub struct FiberHandle {
     id: FiberId,
-    task: Arc<dyn TaskControl>,
+    task: TaskRef,
     name: Option<std::sync::Arc<str>>,
 }
 
@@ -79,7 +79,7 @@ impl std::panic::UnwindSafe for FiberHandle {}
 impl std::panic::RefUnwindSafe for FiberHandle {}
 
 impl FiberHandle {
-    pub(crate) fn new(id: FiberId, task: Arc<dyn TaskControl>, name: Option<std::sync::Arc<str>>) -> FiberHandle {
+    pub(crate) fn new(id: FiberId, task: TaskRef, name: Option<std::sync::Arc<str>>) -> FiberHandle {
         FiberHandle { id, task, name }
     }
 

@@ -2,6 +2,7 @@
 //! the result (or the panic payload) to whoever joins, and cancellation
 //! requests to the fiber.
 
+use crate::block::{BlockArc, BlockDyn};
 use crate::fiber::{current, Exit, Fiber, FiberId};
 use crate::sched::{Runnable, Schedule};
 use crate::state::Actor;
@@ -34,6 +35,31 @@ pub(crate) trait TaskControl: Send + Sync {
     /// time): it will never finish, so release its joiners now. The
     /// default does nothing (a layer that spawned it carries its outcome).
     fn abandon(&self) {}
+}
+
+/// The frame's (and a `FiberHandle`'s) reference to the task a fiber runs:
+/// the core's join block, or a layer's own block (`try_spawn_unjoined`).
+#[derive(Clone)]
+pub(crate) enum TaskRef {
+    Joined(BlockDyn<dyn TaskControl>),
+    Shared(Arc<dyn TaskControl>),
+}
+
+impl TaskRef {
+    fn joined<T: Send + 'static>(task: &BlockArc<Task<T>>) -> TaskRef {
+        TaskRef::Joined(task.erase(|t| t as *const dyn TaskControl))
+    }
+}
+
+impl std::ops::Deref for TaskRef {
+    type Target = dyn TaskControl;
+
+    fn deref(&self) -> &(dyn TaskControl + 'static) {
+        match self {
+            TaskRef::Joined(task) => &**task,
+            TaskRef::Shared(task) => &**task,
+        }
+    }
 }
 
 /// Why a join did not produce the fiber's value.
@@ -398,7 +424,7 @@ impl<T: Send> Waitable for Task<T> {
 /// `Cancelled` when the body is dropped without finishing (never started and
 /// discarded at shutdown, or unwound at shutdown).
 struct Completion<T: Send> {
-    task: Arc<Task<T>>,
+    task: BlockArc<Task<T>>,
     id: FiberId,
     armed: bool,
     /// The fiber's name, for the join error.
@@ -462,7 +488,7 @@ fn drop_caught<V>(value: V) -> Result<(), Box<dyn Any + Send>> {
 ///
 /// Dropping the handle detaches the fiber, as with `std::thread`.
 pub struct JoinHandle<T> {
-    task: Arc<Task<T>>,
+    task: BlockArc<Task<T>>,
 }
 
 impl<T> Drop for JoinHandle<T> {
@@ -536,7 +562,7 @@ impl<T: Send> JoinHandle<T> {
         // SAFETY: `this` is a `ManuallyDrop` that is never used again, so
         // its only field is moved out exactly once and nothing is dropped
         // twice.
-        let task: Arc<Task<T>> = unsafe { std::ptr::read(&this.task) };
+        let task: BlockArc<Task<T>> = unsafe { std::ptr::read(&this.task) };
         // SAFETY: `finished` was observed (Acquire) by `fiber_wait`, so the
         // fiber's write happened before; this handle is the only reader.
         task.result
@@ -568,7 +594,7 @@ impl<T: Send> JoinHandle<T> {
     where
         T: 'static,
     {
-        crate::park::FiberHandle::new(self.task.id, self.task.clone(), self.task.name.clone())
+        crate::park::FiberHandle::new(self.task.id, TaskRef::joined(&self.task), self.task.name.clone())
     }
 
     /// A type-erased handle that can cancel this fiber.
@@ -577,7 +603,7 @@ impl<T: Send> JoinHandle<T> {
         T: 'static,
     {
         Canceller {
-            task: self.task.clone(),
+            task: self.task.erase(|t| t as *const dyn Cancel),
         }
     }
 }
@@ -585,7 +611,7 @@ impl<T: Send> JoinHandle<T> {
 /// Cancels one spawned fiber (see [`JoinHandle::cancel`]).
 #[derive(Clone)]
 pub struct Canceller {
-    task: Arc<dyn Cancel>,
+    task: BlockDyn<dyn Cancel>,
 }
 
 impl Canceller {
@@ -664,7 +690,7 @@ where
     }
     let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
     let id = crate::fiber::next_fiber_id();
-    let task = Arc::new(Task {
+    let task = BlockArc::new(Task {
         id,
         cancel: AtomicBool::new(false),
         finished: AtomicBool::new(false),
@@ -765,7 +791,7 @@ where
     // SAFETY: the frame came from the pool in INIT and is ours; the pool's
     // `all` list keeps it alive for as long as the coroutine exists.
     unsafe {
-        Fiber::prepare(&frame, id, sched.clone(), task.clone(), location, stack, body);
+        Fiber::prepare(&frame, id, sched.clone(), TaskRef::joined(&task), location, stack, body);
     }
     if crate::kind::fiber_spans() {
         let span = tracing::info_span!(
@@ -881,7 +907,7 @@ where
             }
         }
     };
-    let task: Arc<dyn TaskControl> = task;
+    let task = TaskRef::Shared(task);
     // SAFETY: the frame came from the pool in INIT and is ours; the pool's
     // `all` list keeps it alive for as long as the coroutine exists; `f`'s
     // borrows outlive its run or drop (this function's contract).
@@ -960,4 +986,21 @@ pub fn current_scheduler() -> Option<Arc<dyn Schedule>> {
     let fiber = current::get();
     // SAFETY: the running fiber reads its own scheduler slot.
     (!fiber.is_null()).then(|| unsafe { (*fiber).scheduler() })
+}
+
+#[cfg(all(test, not(loom)))]
+mod block_tests {
+    use super::*;
+
+    #[test]
+    fn the_join_block_of_a_small_value_comes_from_the_pool() {
+        assert!(
+            crate::block::pooled::<Task<()>>(),
+            "Task<()> outgrew the pool's size class"
+        );
+        assert!(
+            crate::block::pooled::<Task<[u64; 4]>>(),
+            "Task<[u64; 4]> outgrew the pool's size class"
+        );
+    }
 }

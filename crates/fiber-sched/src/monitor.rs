@@ -98,6 +98,8 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
                 shared.pool.trim();
             }
             idle_frames_seen = idle;
+            // Join blocks idle since the last check go back too.
+            fiber_core::trim_join_blocks();
             // Dead timer entries (waits that ended early) of big wheels go
             // once a second, not only when a wheel doubles.
             shared.timers.purge_dead(crate::timer::PURGE_FLOOR);
