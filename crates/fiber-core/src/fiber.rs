@@ -930,6 +930,7 @@ impl Fiber {
         };
         fiber.state.transition_to_final(FiberState::Running, to);
         sched.frames().release(fiber);
+        crate::counts::release(sched);
     }
 
     /// Keep `fiber` (a strong count of its own frame) in the frame's spare

@@ -68,6 +68,8 @@
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 mod block;
+#[cfg(not(loom))]
+mod counts;
 mod sync;
 
 pub mod state;

@@ -133,8 +133,12 @@ impl FramePool {
     }
 
     /// Let this thread cache frames of `pool` (workers call this once at
-    /// start). Without it, frames go straight to the global queue.
+    /// start). Without it, frames go straight to the global queue. The
+    /// thread also keeps a bank of its scheduler's reference counts for
+    /// the frames it prepares and finishes (`counts.rs`), given back by
+    /// [`unregister_thread`](Self::unregister_thread) or at thread exit.
     pub fn register_thread(pool: &std::sync::Arc<FramePool>) {
+        crate::counts::enable();
         CACHE.with(|c| {
             let mut cache = c.borrow_mut();
             let old: Vec<_> = cache.frames.drain(..).collect();
@@ -148,9 +152,11 @@ impl FramePool {
         });
     }
 
-    /// Return this thread's cached frames to the global queue (workers call
-    /// this before they exit).
+    /// Return this thread's cached frames to the global queue and its
+    /// banked scheduler counts to their scheduler (workers call this before
+    /// they exit).
     pub fn unregister_thread() {
+        crate::counts::disable();
         CACHE.with(|c| {
             let mut cache = c.borrow_mut();
             let frames: Vec<_> = cache.frames.drain(..).collect();

@@ -791,7 +791,15 @@ where
     // SAFETY: the frame came from the pool in INIT and is ours; the pool's
     // `all` list keeps it alive for as long as the coroutine exists.
     unsafe {
-        Fiber::prepare(&frame, id, sched.clone(), TaskRef::joined(&task), location, stack, body);
+        Fiber::prepare(
+            &frame,
+            id,
+            crate::counts::acquire(sched),
+            TaskRef::joined(&task),
+            location,
+            stack,
+            body,
+        );
     }
     if crate::kind::fiber_spans() {
         let span = tracing::info_span!(
@@ -912,7 +920,7 @@ where
     // `all` list keeps it alive for as long as the coroutine exists; `f`'s
     // borrows outlive its run or drop (this function's contract).
     unsafe {
-        Fiber::prepare(&frame, id, sched.clone(), task, location, stack, body);
+        Fiber::prepare(&frame, id, crate::counts::acquire(sched), task, location, stack, body);
     }
     if crate::kind::fiber_spans() {
         let span = tracing::info_span!(
