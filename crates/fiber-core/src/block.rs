@@ -82,7 +82,16 @@ unsafe impl<T: Send + Sync> Sync for BlockArc<T> {}
 
 impl<T> BlockArc<T> {
     /// A block holding `value`, with one owner.
+    #[cfg(any(test, loom))]
     pub(crate) fn new(value: T) -> BlockArc<T> {
+        let [owner] = BlockArc::new_owners(value);
+        owner
+    }
+
+    /// A block holding `value`, with `N` owners from the start (one count
+    /// store instead of `N - 1` atomic increments).
+    pub(crate) fn new_owners<const N: usize>(value: T) -> [BlockArc<T>; N] {
+        const { assert!(N > 0) };
         let layout = cell_layout::<T>();
         let raw = if pooled::<T>() {
             pool::take()
@@ -97,15 +106,29 @@ impl<T> BlockArc<T> {
         unsafe {
             cell.as_ptr().write(Cell {
                 header: Header {
-                    refs: AtomicUsize::new(1),
+                    refs: AtomicUsize::new(N),
                     destroy: destroy::<T>,
                 },
                 value,
             })
         };
-        BlockArc {
+        [(); N].map(|()| BlockArc {
             cell,
             _owns: PhantomData,
+        })
+    }
+
+    /// This owner, seen as `D` through `view` (as [`erase`](Self::erase),
+    /// but the owner's count moves to the view instead of a new one being
+    /// taken).
+    pub(crate) fn into_dyn<D: ?Sized>(self, view: fn(*const T) -> *const D) -> BlockDyn<D> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `value` is a field of a live cell.
+        let value = unsafe { &raw const (*this.cell.as_ptr()).value };
+        BlockDyn {
+            header: this.header(),
+            // SAFETY: as in `erase`.
+            value: unsafe { NonNull::new_unchecked(view(value).cast_mut()) },
         }
     }
 
@@ -583,6 +606,19 @@ mod tests {
         drop(d);
         assert_eq!(drops.load(std::sync::atomic::Ordering::Relaxed), 0);
         drop(d2);
+        assert_eq!(drops.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn owners_made_together_and_moved_into_views_count_once_each() {
+        let drops = StdAtomicUsize::new(0);
+        let [a, b, c] = BlockArc::new_owners(Counted(&drops, [3, 0]));
+        let view = c.into_dyn(|t| t as *const dyn Name);
+        drop(a);
+        drop(b);
+        assert_eq!(view.name(), 3);
+        assert_eq!(drops.load(std::sync::atomic::Ordering::Relaxed), 0);
+        drop(view);
         assert_eq!(drops.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 

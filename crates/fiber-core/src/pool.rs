@@ -16,8 +16,9 @@ use crate::fiber::RunOutcome;
 use crate::sched::Runnable;
 use crate::stack::{FiberStack, StackAllocator, StackConfig};
 use crate::state::{Actor, FiberState};
-use crate::sync::{lock, Arc, AtomicU8, AtomicUsize, Mutex, Ordering};
+use crate::sync::{lock, Arc, AtomicIsize, AtomicU8, AtomicUsize, Mutex, Ordering};
 use std::cell::RefCell;
+
 use std::fmt;
 use std::io;
 
@@ -25,6 +26,9 @@ use std::io;
 /// Large enough to absorb a spawn/finish burst of one worker, small enough
 /// that idle workers do not hoard frames.
 pub const LOCAL_CACHE: usize = 64;
+/// Shards of a pool's in-use count (shard 0 for threads that did not
+/// register; registered threads spread over the others).
+const IN_USE_SHARDS: usize = 8;
 
 /// Frames moved at once between a thread's cache and the global side: a
 /// full cache hands its older half over, an empty one takes a batch back.
@@ -81,10 +85,16 @@ pub struct FramePool {
     /// Every frame this pool created, for shutdown and diagnostics.
     all: Mutex<Vec<Arc<Fiber>>>,
     allocated: AtomicUsize,
-    /// Bumped at every spawn (spawner's core) and every finish (the
-    /// finishing worker's core): on a cache line of its own, so that those
-    /// writes do not bounce the line holding `phase`, read at every spawn.
-    in_use: crossbeam_utils::CachePadded<AtomicUsize>,
+    /// Frames in use, as the sum of per-thread shards: bumped at every
+    /// spawn on the spawner's shard and dropped at every finish on the
+    /// finishing thread's, so in spawn-join (one worker spawns, another
+    /// finishes) no counter line moves between the two cores. A shard may
+    /// go negative; the sum is exact once the changes are visible. Each
+    /// shard has a cache line of its own (away from `phase`, read at every
+    /// spawn). Threads that did not register use shard 0.
+    in_use: [crossbeam_utils::CachePadded<AtomicIsize>; IN_USE_SHARDS],
+    /// The next registering thread's shard (1 and up, wrapping).
+    next_shard: AtomicUsize,
     guarded: AtomicUsize,
     unguarded: AtomicUsize,
     stacks: StackAllocator,
@@ -94,11 +104,13 @@ pub struct FramePool {
 
 thread_local! {
     /// This thread's frame cache: (pool id, frames).
-    static CACHE: RefCell<LocalCache> = const { RefCell::new(LocalCache { pool: 0, frames: Vec::new(), owner: None }) };
+    static CACHE: RefCell<LocalCache> = const { RefCell::new(LocalCache { pool: 0, shard: 0, frames: Vec::new(), owner: None }) };
 }
 
 struct LocalCache {
     pool: usize,
+    /// This thread's shard of `pool`'s `in_use` count.
+    shard: usize,
     frames: Vec<Arc<Fiber>>,
     /// Where to return the frames when the thread exits.
     owner: Option<std::sync::Weak<FramePool>>,
@@ -124,7 +136,8 @@ impl FramePool {
             batched: AtomicUsize::new(0),
             all: Mutex::new(Vec::new()),
             allocated: AtomicUsize::new(0),
-            in_use: crossbeam_utils::CachePadded::new(AtomicUsize::new(0)),
+            in_use: std::array::from_fn(|_| crossbeam_utils::CachePadded::new(AtomicIsize::new(0))),
+            next_shard: AtomicUsize::new(0),
             guarded: AtomicUsize::new(0),
             unguarded: AtomicUsize::new(0),
             stacks: StackAllocator::new(config),
@@ -148,6 +161,8 @@ impl FramePool {
                 }
             }
             cache.pool = pool.id;
+            // Relaxed: a spread of threads over shards, nothing more.
+            cache.shard = 1 + pool.next_shard.fetch_add(1, Ordering::Relaxed) % (IN_USE_SHARDS - 1);
             cache.owner = Some(std::sync::Arc::downgrade(pool));
         });
     }
@@ -166,7 +181,25 @@ impl FramePool {
                 }
             }
             cache.pool = 0;
+            cache.shard = 0;
         });
+    }
+
+    /// Add `delta` to the in-use count, on this thread's shard.
+    fn count_in_use(&self, delta: isize) {
+        let shard = CACHE
+            .try_with(|c| {
+                let cache = c.borrow();
+                if cache.pool == self.id {
+                    cache.shard
+                } else {
+                    0
+                }
+            })
+            .unwrap_or(0);
+        // Relaxed: a count read for statistics and shutdown's wait, which
+        // tolerate a change becoming visible late (as before sharding).
+        self.in_use[shard].fetch_add(delta, Ordering::Relaxed);
     }
 
     /// Usable bytes of each stack.
@@ -210,7 +243,7 @@ impl FramePool {
                 }
             },
         };
-        self.in_use.fetch_add(1, Ordering::Relaxed);
+        self.count_in_use(1);
         Ok((frame, stack))
     }
 
@@ -231,7 +264,7 @@ impl FramePool {
                 Ok((frame, stack))
             }
             Err(e) => {
-                self.in_use.fetch_sub(1, Ordering::Relaxed);
+                self.count_in_use(-1);
                 self.idle.push(frame);
                 Err(e)
             }
@@ -241,7 +274,7 @@ impl FramePool {
     /// Take back a frame whose fiber finished (DONE or CANCELLED).
     pub(crate) fn release(&self, frame: Arc<Fiber>) {
         frame.state.transition_to_init();
-        self.in_use.fetch_sub(1, Ordering::Relaxed);
+        self.count_in_use(-1);
         if let Some(frame) = self.push_local(frame) {
             self.idle.push(frame);
         }
@@ -349,7 +382,12 @@ impl FramePool {
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             allocated: self.allocated.load(Ordering::Relaxed),
-            in_use: self.in_use.load(Ordering::Relaxed),
+            in_use: self
+                .in_use
+                .iter()
+                .map(|shard| shard.load(Ordering::Relaxed))
+                .sum::<isize>()
+                .max(0) as usize,
             guarded_stacks: self.guarded.load(Ordering::Relaxed),
             unguarded_stacks: self.unguarded.load(Ordering::Relaxed),
         }
@@ -728,7 +766,7 @@ mod tests {
 
     /// `release` without the state step (these frames never ran).
     fn give_back(pool: &FramePool, frame: Arc<Fiber>) {
-        pool.in_use.fetch_sub(1, Ordering::Relaxed);
+        pool.count_in_use(-1);
         if let Some(frame) = pool.push_local(frame) {
             pool.idle.push(frame);
         }
@@ -737,6 +775,42 @@ mod tests {
     /// Frames a finishing thread gives back reach a spawning thread in
     /// batches: nothing is lost, no new frame is made while idle ones
     /// exist, and the global side holds exactly the frames no cache holds.
+    #[test]
+    fn the_in_use_count_sums_the_threads_shards() {
+        let pool = std::sync::Arc::new(FramePool::new(StackConfig::default()));
+        const N: usize = 100;
+        // Taken on one registered thread, given back on another and on an
+        // unregistered one: each thread's shard alone is off, the sum is
+        // the frames in use.
+        let taken: Vec<_> = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                FramePool::register_thread(&pool);
+                let taken: Vec<_> = (0..N).map(|_| pool.acquire().expect("a frame").0).collect();
+                FramePool::unregister_thread();
+                taken
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(pool.stats().in_use, N);
+        let mut taken = taken.into_iter();
+        {
+            let pool = pool.clone();
+            let half: Vec<_> = taken.by_ref().take(N / 2).collect();
+            std::thread::spawn(move || {
+                FramePool::register_thread(&pool);
+                half.into_iter().for_each(|frame| give_back(&pool, frame));
+                FramePool::unregister_thread();
+            })
+            .join()
+            .unwrap();
+        }
+        assert_eq!(pool.stats().in_use, N - N / 2);
+        taken.for_each(|frame| give_back(&pool, frame));
+        assert_eq!(pool.stats().in_use, 0);
+    }
+
     #[test]
     fn frames_flow_between_thread_caches_in_batches() {
         let pool = std::sync::Arc::new(FramePool::new(StackConfig::default()));

@@ -690,7 +690,8 @@ where
     }
     let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
     let id = crate::fiber::next_fiber_id();
-    let task = BlockArc::new(Task {
+    // Three owners: the handle, the completion and the frame.
+    let [task, completion_task, frame_task] = BlockArc::new_owners(Task {
         id,
         cancel: AtomicBool::new(false),
         finished: AtomicBool::new(false),
@@ -707,7 +708,7 @@ where
         fiber: frame.clone(),
     });
     let mut completion = Completion {
-        task: task.clone(),
+        task: completion_task,
         id,
         armed: true,
         name: options.name.clone(),
@@ -795,7 +796,7 @@ where
             &frame,
             id,
             crate::counts::acquire(sched),
-            TaskRef::joined(&task),
+            TaskRef::Joined(frame_task.into_dyn(|t| t as *const dyn TaskControl)),
             location,
             stack,
             body,
