@@ -74,14 +74,29 @@ impl fmt::Display for FiberId {
 }
 
 pub(crate) fn next_fiber_id() -> FiberId {
-    // Not a protocol: a unique counter, never modeled. Padded: every spawn
+    // Not a protocol: a unique counter, never modeled, handed out to
+    // threads in blocks (`unique_id_above`): unique, above the spawner's
+    // id, but not in spawn order across threads. Padded: every block
     // writes it, and unpadded it shared a line with statics that every
     // worker reads on its hot paths (`tracing`'s dispatcher state, the
     // coarse clock's epoch), so each spawn took that line from the other
     // cores and their next read took it back.
     static NEXT: crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64> =
         crossbeam_utils::CachePadded::new(std::sync::atomic::AtomicU64::new(1));
-    FiberId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    thread_local! {
+        static BLOCK: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+    }
+    // A child's id is above its spawner's: teardown unwinds in descending
+    // id order so that a scoped child goes before the fiber whose stack it
+    // borrows (`FramePool::teardown`).
+    let spawner = current::get();
+    let floor = if spawner.is_null() {
+        0
+    } else {
+        // SAFETY: the running fiber reads its own id.
+        unsafe { (*spawner).id().0 }
+    };
+    FiberId(crate::kind::unique_id_above(&NEXT, &BLOCK, floor))
 }
 
 const NO_WORKER: usize = usize::MAX;

@@ -223,3 +223,92 @@ impl Drop for ExternalWait {
         EXTERNAL_WAITERS.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+/// Ids a thread takes from a shared counter at once.
+const ID_BLOCK: u64 = 256;
+
+/// The next id of the shared `counter`, taken from this thread's block of
+/// it (`block`: next and end of the block; a thread's first call, and
+/// every 256th, takes a new block). Ids are unique, and increasing on each
+/// thread, but not in call order across threads (as
+/// `std::thread::ThreadId`); the point is that a thread that makes many
+/// ids writes the shared counter's line once per block, not once per id.
+pub fn unique_id_from(
+    counter: &std::sync::atomic::AtomicU64,
+    block: &'static std::thread::LocalKey<std::cell::Cell<(u64, u64)>>,
+) -> u64 {
+    unique_id_above(counter, block, 0)
+}
+
+/// [`unique_id_from`], with an id greater than `floor`, an id the same
+/// counter gave out before: a thread whose block is at or below it takes a
+/// new block (every block taken after `floor`'s starts above it).
+pub fn unique_id_above(
+    counter: &std::sync::atomic::AtomicU64,
+    block: &'static std::thread::LocalKey<std::cell::Cell<(u64, u64)>>,
+    floor: u64,
+) -> u64 {
+    // Relaxed: uniqueness needs only the read-modify-write's atomicity.
+    let take = |n: u64| counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    block
+        .try_with(|cell| {
+            let (next, end) = cell.get();
+            if next < end && next > floor {
+                cell.set((next + 1, end));
+                return next;
+            }
+            let start = take(ID_BLOCK);
+            cell.set((start + 1, start + ID_BLOCK));
+            start
+        })
+        // During thread-local teardown: one id at a time.
+        .unwrap_or_else(|_| take(1))
+}
+
+#[cfg(all(test, not(loom)))]
+mod id_tests {
+    use super::*;
+
+    static COUNTER: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static BLOCK: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+    }
+
+    #[test]
+    fn ids_from_blocks_are_unique_across_threads_and_increasing_on_each() {
+        let per_thread: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..1000).map(|_| unique_id_from(&COUNTER, &BLOCK)).collect::<Vec<_>>()))
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for ids in &per_thread {
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "increasing on one thread");
+        }
+        let mut all: Vec<u64> = per_thread.into_iter().flatten().collect();
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "every id is unique");
+        assert!(all[0] >= 1, "ids start at the counter's first value");
+    }
+
+    #[test]
+    fn an_id_above_a_floor_from_another_threads_newer_block_is_above_it() {
+        static COUNTER2: AtomicU64 = AtomicU64::new(1);
+        thread_local! {
+            static BLOCK2: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+        }
+        // This thread's block is older than the other thread's.
+        let mine = unique_id_from(&COUNTER2, &BLOCK2);
+        let theirs = std::thread::spawn(|| unique_id_from(&COUNTER2, &BLOCK2))
+            .join()
+            .unwrap();
+        assert!(theirs > mine);
+        // A child of the fiber with id `theirs`, spawned here, gets a
+        // greater id even though this thread's block has ids below it.
+        let child = unique_id_above(&COUNTER2, &BLOCK2, theirs);
+        assert!(child > theirs, "{child} > {theirs}");
+        assert!(unique_id_from(&COUNTER2, &BLOCK2) > child, "the new block continues");
+    }
+}

@@ -116,6 +116,7 @@ pub use kind::{
     external_wait, external_waiters, fiber_spans, io_poll, note_external_wait, park_backtraces, set_fiber_spans,
     set_io_poll, set_park_backtraces, ExternalWait, IoPoll, IoWaiter, WaitKind, WaitOn,
 };
+pub use kind::{unique_id_above, unique_id_from};
 #[cfg(not(loom))]
 pub use park::{current_handle, park, park_timeout, FiberHandle, ParkToken};
 #[cfg(not(loom))]

@@ -323,7 +323,12 @@ fn next_job_id() -> u64 {
     // on their hot paths may share its line.
     static NEXT: crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64> =
         crossbeam_utils::CachePadded::new(std::sync::atomic::AtomicU64::new(1));
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    thread_local! {
+        static BLOCK: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+    }
+    // Taken in blocks per thread: unique, not in creation order across
+    // threads.
+    fiber_core::unique_id_from(&NEXT, &BLOCK)
 }
 
 /// Apply a checked transition (under the job lock for finalize, by CAS for
