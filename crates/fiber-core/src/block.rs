@@ -30,13 +30,19 @@ const BLOCK_SIZE: usize = 256;
 const BLOCK_ALIGN: usize = 16;
 
 /// Give the memory of idle join blocks back to the allocator: the blocks
-/// that threads handed to the shared free list beyond a few, if no thread
-/// has taken from that list since the previous call (so a caller that
-/// calls this periodically frees them once the spawn bursts have stopped).
-/// Returns how many blocks were freed. The scheduler's monitor calls it
-/// once a second.
+/// that threads handed to the shared free list and that stayed unused
+/// since the previous trim, beyond a few (256). A call less than 0.9 s
+/// after the previous one frees nothing (every runtime's monitor calls
+/// this once a second, and the pool is the process's). Returns how many
+/// blocks were freed.
 pub fn trim_join_blocks() -> usize {
-    pool::trim()
+    trim_join_blocks_at(std::time::Instant::now())
+}
+
+/// [`trim_join_blocks`] as of `now` (for a caller with a clock of its own,
+/// such as a test on virtual time).
+pub fn trim_join_blocks_at(now: std::time::Instant) -> usize {
+    pool::trim(now)
 }
 
 /// The header every block starts with.
@@ -73,6 +79,10 @@ pub(crate) struct BlockArc<T> {
     cell: NonNull<Cell<T>>,
     _owns: PhantomData<Cell<T>>,
 }
+
+// As `Arc<T>`: an owner is a pointer, movable whatever `T` is (the value
+// itself never moves).
+impl<T> Unpin for BlockArc<T> {}
 
 // SAFETY: as `Arc<T>`: the value is shared between the owners (`Sync`) and
 // dropped by whichever owner goes last (`Send`).
@@ -121,7 +131,11 @@ impl<T> BlockArc<T> {
     /// This owner, seen as `D` through `view` (as [`erase`](Self::erase),
     /// but the owner's count moves to the view instead of a new one being
     /// taken).
-    pub(crate) fn into_dyn<D: ?Sized>(self, view: fn(*const T) -> *const D) -> BlockDyn<D> {
+    ///
+    /// # Safety
+    ///
+    /// As [`erase`](Self::erase).
+    pub(crate) unsafe fn into_dyn<D: ?Sized>(self, view: fn(*const T) -> *const D) -> BlockDyn<D> {
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: `value` is a field of a live cell.
         let value = unsafe { &raw const (*this.cell.as_ptr()).value };
@@ -134,14 +148,20 @@ impl<T> BlockArc<T> {
 
     /// A counted reference to the same block, seen as `D` through `view`
     /// (an unsizing cast such as `|t| t as *const dyn Trait`).
-    pub(crate) fn erase<D: ?Sized>(&self, view: fn(*const T) -> *const D) -> BlockDyn<D> {
+    ///
+    /// # Safety
+    ///
+    /// `view` returns the pointer it is given, only unsized (a cast to a
+    /// trait object that `T` implements); `D` may claim no auto trait
+    /// (`Send`, `Sync`) that `T` lacks.
+    pub(crate) unsafe fn erase<D: ?Sized>(&self, view: fn(*const T) -> *const D) -> BlockDyn<D> {
         let header = retain(self.header());
         // SAFETY: `value` is a field of a live cell.
         let value = unsafe { &raw const (*self.cell.as_ptr()).value };
         BlockDyn {
             header,
             // SAFETY: `view` maps the non-null pointer to the value to a
-            // pointer to the same value (an unsizing cast).
+            // pointer to the same value (an unsizing cast; the contract).
             value: unsafe { NonNull::new_unchecked(view(value).cast_mut()) },
         }
     }
@@ -294,7 +314,7 @@ mod pool {
         NonNull::new(unsafe { std::alloc::alloc(LAYOUT) }).unwrap_or_else(|| std::alloc::handle_alloc_error(LAYOUT))
     }
 
-    pub(crate) fn trim() -> usize {
+    pub(crate) fn trim(_now: std::time::Instant) -> usize {
         0
     }
 
@@ -313,8 +333,8 @@ mod pool {
     use std::alloc::Layout;
     use std::cell::RefCell;
     use std::ptr::NonNull;
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     use std::sync::Mutex;
+    use std::time::{Duration, Instant};
 
     pub(super) const LAYOUT: Layout = match Layout::from_size_align(BLOCK_SIZE, BLOCK_ALIGN) {
         Ok(layout) => layout,
@@ -329,6 +349,8 @@ mod pool {
     const GLOBAL_BATCHES: usize = 4096;
     /// Batches `trim` leaves in the global list (256 blocks).
     const TRIM_KEEP: usize = 8;
+    /// The least time between two trims that free.
+    const TRIM_GAP: Duration = Duration::from_millis(900);
 
     /// A free block, linked through its first word.
     struct Free {
@@ -377,23 +399,35 @@ mod pool {
     /// The free list shared by all threads: full batches given up by
     /// threads, taken whole by threads whose cache ran dry.
     struct Shared {
-        batches: Mutex<Vec<List>>,
-        /// Batches taken since the last `trim`.
-        taken: AtomicUsize,
+        state: Mutex<State>,
+    }
+
+    struct State {
+        /// Full batches, taken from and given to the end.
+        batches: Vec<List>,
+        /// The fewest batches the list held since the last trim: the
+        /// first `low` batches sat unused all that time.
+        low: usize,
+        /// When the last trim freed (or found nothing to free).
+        last_trim: Option<Instant>,
     }
 
     impl Shared {
         const fn new() -> Shared {
             Shared {
-                batches: Mutex::new(Vec::new()),
-                taken: AtomicUsize::new(0),
+                state: Mutex::new(State {
+                    batches: Vec::new(),
+                    // No trim yet: everything counts as unused.
+                    low: usize::MAX,
+                    last_trim: None,
+                }),
             }
         }
 
-        fn batches(&self) -> std::sync::MutexGuard<'_, Vec<List>> {
-            // Nothing panics while holding the lock (a `Vec` push within
-            // its reserved capacity, a pop, a drain).
-            self.batches.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        fn state(&self) -> std::sync::MutexGuard<'_, State> {
+            // Nothing panics while holding the lock (a push after its
+            // `reserve`, a pop, a drain; an allocation failure aborts).
+            self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
         }
 
         /// Keep `list` (or free it if the list is full).
@@ -401,35 +435,43 @@ mod pool {
             if list.len == 0 {
                 return;
             }
-            let mut batches = self.batches();
-            if batches.len() < GLOBAL_BATCHES {
-                batches.reserve(1);
-                batches.push(list);
+            let mut state = self.state();
+            if state.batches.len() < GLOBAL_BATCHES {
+                state.batches.reserve(1);
+                state.batches.push(list);
             } else {
-                drop(batches);
+                drop(state);
                 list.free_all();
             }
         }
 
         fn take_batch(&self) -> Option<List> {
-            let batch = self.batches().pop()?;
-            // Relaxed: a hint for `trim`.
-            self.taken.fetch_add(1, Relaxed);
+            let mut state = self.state();
+            let batch = state.batches.pop()?;
+            state.low = state.low.min(state.batches.len());
             Some(batch)
         }
 
-        /// Free the batches beyond `TRIM_KEEP` if none was taken since the
-        /// last call; returns how many blocks were freed.
-        fn trim(&self) -> usize {
-            // Relaxed: a hint; a take racing with this only keeps blocks
-            // one more period.
-            if self.taken.swap(0, Relaxed) != 0 {
-                return 0;
-            }
+        /// Free the batches that went unused since the last trim, beyond
+        /// `TRIM_KEEP`; a call less than `TRIM_GAP` after the last one
+        /// does nothing (several runtimes' monitors call it). Returns how
+        /// many blocks were freed.
+        fn trim(&self, now: Instant) -> usize {
             let surplus: Vec<List> = {
-                let mut batches = self.batches();
-                let keep = batches.len().min(TRIM_KEEP);
-                batches.drain(keep..).collect()
+                let mut state = self.state();
+                if state
+                    .last_trim
+                    .is_some_and(|last| now.saturating_duration_since(last) < TRIM_GAP)
+                {
+                    return 0;
+                }
+                state.last_trim = Some(now);
+                let unused = state.low.min(state.batches.len());
+                let free = unused.saturating_sub(TRIM_KEEP);
+                // The unused batches are the oldest, at the front.
+                let surplus = state.batches.drain(..free).collect();
+                state.low = state.batches.len();
+                surplus
             };
             let mut freed = 0;
             for mut list in surplus {
@@ -442,8 +484,8 @@ mod pool {
 
     static GLOBAL: Shared = Shared::new();
 
-    pub(crate) fn trim() -> usize {
-        GLOBAL.trim()
+    pub(crate) fn trim(now: Instant) -> usize {
+        GLOBAL.trim(now)
     }
 
     /// A thread's cache: blocks are taken from and given to `active`; a
@@ -533,26 +575,43 @@ mod pool {
             list
         }
 
+        fn drain_all(shared: &Shared) {
+            for mut list in shared.state().batches.drain(..) {
+                list.free_all();
+            }
+        }
+
         #[test]
-        fn trim_frees_the_shared_batches_beyond_a_few_once_nobody_takes_them() {
+        fn trim_frees_the_batches_unused_since_the_last_trim_beyond_a_few() {
             let shared = Shared::new();
-            let batches = 3 * TRIM_KEEP;
+            let t0 = Instant::now();
+            let batches = 4 * TRIM_KEEP;
             for _ in 0..batches {
                 shared.hand_over(fresh_batch());
             }
-            let taken = shared.take_batch().expect("a batch");
-            assert_eq!(
-                shared.trim(),
-                0,
-                "a batch was taken since the last trim: nothing is freed"
-            );
-            assert_eq!(shared.trim(), (batches - 1 - TRIM_KEEP) * BATCH);
-            assert_eq!(shared.trim(), 0, "only the kept batches are left");
-            assert_eq!(shared.batches().len(), TRIM_KEEP);
-            shared.hand_over(taken);
-            for mut list in shared.batches().drain(..) {
-                list.free_all();
+            // The first trim: nothing was seen in use.
+            assert_eq!(shared.trim(t0), (batches - TRIM_KEEP) * BATCH);
+            assert_eq!(shared.state().batches.len(), TRIM_KEEP);
+            // Batches handed over in a period are new, not unused: kept
+            // by the trim that ends it.
+            for _ in 0..batches {
+                shared.hand_over(fresh_batch());
             }
+            let period = TRIM_GAP + Duration::from_millis(1);
+            assert_eq!(shared.trim(t0 + period), 0);
+            // A steady trickle: the next period takes a batch and gives one
+            // back, so a take happened; what stayed unused below the
+            // lowest point, beyond the kept few, goes all the same.
+            let taken = shared.take_batch().expect("a batch");
+            shared.hand_over(taken);
+            let len = shared.state().batches.len();
+            assert_eq!(len, TRIM_KEEP + batches);
+            assert_eq!(shared.trim(t0 + 2 * period), (len - 1 - TRIM_KEEP) * BATCH);
+            assert_eq!(shared.state().batches.len(), TRIM_KEEP + 1);
+            // Too soon after a trim: nothing.
+            shared.hand_over(fresh_batch());
+            assert_eq!(shared.trim(t0 + 2 * period + Duration::from_millis(5)), 0);
+            drain_all(&shared);
         }
 
         #[test]
@@ -561,10 +620,8 @@ mod pool {
             for _ in 0..GLOBAL_BATCHES + 2 {
                 shared.hand_over(fresh_batch());
             }
-            assert_eq!(shared.batches().len(), GLOBAL_BATCHES);
-            for mut list in shared.batches().drain(..) {
-                list.free_all();
-            }
+            assert_eq!(shared.state().batches.len(), GLOBAL_BATCHES);
+            drain_all(&shared);
         }
     }
 }
@@ -597,7 +654,8 @@ mod tests {
         let drops = StdAtomicUsize::new(0);
         let a = BlockArc::new(Counted(&drops, [7, 0]));
         let b = a.clone();
-        let d = a.erase(|t| t as *const dyn Name);
+        // SAFETY: an unsizing cast of a `Counted`, which is `Name`.
+        let d = unsafe { a.erase(|t| t as *const dyn Name) };
         drop(a);
         drop(b);
         assert_eq!(d.name(), 7, "the erased reference still sees the value");
@@ -613,7 +671,8 @@ mod tests {
     fn owners_made_together_and_moved_into_views_count_once_each() {
         let drops = StdAtomicUsize::new(0);
         let [a, b, c] = BlockArc::new_owners(Counted(&drops, [3, 0]));
-        let view = c.into_dyn(|t| t as *const dyn Name);
+        // SAFETY: as above.
+        let view = unsafe { c.into_dyn(|t| t as *const dyn Name) };
         drop(a);
         drop(b);
         assert_eq!(view.name(), 3);
@@ -699,7 +758,8 @@ mod loom_tests {
         loom::model(|| {
             let seen = crate::sync::Arc::new(crate::sync::AtomicUsize::new(0));
             let block = BlockArc::new(Written(UnsafeCell::new(0), seen.clone()));
-            let other = block.erase(|w| w);
+            // SAFETY: the identity view.
+            let other = unsafe { block.erase(|w| w) };
             let t = loom::thread::spawn(move || {
                 // SAFETY: this thread is the only writer until it drops
                 // its reference; the main thread writes nothing.

@@ -30,10 +30,12 @@ pub(crate) fn release(sched: Arc<dyn Schedule>) {
     imp::release(sched)
 }
 
-/// Bank counts on this thread from now on (a worker registering with its
-/// pool).
-pub(crate) fn enable() {
-    imp::enable()
+/// Bank counts on this thread from now on, of the scheduler whose frame
+/// pool has id `pool` only (a worker registering with its pool). Counts of
+/// any other scheduler are taken and given back one by one, so a bank
+/// never holds another runtime alive.
+pub(crate) fn enable(pool: usize) {
+    imp::enable(pool)
 }
 
 /// Stop banking on this thread and give every banked count back.
@@ -52,96 +54,89 @@ mod imp {
     const KEEP_MAX: usize = 64;
 
     struct Bank {
-        enabled: Cell<bool>,
-        /// The scheduler whose counts the bank holds (as `Arc::as_ptr`
-        /// gives it); meaningful only while `counts > 0`.
+        /// The frame pool whose scheduler's counts this thread banks (0:
+        /// none).
+        pool: Cell<usize>,
+        /// That scheduler, as `Arc::into_raw` gave it; set with the first
+        /// banked count, meaningful while `counts > 0`.
         sched: Cell<Option<NonNull<dyn Schedule>>>,
         /// Strong counts of `sched` that this bank owns.
         counts: Cell<usize>,
     }
 
     impl Bank {
-        /// Does the bank hold counts of `sched`'s allocation?
-        fn holds(&self, sched: &Arc<dyn Schedule>) -> bool {
-            self.counts.get() > 0
-                && self
-                    .sched
-                    .get()
-                    .is_some_and(|p| std::ptr::addr_eq(p.as_ptr(), Arc::as_ptr(sched)))
+        /// Does this thread bank counts of `sched`?
+        fn banks(&self, sched: &Arc<dyn Schedule>) -> bool {
+            let pool = self.pool.get();
+            pool != 0 && sched.frames().id == pool
         }
 
-        /// Give `n` banked counts back.
+        /// Give `n` banked counts back (all if fewer).
         fn give_back(&self, n: usize) {
             let Some(sched) = self.sched.get() else { return };
             let n = n.min(self.counts.get());
             self.counts.set(self.counts.get() - n);
             for _ in 0..n {
-                // SAFETY: the bank owns `counts` strong counts of the `Arc`
-                // that `sched` points into (taken by `acquire`'s refill or
-                // deposited by `release`); this gives one up.
+                // SAFETY: `sched` came from `Arc::into_raw`, and the bank
+                // owns `counts` strong counts of that `Arc` (each put in by
+                // an `into_raw`); this gives one up.
                 drop(unsafe { Arc::from_raw(sched.as_ptr().cast_const()) });
             }
+        }
+
+        /// Put one strong count, owned by `sched`, into the bank.
+        fn deposit(&self, sched: Arc<dyn Schedule>) {
+            let raw = Arc::into_raw(sched);
+            // SAFETY: `into_raw` never returns null.
+            self.sched.set(Some(unsafe { NonNull::new_unchecked(raw.cast_mut()) }));
+            self.counts.set(self.counts.get() + 1);
         }
     }
 
     impl Drop for Bank {
         fn drop(&mut self) {
             // The thread exits without having unregistered.
+            self.pool.set(0);
             self.give_back(usize::MAX);
         }
     }
 
     thread_local! {
         static BANK: Bank = const {
-            Bank { enabled: Cell::new(false), sched: Cell::new(None), counts: Cell::new(0) }
+            Bank { pool: Cell::new(0), sched: Cell::new(None), counts: Cell::new(0) }
         };
     }
 
     pub(super) fn acquire(sched: &Arc<dyn Schedule>) -> Arc<dyn Schedule> {
-        let banked = BANK.try_with(|bank| {
-            if !bank.enabled.get() {
-                return false;
+        let taken = BANK.try_with(|bank| {
+            if !bank.banks(sched) {
+                return None;
             }
-            if !bank.holds(sched) {
-                // Counts of another scheduler (or none): start over with
-                // this one.
-                bank.give_back(usize::MAX);
+            if bank.counts.get() == 0 {
                 for _ in 0..REFILL {
-                    std::mem::forget(Arc::clone(sched));
+                    bank.deposit(sched.clone());
                 }
-                bank.sched.set(Some(NonNull::from(&**sched)));
-                bank.counts.set(REFILL);
             }
+            let raw = bank.sched.get()?;
             bank.counts.set(bank.counts.get() - 1);
-            true
+            // SAFETY: `raw` came from `Arc::into_raw` of an `Arc` of
+            // `sched`'s allocation (one scheduler per pool), and the bank
+            // owned at least one count of it, which it gives to this `Arc`.
+            Some(unsafe { Arc::from_raw(raw.as_ptr().cast_const()) })
         });
-        if banked == Ok(true) {
-            // SAFETY: the bank owned at least one strong count of `sched`'s
-            // allocation (`holds`, or the refill just above) and gave it
-            // up to this `Arc`.
-            unsafe { Arc::from_raw(Arc::as_ptr(sched)) }
-        } else {
-            sched.clone()
+        match taken {
+            Ok(Some(count)) => count,
+            _ => sched.clone(),
         }
     }
 
     pub(super) fn release(sched: Arc<dyn Schedule>) {
         let mut owned = Some(sched);
         let _ = BANK.try_with(|bank| {
-            let Some(sched) = owned.as_ref() else { return };
-            if !bank.enabled.get() {
+            let Some(sched) = owned.take_if(|s| bank.banks(s)) else {
                 return;
-            }
-            if !bank.holds(sched) {
-                if bank.counts.get() > 0 {
-                    // Another scheduler's counts: leave them.
-                    return;
-                }
-                bank.sched.set(Some(NonNull::from(&**sched)));
-            }
-            // The count moves into the bank.
-            std::mem::forget(owned.take());
-            bank.counts.set(bank.counts.get() + 1);
+            };
+            bank.deposit(sched);
             if bank.counts.get() > KEEP_MAX {
                 bank.give_back(REFILL);
             }
@@ -149,13 +144,22 @@ mod imp {
         drop(owned);
     }
 
-    pub(super) fn enable() {
-        let _ = BANK.try_with(|bank| bank.enabled.set(true));
+    pub(super) fn enable(pool: usize) {
+        let _ = BANK.try_with(|bank| {
+            if bank.pool.get() != pool {
+                // Nothing is banked while the old counts go (their drop
+                // may run a scheduler's destructor, which may finish
+                // fibers on this thread).
+                bank.pool.set(0);
+                bank.give_back(usize::MAX);
+                bank.pool.set(pool);
+            }
+        });
     }
 
     pub(super) fn disable() {
         let _ = BANK.try_with(|bank| {
-            bank.enabled.set(false);
+            bank.pool.set(0);
             bank.give_back(usize::MAX);
         });
     }
@@ -187,15 +191,16 @@ mod tests {
         let spawner = {
             let sched = sched.clone();
             std::thread::spawn(move || {
-                enable();
+                enable(sched.frames().id);
                 for _ in 0..1000 {
                     tx.send(acquire(&sched)).unwrap();
                 }
                 disable();
             })
         };
+        let pool = sched.frames().id;
         let finisher = std::thread::spawn(move || {
-            enable();
+            enable(pool);
             let mut n = 0;
             for frame_count in rx {
                 release(frame_count);
@@ -211,18 +216,23 @@ mod tests {
     }
 
     #[test]
-    fn a_bank_holds_counts_of_one_scheduler_and_switches_cleanly() {
+    fn a_bank_holds_counts_of_its_own_pools_scheduler_only() {
         let (a, b) = (TestScheduler::new(), TestScheduler::new());
         let (a, b) = (a.scheduler(), b.scheduler());
         let (base_a, base_b) = (strong(&a), strong(&b));
         std::thread::scope(|s| {
             s.spawn(|| {
-                enable();
+                enable(a.frames().id);
                 let from_a: Vec<_> = (0..10).map(|_| acquire(&a)).collect();
                 assert!(strong(&a) >= base_a + 10, "each frame's count is real");
-                let from_b: Vec<_> = (0..10).map(|_| acquire(&b)).collect();
+                // A spawn into another runtime from this worker, and its
+                // finish here: one count taken and given back, none banked
+                // (a banked count would keep that runtime alive).
+                let from_b = acquire(&b);
+                assert_eq!(strong(&b), base_b + 1);
+                release(from_b);
+                assert_eq!(strong(&b), base_b, "no count of another scheduler stays in the bank");
                 from_a.into_iter().for_each(release);
-                from_b.into_iter().for_each(release);
                 disable();
             });
         });
@@ -236,7 +246,7 @@ mod tests {
         let base = strong(&sched);
         let moved = sched.clone();
         std::thread::spawn(move || {
-            enable();
+            enable(moved.frames().id);
             let frame_count = acquire(&moved);
             release(frame_count);
             drop(moved);

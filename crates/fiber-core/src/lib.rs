@@ -102,7 +102,7 @@ mod task;
 pub mod testing;
 mod wait;
 
-pub use block::trim_join_blocks;
+pub use block::{trim_join_blocks, trim_join_blocks_at};
 #[cfg(not(loom))]
 pub use dump::{advance_coarse_clock, Dump, FiberInfo};
 #[cfg(not(loom))]

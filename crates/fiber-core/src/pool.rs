@@ -75,7 +75,7 @@ pub struct ParkedFiber {
 
 /// Pooled fiber frames and stacks of one runtime.
 pub struct FramePool {
-    id: usize,
+    pub(crate) id: usize,
     idle: crossbeam_queue::SegQueue<Arc<Fiber>>,
     /// Batches of `TRANSFER_BATCH` idle frames handed over by full thread
     /// caches, taken whole by empty ones.
@@ -151,7 +151,7 @@ impl FramePool {
     /// the frames it prepares and finishes (`counts.rs`), given back by
     /// [`unregister_thread`](Self::unregister_thread) or at thread exit.
     pub fn register_thread(pool: &std::sync::Arc<FramePool>) {
-        crate::counts::enable();
+        crate::counts::enable(pool.id);
         CACHE.with(|c| {
             let mut cache = c.borrow_mut();
             let old: Vec<_> = cache.frames.drain(..).collect();

@@ -47,7 +47,9 @@ pub(crate) enum TaskRef {
 
 impl TaskRef {
     fn joined<T: Send + 'static>(task: &BlockArc<Task<T>>) -> TaskRef {
-        TaskRef::Joined(task.erase(|t| t as *const dyn TaskControl))
+        // SAFETY: an unsizing cast; `Task<T>` is `TaskControl`, `Send` and
+        // `Sync` (`T: Send`).
+        TaskRef::Joined(unsafe { task.erase(|t| t as *const dyn TaskControl) })
     }
 }
 
@@ -603,7 +605,9 @@ impl<T: Send> JoinHandle<T> {
         T: 'static,
     {
         Canceller {
-            task: self.task.erase(|t| t as *const dyn Cancel),
+            // SAFETY: an unsizing cast; `Task<T>` is `Cancel`, `Send` and
+            // `Sync` (`T: Send`).
+            task: unsafe { self.task.erase(|t| t as *const dyn Cancel) },
         }
     }
 }
@@ -789,6 +793,9 @@ where
             }
         }
     };
+    // SAFETY: an unsizing cast; `Task<T>` is `TaskControl`, `Send` and
+    // `Sync` (`T: Send`).
+    let frame_task = TaskRef::Joined(unsafe { frame_task.into_dyn(|t| t as *const dyn TaskControl) });
     // SAFETY: the frame came from the pool in INIT and is ours; the pool's
     // `all` list keeps it alive for as long as the coroutine exists.
     unsafe {
@@ -796,7 +803,7 @@ where
             &frame,
             id,
             crate::counts::acquire(sched),
-            TaskRef::Joined(frame_task.into_dyn(|t| t as *const dyn TaskControl)),
+            frame_task,
             location,
             stack,
             body,
@@ -1000,6 +1007,13 @@ pub fn current_scheduler() -> Option<Arc<dyn Schedule>> {
 #[cfg(all(test, not(loom)))]
 mod block_tests {
     use super::*;
+
+    #[test]
+    fn a_join_handle_is_unpin_whatever_its_value_as_with_arc() {
+        fn unpin<U: Unpin>() {}
+        unpin::<JoinHandle<std::marker::PhantomPinned>>();
+        unpin::<Canceller>();
+    }
 
     #[test]
     fn the_join_block_of_a_small_value_comes_from_the_pool() {

@@ -62,10 +62,12 @@ fn stack_pages_and_frames_go_back_after_a_burst() {
     let before_trim = rss();
     let released = sched.scheduler().frames().trim();
     // The join blocks the burst's fibers freed wait in the block pool for
-    // the next burst until two trims in a row find it untouched (a
-    // runtime's monitor trims once a second).
-    fiber_core::trim_join_blocks();
-    let blocks_freed = fiber_core::trim_join_blocks();
+    // the next burst until a trim finds them unused since the previous
+    // trim (a runtime's monitor trims once a second): two trims, a second
+    // apart on the pool's clock.
+    let now = std::time::Instant::now();
+    fiber_core::trim_join_blocks_at(now);
+    let blocks_freed = fiber_core::trim_join_blocks_at(now + std::time::Duration::from_secs(1));
     let freed_to_malloc = rss();
     // What the runtime freed (frames, join blocks) sits in glibc's heap,
     // which keeps free memory until asked; ask, so the number below is what
