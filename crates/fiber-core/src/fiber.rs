@@ -90,12 +90,17 @@ pub(crate) fn next_fiber_id() -> FiberId {
     // id order so that a scoped child goes before the fiber whose stack it
     // borrows (`FramePool::teardown`).
     let spawner = current::get();
-    let floor = if spawner.is_null() {
-        0
-    } else {
-        // SAFETY: the running fiber reads its own id.
-        unsafe { (*spawner).id().0 }
-    };
+    if spawner.is_null() {
+        // A plain thread (a `blocking` call, a thread holding a `Scope`)
+        // may spawn a scoped child of a fiber it knows nothing of, so a
+        // block it took earlier could be below that fiber's id: take a
+        // fresh id from the counter, above every id handed out so far
+        // (`adversarial_id_order.rs`). Relaxed: uniqueness needs only
+        // the read-modify-write's atomicity.
+        return FiberId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    }
+    // SAFETY: the running fiber reads its own id.
+    let floor = unsafe { (*spawner).id().0 };
     FiberId(crate::kind::unique_id_above(&NEXT, &BLOCK, floor))
 }
 
