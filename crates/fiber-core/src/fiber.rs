@@ -873,8 +873,13 @@ impl Fiber {
     /// The worker side: resume the coroutine until it yields, parks or ends.
     pub(crate) fn run(mut fiber: Arc<Fiber>, worker: usize) -> RunOutcome {
         fiber.last_worker.store(worker, Ordering::Relaxed);
-        let previous = current::replace(Arc::as_ptr(&fiber));
         loop {
+            // The span is entered and exited on the worker's stack, with
+            // the worker's `current` (not the fiber's): a subscriber's
+            // callback that parks or yields there (a `fiber::sync` lock in
+            // a layer) then acts as plain-thread code, instead of
+            // suspending a stack that is not the fiber's
+            // (`tracing_layers.rs`).
             // SAFETY: we hold execution ownership (the `Running` token), so
             // the span slot is ours until the commit below; the guard is
             // dropped before any transition that gives the fiber away.
@@ -884,15 +889,16 @@ impl Fiber {
                 .then(|| fiber.span.with(|s| unsafe { (*s).as_ref() }))
                 .flatten()
                 .map(|span| span.enter());
+            let previous = current::replace(Arc::as_ptr(&fiber));
             // SAFETY: as above for the coroutine slot; the fiber never
             // touches it.
             let result = fiber
                 .coroutine
                 .with_mut(|c| unsafe { (*c).as_mut().expect("a RUNNING fiber has a coroutine").resume(()) });
+            current::replace(previous);
             drop(entered);
             match result {
                 CoroutineResult::Yield(Suspend::Yield) => {
-                    current::replace(previous);
                     fiber.state.transition_to_runnable_from_running();
                     return RunOutcome::Yielded(Runnable::new(fiber, Actor::Worker));
                 }
@@ -907,7 +913,6 @@ impl Fiber {
                     let frame = unsafe { &*frame };
                     match frame.state.transition_to_parked(Actor::Worker) {
                         Commit::Parked => {
-                            current::replace(previous);
                             // From here a waker may own the fiber: do not
                             // touch it again (dropping `kept` only gives
                             // back a count).
@@ -922,7 +927,6 @@ impl Fiber {
                     }
                 }
                 CoroutineResult::Return(exit) => {
-                    current::replace(previous);
                     Fiber::finish(fiber, exit);
                     return RunOutcome::Finished;
                 }

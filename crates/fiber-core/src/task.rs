@@ -810,12 +810,7 @@ where
         );
     }
     if crate::kind::fiber_spans() {
-        let span = tracing::info_span!(
-            target: "fiber",
-            "fiber",
-            id = id.0,
-            name = options.name.as_deref().unwrap_or("")
-        );
+        let span = fiber_span(id, options.name.as_deref());
         // SAFETY: the frame is still INIT and ours (not scheduled yet).
         unsafe { frame.set_span(span) };
     }
@@ -931,12 +926,7 @@ where
         Fiber::prepare(&frame, id, crate::counts::acquire(sched), task, location, stack, body);
     }
     if crate::kind::fiber_spans() {
-        let span = tracing::info_span!(
-            target: "fiber",
-            "fiber",
-            id = id.0,
-            name = options.name.as_deref().unwrap_or("")
-        );
+        let span = fiber_span(id, options.name.as_deref());
         // SAFETY: the frame is still INIT and ours (not scheduled yet).
         unsafe { frame.set_span(span) };
     }
@@ -945,6 +935,17 @@ where
     frame.state.transition_to_runnable_from_init();
     sched.schedule(Runnable::new(frame, Actor::Spawner));
     Ok(id)
+}
+
+/// The span of a new fiber (`fiber_spans`): a root span, not a child of
+/// the spawner's (which would stay open until its last descendant's span
+/// closed, however long ago the spawner ended, and whose close then
+/// recursed down the whole chain), linked to the spawner's span by
+/// `follows_from` instead.
+fn fiber_span(id: FiberId, name: Option<&str>) -> tracing::Span {
+    let span = tracing::info_span!(target: "fiber", parent: None, "fiber", id = id.0, name = name.unwrap_or(""));
+    span.follows_from(tracing::Span::current());
+    span
 }
 
 /// Is the caller a fiber whose runtime owns `pool`?

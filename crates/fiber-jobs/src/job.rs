@@ -276,6 +276,9 @@ impl fiber_core::UnjoinedTask for JobCore {
 
 /// What a finalize does after it releases the job lock.
 struct Finalized {
+    /// The transition, logged once the lock is released.
+    from: JobState,
+    reason: Option<CancelReason>,
     state: JobState,
     waiters: Taken,
     failure_for_parent: Option<Failure>,
@@ -503,7 +506,7 @@ impl JobCore {
     /// do for this request).
     fn cancel_one(&self, reason: CancelReason) -> Option<Vec<Arc<JobCore>>> {
         crate::trace_event!("JOB_CANCEL_REQ", self.id);
-        let (fibers, children) = {
+        let (reason, fibers, children) = {
             let mut sync = lock(&self.sync);
             match self.state() {
                 JobState::Active => {
@@ -516,7 +519,6 @@ impl JobCore {
                     };
                     sync.reason = Some(reason);
                     let moved = transition(&self.state, JobState::Active, JobState::Cancelling, JobActor::Canceller);
-                    self.trace_transition(JobState::Active, JobState::Cancelling, Some(reason));
                     debug_assert!(moved, "state changes only under the job lock");
                     // Counted once per job: only the request that changed
                     // the state.
@@ -532,6 +534,7 @@ impl JobCore {
                 _ => return None,
             }
             (
+                sync.reason,
                 sync.fibers.clone(),
                 // Finished children (not swept yet) need no cancel.
                 sync.children
@@ -542,6 +545,9 @@ impl JobCore {
                     .collect::<Vec<_>>(),
             )
         };
+        // Logged outside the job's lock: a subscriber's callback may park
+        // the calling fiber (`tracing_layers.rs`).
+        self.trace_transition(JobState::Active, JobState::Cancelling, reason);
         // `interrupt` is the canceller's half of fiber-core's handshake
         // (`wait.rs::enter_parking`): state stored; fence(SeqCst); read the
         // fiber's state; wake it if it is PARKING or PARKED.
@@ -648,7 +654,6 @@ impl JobCore {
                 JobState::Completed
             };
             let moved = transition(&self.state, current, to, JobActor::Finalizer);
-            self.trace_transition(current, to, sync.reason);
             debug_assert!(moved, "state changes only under the job lock");
             sync.fibers.clear();
             // A failed child hands its failure to a non-supervisor parent
@@ -667,6 +672,8 @@ impl JobCore {
                 None
             };
             Some(Finalized {
+                from: current,
+                reason: sync.reason,
                 state: to,
                 waiters: sync.waiters.take_all(),
                 failure_for_parent: failure,
@@ -682,12 +689,16 @@ impl JobCore {
     /// waiters, report to the parent.
     fn after_finalize(self: &Arc<Self>, finalized: Finalized) {
         let Finalized {
+            from,
+            reason,
             state: final_state,
             waiters,
             failure_for_parent,
             discard,
             children,
         } = finalized;
+        // Outside the job's lock (see `cancel_one`).
+        self.trace_transition(from, final_state, reason);
         drop(children);
         // A panicking payload destructor must not stop the report to the
         // parent below (the scope would wait for this child forever).
@@ -790,6 +801,10 @@ impl JobCore {
         if state.is_terminal() {
             return Some(state);
         }
+        // Logged before the wait, not where the waiter is published (the
+        // fiber is PARKING there, under the job's lock, and a subscriber
+        // may park the calling fiber).
+        crate::trace_event!("JOB_WAIT_REGISTER", self.id);
         match fiber_wait(&Join(self), &mut WaitSlot::default(), WaitOptions::new()) {
             WaitResult::Ok => Some(self.state()),
             _ => None,
@@ -814,6 +829,8 @@ impl JobCore {
         if state.is_terminal() {
             return Some(state);
         }
+        // As in `join`.
+        crate::trace_event!("JOB_WAIT_REGISTER", self.id);
         match fiber_wait(
             &Join(self),
             &mut WaitSlot::default(),
@@ -924,7 +941,6 @@ impl Waitable for Join<'_> {
         if !io.counted {
             io.counted = true;
             bump(Counter::WaitersRegistered, 1);
-            crate::trace_event!("JOB_WAIT_REGISTER", self.0.id);
         }
         Publish::Published
     }
