@@ -57,13 +57,7 @@ impl Handle {
 
     /// The handle of the current runtime, or `None` on a plain thread.
     pub fn try_current() -> Option<Handle> {
-        let ctx = crate::worker::context::get();
-        if ctx.is_null() {
-            return None;
-        }
-        // SAFETY: a non-null context is this thread's live worker context.
-        let shared = unsafe { (*ctx).shared() };
-        Some(Handle { shared: shared.clone() })
+        current_shared().map(|shared| Handle { shared })
     }
 
     /// The runtime as the contract's scheduler.
@@ -249,4 +243,39 @@ where
         (Ok(()), None) => unreachable!("the root fiber finished without storing its value"),
         (Err(e), None) => panic!("fiber::{what}: the root fiber ended without a value: {e}"),
     }
+}
+
+/// Every runtime built in this process and not yet freed, for
+/// [`current_shared`]'s slow path.
+static LIVE: Mutex<Vec<std::sync::Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// Note a new runtime (its `Runtime::build`).
+pub(crate) fn register_live(shared: &Arc<Shared>) {
+    let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+    live.retain(|w| w.strong_count() > 0);
+    live.push(Arc::downgrade(shared));
+}
+
+/// The runtime the calling code belongs to: the running fiber's (a fiber
+/// of one runtime can run on another's thread: torn down there when its
+/// runtime was dropped inside the other's fiber, or on a plain thread),
+/// else the worker thread's. `None` on a plain thread outside any fiber.
+pub(crate) fn current_shared() -> Option<Arc<Shared>> {
+    let ctx = crate::worker::context::get();
+    let fiber_sched = fiber_core::current_scheduler();
+    if !ctx.is_null() {
+        // SAFETY: a non-null context is this thread's live worker context.
+        let shared = unsafe { (*ctx).shared() };
+        let same = fiber_sched
+            .as_ref()
+            .is_none_or(|s| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(shared)));
+        if same {
+            return Some(shared.clone());
+        }
+    }
+    let sched = fiber_sched?;
+    let live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+    live.iter()
+        .filter_map(|w| w.upgrade())
+        .find(|shared| std::ptr::addr_eq(Arc::as_ptr(shared), Arc::as_ptr(&sched)))
 }

@@ -200,6 +200,7 @@ impl Runtime {
             fiber_core::set_fiber_spans(true);
         }
         let shared = Arc::new(Shared::new(config));
+        crate::handle::register_live(&shared);
         for index in 0..shared.config.workers {
             if !spawn_worker(&shared, index) {
                 shared.shutdown.store(true, Ordering::Release);
@@ -769,11 +770,5 @@ fn as_shared(sched: &Arc<dyn Schedule>) -> Option<&Arc<Shared>> {
 
 /// The counters of the runtime the calling fiber runs on, if any.
 pub fn current_stats() -> Option<Stats> {
-    let ctx = crate::worker::context::get();
-    if ctx.is_null() {
-        return None;
-    }
-    // SAFETY: a non-null context is this thread's live worker context.
-    let shared = unsafe { (*ctx).shared() };
-    Some(stats_of(shared))
+    crate::handle::current_shared().map(|shared| stats_of(&shared))
 }
