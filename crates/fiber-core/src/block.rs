@@ -459,9 +459,13 @@ mod pool {
         fn trim(&self, now: Instant) -> usize {
             let surplus: Vec<List> = {
                 let mut state = self.state();
+                // A `now` before the last trim (a caller's clock of its own)
+                // starts a new period: a clock once far ahead must not stop
+                // every later trim.
                 if state
                     .last_trim
-                    .is_some_and(|last| now.saturating_duration_since(last) < TRIM_GAP)
+                    .and_then(|last| now.checked_duration_since(last))
+                    .is_some_and(|since| since < TRIM_GAP)
                 {
                     return 0;
                 }
@@ -611,6 +615,17 @@ mod pool {
             // Too soon after a trim: nothing.
             shared.hand_over(fresh_batch());
             assert_eq!(shared.trim(t0 + 2 * period + Duration::from_millis(5)), 0);
+            // A trim with a clock far ahead does not stop the later ones
+            // (a `now` before the last trim starts a new period).
+            assert!(
+                shared.trim(t0 + 1000 * period) > 0,
+                "the batch unused since the last trim goes"
+            );
+            shared.hand_over(fresh_batch());
+            let _ = shared.take_batch();
+            shared.hand_over(fresh_batch());
+            shared.hand_over(fresh_batch());
+            assert!(shared.trim(t0) > 0, "a clock behind the last trim still trims");
             drain_all(&shared);
         }
 

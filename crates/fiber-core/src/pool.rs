@@ -797,6 +797,20 @@ mod tests {
     /// Frames a finishing thread gives back reach a spawning thread in
     /// batches: nothing is lost, no new frame is made while idle ones
     /// exist, and the global side holds exactly the frames no cache holds.
+    /// `n` frames taken on a thread of their own that registered with
+    /// `pool` (their stacks are dropped: the tests are about frames).
+    fn take_on_a_registered_thread(pool: &std::sync::Arc<FramePool>, n: usize) -> Vec<Arc<Fiber>> {
+        let pool = pool.clone();
+        std::thread::spawn(move || {
+            FramePool::register_thread(&pool);
+            let taken: Vec<_> = (0..n).map(|_| pool.acquire().expect("a frame").0).collect();
+            FramePool::unregister_thread();
+            taken
+        })
+        .join()
+        .unwrap()
+    }
+
     #[test]
     fn the_in_use_count_sums_the_threads_shards() {
         let pool = std::sync::Arc::new(FramePool::new(StackConfig::default()));
@@ -804,17 +818,7 @@ mod tests {
         // Taken on one registered thread, given back on another and on an
         // unregistered one: each thread's shard alone is off, the sum is
         // the frames in use.
-        let taken: Vec<_> = {
-            let pool = pool.clone();
-            std::thread::spawn(move || {
-                FramePool::register_thread(&pool);
-                let taken: Vec<_> = (0..N).map(|_| pool.acquire().expect("a frame").0).collect();
-                FramePool::unregister_thread();
-                taken
-            })
-            .join()
-            .unwrap()
-        };
+        let taken = take_on_a_registered_thread(&pool, N);
         assert_eq!(pool.stats().in_use, N);
         let mut taken = taken.into_iter();
         {
@@ -839,17 +843,7 @@ mod tests {
         const N: usize = 3 * LOCAL_CACHE;
         // A spawning thread takes N frames (their stacks are dropped: the
         // test is about frames).
-        let taken: Vec<_> = {
-            let pool = pool.clone();
-            std::thread::spawn(move || {
-                FramePool::register_thread(&pool);
-                let taken: Vec<_> = (0..N).map(|_| pool.acquire().expect("a frame").0).collect();
-                FramePool::unregister_thread();
-                taken
-            })
-            .join()
-            .unwrap()
-        };
+        let taken = take_on_a_registered_thread(&pool, N);
         assert_eq!(pool.stats().allocated, N);
         // A finishing thread gives them all back: its cache keeps at most
         // LOCAL_CACHE, the rest goes to the global side in whole batches.

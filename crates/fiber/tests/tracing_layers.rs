@@ -38,6 +38,12 @@ impl<S: Subscriber> Layer<S> for YieldOnEvent {
     }
 }
 
+/// Install, for this (child) process, a subscriber whose layer yields the
+/// calling fiber on every event at `level` or above.
+fn yield_on_events_at(level: tracing_subscriber::filter::LevelFilter) {
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(YieldOnEvent).with(level)).unwrap();
+}
+
 /// Per-fiber spans + a layer that yields in on_enter: the runtime enters
 /// the span on the worker's stack while `current` is the fiber.
 #[test]
@@ -56,12 +62,7 @@ fn fiber_span_on_enter_that_yields() {
 #[test]
 fn layer_yielding_on_trace_events_and_a_scope_join() {
     in_child("layer_yielding_on_trace_events_and_a_scope_join", 30, || {
-        tracing::subscriber::set_global_default(
-            tracing_subscriber::registry()
-                .with(YieldOnEvent)
-                .with(tracing_subscriber::filter::LevelFilter::TRACE),
-        )
-        .unwrap();
+        yield_on_events_at(tracing_subscriber::filter::LevelFilter::TRACE);
         let rt = fiber::Runtime::builder().workers(1).build().unwrap();
         let v = rt.block_on(|| {
             tracing::info!("user event in a fiber: the layer may yield here");
@@ -139,12 +140,7 @@ fn relay_chain_spans_close_when_each_fiber_ends() {
 #[test]
 fn layer_yielding_on_debug_job_state_events() {
     in_child("layer_yielding_on_debug_job_state_events", 30, || {
-        tracing::subscriber::set_global_default(
-            tracing_subscriber::registry()
-                .with(YieldOnEvent)
-                .with(tracing_subscriber::filter::LevelFilter::DEBUG),
-        )
-        .unwrap();
+        yield_on_events_at(tracing_subscriber::filter::LevelFilter::DEBUG);
         let rt = fiber::Runtime::builder().workers(1).max_workers(1).build().unwrap();
         let v = rt.block_on(|| {
             let mut total = 0;
@@ -173,12 +169,7 @@ fn layer_yielding_on_debug_job_state_events() {
 #[test]
 fn layer_yielding_on_debug_events_and_a_scope_cancel() {
     in_child("layer_yielding_on_debug_events_and_a_scope_cancel", 30, || {
-        tracing::subscriber::set_global_default(
-            tracing_subscriber::registry()
-                .with(YieldOnEvent)
-                .with(tracing_subscriber::filter::LevelFilter::DEBUG),
-        )
-        .unwrap();
+        yield_on_events_at(tracing_subscriber::filter::LevelFilter::DEBUG);
         let rt = fiber::Runtime::builder().workers(1).max_workers(1).build().unwrap();
         let v = rt.block_on(|| {
             let mut n = 0;
