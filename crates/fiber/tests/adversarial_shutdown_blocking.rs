@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{in_child, ms, panic_message, within};
+use common::{in_child, ms, panic_message, rt_fixed_grace, within};
 
 /// README: at shutdown fibers "get a grace time (`shutdown_timeout`, 5 s) to
 /// return; what is left is unwound". A fiber whose cleanup waits for a lock
@@ -397,12 +397,7 @@ fn a_fiber_in_a_blocking_call_is_unwound_when_a_worker_is_stuck_too() {
                     DROPPED.store(true, Ordering::SeqCst);
                 }
             }
-            let rt = fiber::Runtime::builder()
-                .workers(2)
-                .max_workers(2)
-                .shutdown_timeout(ms(100))
-                .build()
-                .unwrap();
+            let rt = rt_fixed_grace(2, ms(100));
             let stop = Arc::new(AtomicBool::new(false));
             let (in_tx, in_rx) = std::sync::mpsc::channel();
             let spinning = in_tx.clone();

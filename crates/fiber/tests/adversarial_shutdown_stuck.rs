@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, within};
+use common::{ms, rt_fixed_grace, within};
 
 /// Wait (on the calling plain thread) until `n` fibers of `rt` are parked
 /// with `kind`.
@@ -149,12 +149,7 @@ fn a_worker_stuck_in_a_spinner_does_not_keep_the_other_fibers_from_teardown() {
     // unwind the first ones (destructors run, joins return).
     static RELEASE: AtomicBool = AtomicBool::new(false);
     within(60, || {
-        let rt = fiber::Runtime::builder()
-            .workers(2)
-            .max_workers(2)
-            .shutdown_timeout(ms(100))
-            .build()
-            .unwrap();
+        let rt = rt_fixed_grace(2, ms(100));
         let spinning = Arc::new(AtomicBool::new(false));
         let s = spinning.clone();
         let spinner = rt.spawn(move || {

@@ -8,7 +8,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, within};
+use common::{ms, rt_fixed_grace, within};
 
 /// Spin (no yield point) until `flag` is set or `limit` passes; true if
 /// the flag ended it.
@@ -154,12 +154,7 @@ fn shutdown_with_a_fiber_that_never_yields_is_bounded() {
     let spins = Arc::new(AtomicUsize::new(0));
     let s = spins.clone();
     within(30, move || {
-        let rt = fiber::Runtime::builder()
-            .workers(2)
-            .max_workers(2)
-            .shutdown_timeout(ms(100))
-            .build()
-            .unwrap();
+        let rt = rt_fixed_grace(2, ms(100));
         rt.spawn(move || {
             s.fetch_add(1, Ordering::SeqCst);
             // Never reaches a yield point; ends only after the test.

@@ -8,7 +8,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{in_child, ms, rt_grace, stubborn_sleep, wait_parked, within};
+use common::{in_child, ms, rt_fixed_grace, rt_grace, stubborn_sleep, wait_parked, within};
 
 /// A destructor that waits (a cancellable wait), then records that its
 /// code after the wait ran.
@@ -241,12 +241,7 @@ fn a_spinner_that_never_yields_and_returns_after_shutdown_releases_its_joiner() 
         60,
         || {
             within(40, || {
-                let rt = fiber::Runtime::builder()
-                    .workers(2)
-                    .max_workers(2)
-                    .shutdown_timeout(ms(100))
-                    .build()
-                    .unwrap();
+                let rt = rt_fixed_grace(2, ms(100));
                 let flag = Arc::new(AtomicBool::new(false));
                 let drops = Arc::new(AtomicUsize::new(0));
                 let f = flag.clone();
@@ -305,12 +300,7 @@ fn a_spinner_that_never_yields_and_returns_after_shutdown_releases_its_joiner() 
 fn a_spinner_with_parked_neighbours_all_torn_down() {
     in_child("a_spinner_with_parked_neighbours_all_torn_down", 60, || {
         within(40, || {
-            let rt = fiber::Runtime::builder()
-                .workers(2)
-                .max_workers(2)
-                .shutdown_timeout(ms(100))
-                .build()
-                .unwrap();
+            let rt = rt_fixed_grace(2, ms(100));
             let flag = Arc::new(AtomicBool::new(false));
             let drops = Arc::new(AtomicUsize::new(0));
             let f = flag.clone();

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, rt1, within};
+use common::{ms, rt1, rt_fixed_grace, within};
 
 #[test]
 fn a_yield_loop_on_one_fixed_worker_lets_timers_fire() {
@@ -172,12 +172,7 @@ fn a_yield_loop_on_one_fixed_worker_lets_a_handle_spawn_run() {
 #[test]
 fn yield_loops_on_two_fixed_workers_let_a_thread_wake_in() {
     within(20, || {
-        let rt = fiber::Runtime::builder()
-            .workers(2)
-            .max_workers(2)
-            .shutdown_timeout(ms(300))
-            .build()
-            .unwrap();
+        let rt = rt_fixed_grace(2, ms(300));
         rt.block_on(|| {
             let stop = Arc::new(AtomicBool::new(false));
             let woke = Arc::new(AtomicBool::new(false));

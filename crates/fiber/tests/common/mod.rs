@@ -120,6 +120,17 @@ pub fn rt_grace(workers: usize, grace: Duration) -> fiber::Runtime {
         .unwrap()
 }
 
+/// A runtime of exactly `workers` workers (growth off) with `grace` of
+/// shutdown time.
+pub fn rt_fixed_grace(workers: usize, grace: Duration) -> fiber::Runtime {
+    fiber::Runtime::builder()
+        .workers(workers)
+        .max_workers(workers)
+        .shutdown_timeout(grace)
+        .build()
+        .unwrap()
+}
+
 /// Sleep for ever, ignoring every cancellation (a fiber teardown must unwind).
 pub fn stubborn_sleep() {
     loop {
