@@ -59,6 +59,10 @@ struct WorkerView {
     heartbeat: u64,
     since: Instant,
     stall_reported_for: u64,
+    /// The worker's `stolen_from` at the previous scan.
+    stolen_from: u64,
+    /// When a scan last saw `stolen_from` move.
+    taken_at: Instant,
 }
 
 /// How often the monitor looks at the pool's idle frames.
@@ -70,6 +74,8 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
             heartbeat: 0,
             since: Instant::now(),
             stall_reported_for: 0,
+            stolen_from: 0,
+            taken_at: Instant::now(),
         })
         .collect();
     let mut last_growth: Option<(Instant, Duration)> = None;
@@ -155,13 +161,20 @@ fn sample_pressure(shared: &Shared, pressure: i64, neg_streak: &mut u64) {
     }
 }
 
+/// At most this many fibers of a stuck worker's main deque move to the
+/// global queue per scan (see `scan_workers`): enough for fairness (a
+/// busy worker takes `GLOBAL_BATCH` of them every `GLOBAL_CHECK_INTERVAL`
+/// turns), and a bounded cost for the monitor when the backlog is large.
+const RESCUE_BATCH: usize = 64;
+
 /// Move a stuck worker's runnext, inbox and deques to the global queue
 /// (pinned fibers homed there go back to its inbox). Returns how many
-/// moved. The deques too: thieves take from them only when their own
-/// queues are empty, so with growth off a fiber left in the deque of a
-/// worker stuck in one long computation waited for it to end while the
-/// other worker ran a busy ping-pong pair.
-fn rescue_waiting(shared: &Shared, index: usize) -> usize {
+/// moved. The deques too (at most `main_limit` fibers of the deque of
+/// spawned and woken fibers, the oldest first): thieves take from them only
+/// when their own queues are empty, so with growth off a fiber left in the
+/// deque of a worker stuck in one long computation waited for it to end
+/// while the other worker ran a busy ping-pong pair.
+fn rescue_waiting(shared: &Shared, index: usize, main_limit: usize) -> usize {
     let slot = &shared.slots[index];
     let mut moved = 0;
     let mut keep = Vec::new();
@@ -179,10 +192,14 @@ fn rescue_waiting(shared: &Shared, index: usize) -> usize {
     while let Some(fiber) = slot.inbox.pop() {
         divert(fiber);
     }
-    for stealer in [&slot.stealer, &slot.yield_stealer] {
-        loop {
+    for (stealer, limit) in [(&slot.stealer, main_limit), (&slot.yield_stealer, usize::MAX)] {
+        let mut taken = 0;
+        while taken < limit {
             match stealer.steal() {
-                crossbeam_deque::Steal::Success(fiber) => divert(fiber),
+                crossbeam_deque::Steal::Success(fiber) => {
+                    taken += 1;
+                    divert(fiber);
+                }
                 crossbeam_deque::Steal::Retry => continue,
                 crossbeam_deque::Steal::Empty => break,
             }
@@ -246,7 +263,7 @@ fn drain_stuck(shared: &Arc<Shared>, index: usize, running: u64, still: Duration
     // It no longer counts toward the minimum (it is leaving).
     shared.staying.fetch_sub(1, Ordering::Relaxed);
     shared.counters.drained_stuck.fetch_add(1, Ordering::Relaxed);
-    let moved = rescue_waiting(shared, index) + steal_all(shared, index);
+    let moved = rescue_waiting(shared, index, usize::MAX) + steal_all(shared, index);
     let replacement = if shared.alive.load(Ordering::Relaxed) < shared.config.max_workers {
         (0..shared.slots.len())
             .find(|&i| shared.slots[i].state.load(Ordering::Relaxed) == DEAD && spawn_worker(shared, i))
@@ -282,7 +299,7 @@ fn scan_workers(shared: &Arc<Shared>, views: &mut [WorkerView], now: Instant) ->
         if state == DRAINING && slot.running.load(Ordering::Relaxed) != 0 {
             // Drained for no progress and still in its fiber: what the
             // fiber spawns or wakes meanwhile must not wait for it.
-            if rescue_waiting(shared, index) + steal_all(shared, index) > 0 {
+            if rescue_waiting(shared, index, usize::MAX) + steal_all(shared, index) > 0 {
                 shared.notify_one();
             }
             continue;
@@ -293,6 +310,11 @@ fn scan_workers(shared: &Arc<Shared>, views: &mut [WorkerView], now: Instant) ->
         }
         let beat = slot.heartbeat.load(Ordering::Relaxed);
         let running = slot.running.load(Ordering::Relaxed);
+        let stolen_from = slot.stolen_from.load(Ordering::Relaxed);
+        if stolen_from != view.stolen_from {
+            view.stolen_from = stolen_from;
+            view.taken_at = now;
+        }
         if beat != view.heartbeat || running == 0 {
             view.heartbeat = beat;
             view.since = now;
@@ -308,7 +330,28 @@ fn scan_workers(shared: &Arc<Shared>, views: &mut [WorkerView], now: Instant) ->
             // other workers do not steal from) moves to the global queue,
             // so no runnable fiber stays invisible for longer than this
             // threshold. Pinned fibers homed here stay.
-            let moved = rescue_waiting(shared, index);
+            // Its deques too; from the main one at most `RESCUE_BATCH`
+            // fibers a scan (its oldest), and only if no other worker took
+            // from it for the stuck threshold and the global queue is
+            // empty.
+            // While thieves take from it (the oldest first), what waits
+            // there is being run: a spawner that never yields while the
+            // other workers run its children. While the global queue holds
+            // fibers (an earlier rescue), the others are busy with those and
+            // every worker looks there at least every `GLOBAL_CHECK_INTERVAL` turns;
+            // the rest moves once it has drained. Moving the whole deque to
+            // the global queue every tick instead cost W6 about 15% of its
+            // CPU time (a third thread's steals and pushes, and the workers
+            // eating from the global queue instead of stealing batches).
+            // The yield deque is stolen from only once the main one is
+            // empty, so it is always rescued.
+            let untouched = now.saturating_duration_since(view.taken_at) >= STUCK_AFTER;
+            let limit = if untouched && shared.global.is_empty() {
+                RESCUE_BATCH
+            } else {
+                0
+            };
+            let moved = rescue_waiting(shared, index, limit);
             if moved > 0 {
                 shared.notify_one();
             }

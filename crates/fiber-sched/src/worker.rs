@@ -129,6 +129,11 @@ pub(crate) struct Slot {
     pub(crate) stealer: Stealer<Runnable>,
     /// Steals from the FIFO deque of yielded fibers.
     pub(crate) yield_stealer: Stealer<Runnable>,
+    /// Successful steals from this worker's deques, bumped by the thieves
+    /// (Relaxed; read by the monitor only): while it moves, the fibers
+    /// queued here are being taken, so the monitor need not move them to
+    /// the global queue when this worker is stuck.
+    pub(crate) stolen_from: AtomicU64,
     /// Set while the worker sleeps in the I/O driver (`io_park`).
     pub(crate) io_waiting: crate::idle::IoWaiting,
     /// The worker's wait in the I/O driver, made at its first `io_park`
@@ -271,6 +276,7 @@ impl Shared {
                     inbox: SegQueue::new(),
                     stealer: deque.stealer(),
                     yield_stealer: yields.stealer(),
+                    stolen_from: AtomicU64::new(0),
                     deque: Mutex::new(Some((deque, yields))),
                     enqueued: AtomicU64::new(0),
                     dequeued: AtomicU64::new(0),
@@ -1180,6 +1186,18 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
             ctx.harvest_io(io);
         }
         if let Some(fiber) = shared.global.pop() {
+            // A batch, as when the worker runs out of local work: taking
+            // one fiber here drained the global queue at one fiber per
+            // `GLOBAL_CHECK_INTERVAL` turns of a busy worker (2,000 fibers
+            // moved off a stuck worker took over a second behind a
+            // ping-pong pair;
+            // `many_children_in_a_spinning_workers_deque_run_while_the_other_worker_ping_pongs`).
+            for _ in 1..GLOBAL_BATCH {
+                match shared.global.pop() {
+                    Some(more) => ctx.local.push(more),
+                    None => break,
+                }
+            }
             return Some(fiber);
         }
         // Outside wakes and yielded fibers get a turn too, or a LIFO local
@@ -1290,6 +1308,8 @@ fn steal(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
                 match stealer.steal_batch_and_pop(&ctx.steal_scratch) {
                     Steal::Success(fiber) => {
                         bump(&shared.slots[ctx.index].steals);
+                        // Relaxed: a hint for the monitor (see the field).
+                        shared.slots[victim].stolen_from.fetch_add(1, Ordering::Relaxed);
                         // It runs next: its frame loads while the rest
                         // of the batch is moved.
                         fiber.prefetch();

@@ -193,6 +193,45 @@ fn child_in_deque(max: usize) {
     );
 }
 
+/// As above with 2,000 children queued behind the spinning fiber: the
+/// monitor moves a stuck worker's deque to the global queue in bounded
+/// batches (`RESCUE_BATCH` a scan, while the global queue is empty), and
+/// every child still runs well before the spin ends.
+#[test]
+fn many_children_in_a_spinning_workers_deque_run_while_the_other_worker_ping_pongs() {
+    many_children_in_deque(2)
+}
+
+#[test]
+fn many_children_in_a_spinning_workers_deque_run_while_the_other_worker_ping_pongs_growth_on() {
+    many_children_in_deque(4)
+}
+
+fn many_children_in_deque(max: usize) {
+    const CHILDREN: usize = 2_000;
+    let last = within(60, move || {
+        let r = rt(2, max);
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let pair = r.spawn(move || pair_until(s2).join().unwrap());
+        std::thread::sleep(ms(50));
+        let last = r.block_on(move || {
+            let start = Instant::now();
+            let children: Vec<_> = (0..CHILDREN).map(|_| fiber::spawn(move || start.elapsed())).collect();
+            spin(ms(1500));
+            children.into_iter().map(|c| c.join().unwrap()).max()
+        });
+        stop.store(true, Ordering::Relaxed);
+        pair.join().unwrap();
+        last
+    });
+    let last = last.expect("no child ran");
+    assert!(
+        last < ms(1000),
+        "the last of {CHILDREN} children ran only after {last:?} (their parent spun 1.5 s)"
+    );
+}
+
 /// Fibers in the global queue (timer wakes the monitor fires, fibers it
 /// moves off a stuck worker) are not starved by fibers that yield in a
 /// loop. The worker took a yielded fiber before the global queue, which
