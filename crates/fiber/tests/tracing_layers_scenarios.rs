@@ -16,8 +16,13 @@ use tracing_subscriber::registry::LookupSpan;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
-    /// on_enter/on_exit lock a shared fiber::sync::Mutex (the README's
-    /// advice for locks in fiber code), contended.
+    /// on_event locks a shared fiber::sync::Mutex (the README's advice
+    /// for locks in fiber code), contended; on_enter/on_exit, which run on
+    /// the worker thread between fibers, lock a std mutex (the README:
+    /// a `fiber::sync` lock there blocks the worker thread, and when the
+    /// lock is handed to a fiber that needs that worker, every worker can
+    /// end up blocked: this scenario hung about once in a few hundred runs
+    /// under a loaded machine with the fiber mutex there).
     FiberMutex,
     /// on_enter calls fiber::yield_now() when in a fiber.
     Yield,
@@ -30,6 +35,7 @@ enum Mode {
 struct L {
     mode: Mode,
     lock: Arc<fiber::sync::Mutex<Vec<u64>>>,
+    worker_lock: Arc<std::sync::Mutex<Vec<u64>>>,
     enters: Arc<AtomicUsize>,
     events: Arc<AtomicUsize>,
     tx: Option<fiber::chan::Sender<u64>>,
@@ -41,7 +47,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for L {
         self.enters.fetch_add(1, Ordering::Relaxed);
         match self.mode {
             Mode::FiberMutex => {
-                let mut g = self.lock.lock().unwrap();
+                let mut g = self.worker_lock.lock().unwrap();
                 g.push(id.into_u64());
                 if g.len() > 1000 {
                     g.clear();
@@ -55,7 +61,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for L {
     }
     fn on_exit(&self, id: &Id, _: Context<'_, S>) {
         if self.mode == Mode::FiberMutex {
-            let mut g = self.lock.lock().unwrap();
+            let mut g = self.worker_lock.lock().unwrap();
             g.push(id.into_u64());
         }
     }
@@ -71,9 +77,8 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for L {
                 }
             }
             Mode::FiberMutex => {
-                // Contended by both workers' span callbacks and the fibers'
-                // events; never held across a park (a worker blocked in a
-                // span callback could not run the holder).
+                // Contended by the fibers' events on both workers; never
+                // held across a park.
                 let mut g = self.lock.lock().unwrap();
                 g.push(n as u64);
                 if g.len() > 1000 {
@@ -93,6 +98,7 @@ fn scenario(mode: Mode) {
     let layer = L {
         mode,
         lock: lock.clone(),
+        worker_lock: Arc::new(std::sync::Mutex::new(Vec::new())),
         enters: enters.clone(),
         events: events.clone(),
         tx: (mode == Mode::ChanOnEvent).then(|| tx.clone()),
