@@ -159,6 +159,17 @@ pub(crate) struct Fiber {
     /// Hard affinity: once it has run, this incarnation resumes only on the
     /// worker it first ran on (written at prepare, read by schedulers).
     pinned: std::sync::atomic::AtomicBool,
+    /// Kept on its worker because it switched away while its thread counted
+    /// as panicking (see [`panicking`]): set and cleared by the fiber itself
+    /// (Relaxed; read by schedulers through `Runnable::home`).
+    unwind_pinned: std::sync::atomic::AtomicBool,
+    /// This fiber switched away in the middle of its own unwind (owner-only
+    /// in effect; Relaxed).
+    unwinding: std::sync::atomic::AtomicBool,
+    /// Its thread already counted as panicking when it was last resumed
+    /// (another fiber's unwind parked there), so that panic is not its own
+    /// (owner-only in effect; Relaxed).
+    ambient_panicking: std::sync::atomic::AtomicBool,
     has_name: std::sync::atomic::AtomicBool,
     wait_kind: std::sync::atomic::AtomicU8,
     has_park_extra: std::sync::atomic::AtomicBool,
@@ -225,6 +236,81 @@ impl Drop for LocalEntry {
             drop(std::mem::replace(&mut self.value, Box::new(())));
         }
     }
+}
+
+thread_local! {
+    /// Pins taken (+1) and ended (-1) for unwinds by fibers that ran on
+    /// this thread since the scheduler last looked ([`take_unwind_pin_delta`]).
+    static UNWIND_PIN_DELTA: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+/// Never inlined: a fiber may resume on another thread, so the
+/// thread-local's address must not be kept across a switch (PITFALLS 1).
+#[inline(never)]
+pub(crate) fn unwind_pin_delta(d: i64) {
+    // Relaxed: a fast-path hint for `take_unwind_pin_delta` on this thread
+    // (the same thread reads the delta it wrote).
+    ANY_UNWIND_PIN.store(true, Ordering::Relaxed);
+    let _ = UNWIND_PIN_DELTA.try_with(|c| c.set(c.get() + d));
+}
+
+/// Has any fiber of this process ever been kept on its worker for an
+/// unwind? Until one has, [`take_unwind_pin_delta`] is one load.
+static ANY_UNWIND_PIN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[inline(never)]
+fn take_unwind_pin_delta_slow() -> i64 {
+    UNWIND_PIN_DELTA.try_with(|c| c.replace(0)).unwrap_or(0)
+}
+
+/// For schedulers: how many fibers that ran on this thread since the last
+/// call were kept on their worker for an unwind (positive), minus those
+/// whose pin ended (the thread was clean again at a resume, or the fiber
+/// ended). A fiber that switches away while its thread counts as panicking
+/// (`std::thread::panicking`, which std keeps per OS thread) must resume on
+/// the same thread: `Runnable::home` names its worker until then, and a
+/// scheduler that keeps a worker alive while fibers are homed there (as for
+/// pinned fibers) adds this to that worker's count after each resume.
+#[inline]
+pub fn take_unwind_pin_delta() -> i64 {
+    if !ANY_UNWIND_PIN.load(Ordering::Relaxed) {
+        return 0;
+    }
+    take_unwind_pin_delta_slow()
+}
+
+/// Is `fiber` (the running fiber) unwinding? See [`panicking`].
+#[inline]
+pub(crate) fn fiber_panicking(fiber: &Fiber) -> bool {
+    std::thread::panicking()
+        && (fiber.unwinding.load(Ordering::Relaxed) || !fiber.ambient_panicking.load(Ordering::Relaxed))
+}
+
+/// Is the caller unwinding from a panic? `std::thread::panicking`, per
+/// fiber: std counts panics per OS thread, and a fiber whose destructor
+/// waits during an unwind may park on its worker (past a bound), which
+/// then counts as panicking for every fiber it runs. In a fiber this
+/// answers for that fiber: a fiber resumed on a thread that already counted
+/// as panicking is taken as not unwinding unless it was unwinding when it
+/// switched away. (A fiber that begins a panic of its own after such a
+/// resume is taken as not unwinding until its thread is clean; its lock
+/// guards then do not poison.) On a plain thread this is
+/// `std::thread::panicking()`.
+///
+/// ```
+/// assert!(!fiber_core::panicking());
+/// ```
+pub fn panicking() -> bool {
+    if !std::thread::panicking() {
+        return false;
+    }
+    let fiber = current::get();
+    if fiber.is_null() {
+        return true;
+    }
+    // SAFETY: a non-null current pointer is the running fiber's frame, alive
+    // while it runs.
+    fiber_panicking(unsafe { &*fiber })
 }
 
 thread_local! {
@@ -315,6 +401,9 @@ impl Fiber {
             body_returned: UnsafeCell::new(false),
             abandoned: std::sync::atomic::AtomicU8::new(NOT_ABANDONED),
             pinned: std::sync::atomic::AtomicBool::new(false),
+            unwind_pinned: std::sync::atomic::AtomicBool::new(false),
+            unwinding: std::sync::atomic::AtomicBool::new(false),
+            ambient_panicking: std::sync::atomic::AtomicBool::new(false),
             name: std::sync::Mutex::new(None),
             has_name: std::sync::atomic::AtomicBool::new(false),
             wait_kind: std::sync::atomic::AtomicU8::new(0),
@@ -399,6 +488,9 @@ impl Fiber {
             this.teardown_raises.with_mut(|c| *c = 0);
             this.body_returned.with_mut(|b| *b = false);
         }
+        this.unwind_pinned.store(false, Ordering::Relaxed);
+        this.unwinding.store(false, Ordering::Relaxed);
+        this.ambient_panicking.store(false, Ordering::Relaxed);
     }
 
     /// The coroutine that records its yielder in the frame and runs `body`.
@@ -417,6 +509,8 @@ impl Fiber {
             // (`prepare`'s contract), and this fiber is the owner while it
             // runs, so writing its own yielder slot is exclusive.
             unsafe { (*fiber_ptr).yielder.with_mut(|y| *y = yielder as *const _) };
+            // SAFETY: as above (the frame outlives its coroutine).
+            unsafe { (*fiber_ptr).note_resumed() };
             body()
         };
         // SAFETY: the body's borrows outlive its run or its drop (the
@@ -842,8 +936,79 @@ impl Fiber {
                 // skips it: its fiber is queued warm).
                 self.parked_sp.store(sp, Ordering::Relaxed);
             }
+            if std::thread::panicking() {
+                self.note_switch_while_panicking();
+            }
             (*yielder).suspend(request);
         }
+        self.note_resumed();
+    }
+
+    /// The running fiber switches away while its thread counts as
+    /// panicking. If the panic is its own, its unwind must end on this
+    /// thread (std counts panics per thread: ended on another, it leaves
+    /// this one panicking for good and wraps the other's count), and it is
+    /// marked unwinding. Either way it stays on this worker until a resume
+    /// finds the thread clean: a fiber that began to unwind after a resume
+    /// on a thread that was already panicking cannot be told apart.
+    #[cold]
+    fn note_switch_while_panicking(&self) {
+        if fiber_panicking(self) {
+            self.unwinding.store(true, Ordering::Relaxed);
+        }
+        if !self.is_pinned() && !self.unwind_pinned.load(Ordering::Relaxed) {
+            self.unwind_pinned.store(true, Ordering::Relaxed);
+            unwind_pin_delta(1);
+        }
+    }
+
+    /// The fiber runs again (or for the first time) on this thread: note
+    /// whether the thread already counts as panicking because of another
+    /// fiber, and end a pin taken for an unwind once the thread is clean.
+    #[inline]
+    fn note_resumed(&self) {
+        if std::thread::panicking() {
+            self.note_resumed_panicking();
+        } else if self.unwind_pinned.load(Ordering::Relaxed)
+            || self.unwinding.load(Ordering::Relaxed)
+            || self.ambient_panicking.load(Ordering::Relaxed)
+        {
+            // Loads only on the common path: the frame's line is not
+            // written at every resume.
+            self.end_unwind_pin();
+        }
+    }
+
+    #[cold]
+    fn note_resumed_panicking(&self) {
+        let own = self.unwinding.load(Ordering::Relaxed);
+        self.ambient_panicking.store(!own, Ordering::Relaxed);
+    }
+
+    /// Drop a pin taken for an unwind (the thread is clean again, or the
+    /// fiber ends on it).
+    ///
+    /// Only the fiber's owner (the fiber itself, or the worker that runs it)
+    /// writes these flags, so plain loads and stores do.
+    #[inline]
+    fn end_unwind_pin(&self) {
+        if self.ambient_panicking.load(Ordering::Relaxed) {
+            self.ambient_panicking.store(false, Ordering::Relaxed);
+        }
+        if self.unwinding.load(Ordering::Relaxed) {
+            self.unwinding.store(false, Ordering::Relaxed);
+        }
+        if self.unwind_pinned.load(Ordering::Relaxed) {
+            self.unwind_pinned.store(false, Ordering::Relaxed);
+            unwind_pin_delta(-1);
+        }
+    }
+
+    /// Is this incarnation kept on its worker for an unwind (see
+    /// [`Fiber::note_switch_while_panicking`])?
+    #[inline]
+    pub(crate) fn is_unwind_pinned(&self) -> bool {
+        self.unwind_pinned.load(Ordering::Relaxed)
     }
 
     /// Ask the CPU to start loading the hot lines of the frame at `this`
@@ -927,6 +1092,9 @@ impl Fiber {
                     }
                 }
                 CoroutineResult::Return(exit) => {
+                    // On the thread it ran on, before the frame is given
+                    // back: a pin taken for an unwind ends with the fiber.
+                    fiber.end_unwind_pin();
                     Fiber::finish(fiber, exit);
                     return RunOutcome::Finished;
                 }
@@ -1175,7 +1343,7 @@ pub fn yield_now() -> Result<(), crate::Cancelled> {
             teardown_unwind(&*fiber);
             return Err(crate::Cancelled);
         }
-        if std::thread::panicking() {
+        if fiber_panicking(&*fiber) {
             // Unwinding: stay on this thread (see `wait::unwinding_fiber_wait`).
             std::thread::yield_now();
         } else {
@@ -1232,7 +1400,7 @@ pub(crate) unsafe fn teardown_unwind(fiber: &Fiber) {
     // destructor during an unwind does; an unwind raised there would be
     // caught at once and cut the rest of the destructor short.
     // SAFETY: see the function's contract.
-    let panicking = std::thread::panicking() || unsafe { fiber.body_has_returned() };
+    let panicking = fiber_panicking(fiber) || unsafe { fiber.body_has_returned() };
     let limit = if panicking {
         TEARDOWN_MAX_PANICKING_WAITS
     } else {

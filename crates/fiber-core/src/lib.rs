@@ -109,9 +109,15 @@ pub use dump::{advance_coarse_clock, Dump, FiberInfo};
 pub use fiber::{
     accepts_root_scope, behalf_cancel_scope, behalf_fiber_id, current_cancel_scope, current_cancel_scope_is,
     current_fiber, current_id, current_name, current_spawn_location, current_worker, drop_fiber_locals, in_fiber,
-    install_root_scope, is_cancel_requested, is_shutdown_unwind, is_shutting_down, run_on_behalf_of, swap_cancel_scope,
-    with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, OnBehalf, RootScopeCall, RunOutcome,
+    install_root_scope, is_cancel_requested, is_shutdown_unwind, is_shutting_down, panicking, run_on_behalf_of,
+    swap_cancel_scope, take_unwind_pin_delta, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, OnBehalf,
+    RootScopeCall, RunOutcome,
 };
+/// Under loom there are no fibers: the thread's panic state.
+#[cfg(loom)]
+pub fn panicking() -> bool {
+    std::thread::panicking()
+}
 pub use kind::{
     external_wait, external_waiters, fiber_spans, io_poll, note_external_wait, park_backtraces, set_fiber_spans,
     set_io_poll, set_park_backtraces, ExternalWait, IoPoll, IoWaiter, WaitKind, WaitOn,

@@ -587,6 +587,15 @@ impl FramePool {
     }
 
     fn teardown_rounds(&self, drain: &mut dyn FnMut() -> Vec<Runnable>, last: bool) -> TeardownReport {
+        // What the fiber running this teardown (if any) has pending for its
+        // own scheduler; given back at the end.
+        let outer_pins = crate::fiber::take_unwind_pin_delta();
+        let report = self.teardown_rounds_inner(drain, last);
+        crate::fiber::unwind_pin_delta(outer_pins);
+        report
+    }
+
+    fn teardown_rounds_inner(&self, drain: &mut dyn FnMut() -> Vec<Runnable>, last: bool) -> TeardownReport {
         self.begin_cancel();
         self.phase.store(Phase::Teardown as u8, Ordering::SeqCst);
         let mut report = TeardownReport::default();
@@ -619,7 +628,9 @@ impl FramePool {
                 // worker, which has stopped: its stack may point into that
                 // thread's thread-locals, destroyed with it, so it is not
                 // resumed (nor unwound) on this thread: given up.
-                if runnable.home().is_some() {
+                // (One kept on this thread for an unwind that parked here
+                // is resumed here.)
+                if runnable.home().is_some_and(|home| home != TEARDOWN_WORKER) {
                     runnable.abandon();
                     continue;
                 }
@@ -637,7 +648,11 @@ impl FramePool {
                     runnable.abandon();
                     continue;
                 }
-                match runnable.into_running().resume(TEARDOWN_WORKER) {
+                let outcome = runnable.into_running().resume(TEARDOWN_WORKER);
+                // Pins for unwinds on this thread are this loop's business,
+                // not the scheduler's (this may be another runtime's worker).
+                let _ = crate::fiber::take_unwind_pin_delta();
+                match outcome {
                     RunOutcome::Finished => {
                         finished += 1;
                         report.finished += 1;

@@ -141,10 +141,13 @@ impl Runnable {
     }
 
     /// The worker this fiber must resume on: `Some` for a pinned fiber
-    /// that has run (hard affinity), `None` when any worker may run it.
+    /// that has run (hard affinity) and for a fiber that switched away while
+    /// its thread counted as panicking (until a resume finds the thread
+    /// clean; see [`crate::take_unwind_pin_delta`]), `None` when any worker
+    /// may run it.
     #[inline]
     pub fn home(&self) -> Option<usize> {
-        if self.fiber.is_pinned() {
+        if self.fiber.is_pinned() || self.fiber.is_unwind_pinned() {
             self.fiber.last_worker()
         } else {
             None

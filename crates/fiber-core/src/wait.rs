@@ -533,7 +533,9 @@ fn fiber_or_thread_wait<W: Waitable + ?Sized>(
             return WaitResult::TimedOut;
         }
     }
-    if std::thread::panicking() {
+    // Unwinding (this fiber's own panic, not another's parked on this
+    // thread: see `crate::panicking`).
+    if crate::fiber::fiber_panicking(fiber) {
         return unwinding_fiber_wait(fiber, waitable, io, options, site);
     }
     fiber_wait_slow(fiber, waitable, io, options, site)
@@ -645,7 +647,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
                 && unsafe { fiber.phase() } == crate::pool::Phase::Teardown
                 // A fiber already unwinding cannot be unwound again, and a
                 // `Cancelled` would send the caller on without its lock.
-                && !std::thread::panicking())
+                && !crate::fiber::fiber_panicking(fiber))
     };
     loop {
         // SAFETY: the running fiber reads its own task slot.
@@ -719,7 +721,7 @@ unsafe fn cancelled_wait(fiber: &Fiber) -> WaitResult {
         match fiber.phase() {
             crate::pool::Phase::Open => {}
             crate::pool::Phase::Cancelling => {
-                if !std::thread::panicking() {
+                if !crate::fiber::fiber_panicking(fiber) {
                     fiber.suspend(Suspend::Yield);
                 }
             }

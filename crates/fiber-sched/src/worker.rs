@@ -1409,6 +1409,18 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
         );
     }
     let outcome = running.resume(ctx.index);
+    // Fibers kept here for an unwind count as homed here until their pin
+    // ends (fiber-core's `take_unwind_pin_delta`), so that this worker is
+    // neither retired nor drained under them.
+    match fiber_core::take_unwind_pin_delta() {
+        0 => {}
+        d if d > 0 => {
+            slot.homed.fetch_add(d as u64, Ordering::Relaxed);
+        }
+        d => {
+            slot.homed.fetch_sub(d.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
     if traced && matches!(outcome, RunOutcome::Finished) {
         tracing::trace!(target: "fiber_sched", fiber = id.0, worker = ctx.index, "fiber finished");
     }

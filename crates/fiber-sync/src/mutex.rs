@@ -27,12 +27,13 @@ use std::sync::{LockResult, TryLockError, TryLockResult};
 /// `lock` is not a cancellation point (as with `std`): a cancelled fiber
 /// still waits for the lock.
 ///
-/// Poisoning reads `std::thread::panicking()`, which is per thread. A
-/// fiber that waits during its own unwind (a destructor that sleeps or
-/// locks) keeps its worker thread to itself for up to 200 ms; past that it
-/// parks, and until its unwind ends, a guard dropped by another fiber of
-/// that worker poisons the lock as if that fiber were panicking
-/// (`spec/lifecycle.md` section 10). Keep waits in destructors short.
+/// Poisoning reads the dropping fiber's own panic state
+/// (`fiber_core::panicking`), not only its thread's: a fiber that waits
+/// during its own unwind (a destructor that sleeps or locks) keeps its
+/// worker thread to itself for up to 200 ms and then parks, leaving that
+/// thread counted as panicking by std until its unwind ends; guards that
+/// other fibers of that worker drop meanwhile do not poison
+/// (`spec/lifecycle.md` section 10).
 ///
 /// # Examples
 ///

@@ -34,17 +34,19 @@ impl Flag {
         self.0.store(false, Ordering::Relaxed)
     }
 
-    /// Note the panic state when a guard is made.
+    /// Note the panic state when a guard is made (the calling fiber's own,
+    /// `fiber_core::panicking`: its worker thread may count as panicking
+    /// because another fiber parked in the middle of an unwind there).
     pub(crate) fn guard(&self) -> Guard {
         Guard {
-            panicking: std::thread::panicking(),
+            panicking: fiber_core::panicking(),
         }
     }
 
     /// When the guard is dropped: a panic that began while it was held
     /// poisons the lock.
     pub(crate) fn done(&self, guard: Guard) {
-        if !guard.panicking && std::thread::panicking() {
+        if !guard.panicking && fiber_core::panicking() {
             // Relaxed: as in `get`.
             self.0.store(true, Ordering::Relaxed);
         }
