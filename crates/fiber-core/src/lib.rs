@@ -138,7 +138,8 @@ pub use task::{
     JoinHandle, SpawnOptions, UnjoinedTask,
 };
 pub use wait::{
-    fiber_wait, fiber_wake, wait_until, Cancelled, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter,
+    fiber_wait, fiber_wake, wait_until, wait_until_from, Cancelled, Interrupt, Publish, WaitOptions, WaitResult,
+    Waitable, Waiter,
 };
 #[cfg(not(loom))]
 pub use wait::{fiber_wait_at, fiber_wake_via};

@@ -95,6 +95,10 @@ pub struct WaitOptions {
     pub deadline: Option<Instant>,
     /// Whether cancellation interrupts the wait.
     pub interrupt: Interrupt,
+    /// A clock read the caller took just before (the instant its deadline
+    /// was computed from): the check for a deadline already passed uses it
+    /// instead of reading the clock again.
+    pub now: Option<Instant>,
 }
 
 impl WaitOptions {
@@ -103,7 +107,15 @@ impl WaitOptions {
         WaitOptions {
             deadline: None,
             interrupt: Interrupt::Cancellable,
+            now: None,
         }
+    }
+
+    /// Set the clock read the deadline was computed from (see
+    /// [`WaitOptions::now`]).
+    pub const fn now(mut self, now: Instant) -> Self {
+        self.now = Some(now);
+        self
     }
 
     /// Set the deadline.
@@ -526,7 +538,7 @@ fn fiber_or_thread_wait<W: Waitable + ?Sized>(
     // timer wheel's next 1 ms tick. A cancellable wait of a cancelled fiber
     // still reports the cancellation (the usual path below).
     if let Some(deadline) = options.deadline {
-        if deadline <= Instant::now()
+        if deadline <= options.now.unwrap_or_else(Instant::now)
             // SAFETY: the running fiber reads its own task slot.
             && !(options.interrupt == Interrupt::Cancellable && unsafe { fiber.is_cancel_requested() })
         {
@@ -962,5 +974,17 @@ pub fn wait_until(deadline: Option<Instant>, interrupt: Interrupt) -> WaitResult
         &Deadline,
         &mut (),
         WaitOptions::new().deadline(deadline).interrupt(interrupt),
+    )
+}
+
+/// [`wait_until`] for a deadline computed from `now`, a clock read the
+/// caller just took (a sleep of a duration): the wait does not read the
+/// clock again before it parks.
+#[track_caller]
+pub fn wait_until_from(now: Instant, deadline: Option<Instant>, interrupt: Interrupt) -> WaitResult {
+    fiber_wait(
+        &Deadline,
+        &mut (),
+        WaitOptions::new().deadline(deadline).interrupt(interrupt).now(now),
     )
 }
