@@ -448,6 +448,19 @@ impl JobCore {
         self.state() != JobState::Active
     }
 
+    /// The state a user sees (`Job::state`): an ACTIVE job past its
+    /// `with_timeout` deadline (its own or an ancestor's) is CANCELLING from
+    /// that instant, as the fiber's own cancellation check sees it
+    /// (`CancelScope::is_cancelled` below), even before the timer has
+    /// cancelled it. Only reads.
+    #[cfg(not(loom))]
+    pub(crate) fn observed_state(&self) -> JobState {
+        match self.state() {
+            JobState::Active if self.deadline.is_some_and(|d| Instant::now() >= d) => JobState::Cancelling,
+            state => state,
+        }
+    }
+
     pub(crate) fn reason(&self) -> Option<CancelReason> {
         lock(&self.sync).reason
     }

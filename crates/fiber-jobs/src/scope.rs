@@ -68,7 +68,7 @@ impl Job {
     /// `isCancelled`: false for a job that is running or completed normally.
     pub fn is_cancelled(&self) -> bool {
         matches!(
-            self.core.state(),
+            self.core.observed_state(),
             JobState::Cancelling | JobState::Cancelled | JobState::Failed
         )
     }
@@ -83,15 +83,19 @@ impl Job {
 
     /// The job's state. While a scope's body is done but children still run,
     /// the job is reported `Active` (Kotlin's "completing" is not a separate
-    /// state here; see spec/jobs.md).
+    /// state here; see spec/jobs.md). A job past a `with_timeout` deadline
+    /// (its own or an ancestor's) is `Cancelling` from that instant, as
+    /// [`is_cancelled`] sees it, even before the timer has cancelled it (a
+    /// body spinning on the only worker keeps the timer's fiber from
+    /// running).
     pub fn state(&self) -> JobState {
-        self.core.state()
+        self.core.observed_state()
     }
 
-    /// Is the job still running (not cancelling, not ended)? Kotlin's
-    /// `isActive`.
+    /// Is the job still running (not cancelling, not ended, not past a
+    /// `with_timeout` deadline)? Kotlin's `isActive`.
     pub fn is_active(&self) -> bool {
-        self.core.state() == JobState::Active
+        self.core.observed_state() == JobState::Active
     }
 
     /// Has the job ended (completed, failed or cancelled)? Kotlin's
@@ -128,9 +132,14 @@ impl Job {
         self.core.join().ok_or(Cancelled)
     }
 
-    /// Why the job was cancelled, if it was.
+    /// Why the job was cancelled, if it was (`TimedOut` for a job past a
+    /// `with_timeout` deadline that nothing cancelled first, as
+    /// [`state`](Self::state) reports it).
     pub fn cancel_reason(&self) -> Option<CancelReason> {
-        self.core.reason()
+        match self.core.reason() {
+            None if self.core.observed_state() == JobState::Cancelling => Some(CancelReason::TimedOut),
+            reason => reason,
+        }
     }
 
     /// The job's id.

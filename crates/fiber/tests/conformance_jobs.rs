@@ -635,3 +635,50 @@ fn a_scope_whose_body_returned_stays_active_until_its_children_end() {
         assert_eq!(job.join(), Ok(JobState::Completed));
     })
 }
+
+/// Kotlin: `isActive` turns false once `withTimeout`'s deadline passes, so
+/// `while (isActive) { work() }` ends. On one fixed worker spinning in the
+/// body, the watchdog fiber that cancels the job cannot run: the job's
+/// own `is_active`, `is_cancelled` and `state` must still see the deadline,
+/// as `fiber::is_cancelled()` does (they read only the state word, and the
+/// loop ran until its 3 s escape hatch).
+#[test]
+fn a_jobs_is_active_sees_its_with_timeout_deadline_on_a_busy_worker() {
+    let (result, elapsed, seen) = common::within(30, || {
+        common::rt1().block_on(|| {
+            let start = std::time::Instant::now();
+            let mut seen = None;
+            let result = fiber::with_timeout(ms(50), || {
+                let job = Job::current();
+                while job.is_active() {
+                    if start.elapsed() > Duration::from_secs(3) {
+                        break;
+                    }
+                }
+                seen = Some((
+                    fiber::is_cancelled(),
+                    job.is_cancelled(),
+                    job.is_active(),
+                    job.state(),
+                    job.is_completed(),
+                    job.cancel_reason(),
+                ));
+            });
+            (result, start.elapsed(), seen)
+        })
+    });
+    assert!(result.is_err(), "the body ran past its deadline: TimedOut");
+    assert!(elapsed < Duration::from_secs(2), "the is_active loop ran {elapsed:?}");
+    assert_eq!(
+        seen,
+        Some((
+            true,
+            true,
+            false,
+            JobState::Cancelling,
+            false,
+            Some(CancelReason::TimedOut)
+        )),
+        "(fiber::is_cancelled, is_cancelled, is_active, state, is_completed, cancel_reason) past the deadline"
+    );
+}
