@@ -147,6 +147,12 @@ pub(crate) struct Fiber {
     has_span: UnsafeCell<bool>,
     /// Teardown unwinds raised in this incarnation (owner-only).
     teardown_raises: UnsafeCell<u32>,
+    /// Depth of [`non_cancellable`] sections the fiber is in (owner-only).
+    cancel_mask: UnsafeCell<u32>,
+    /// The cancellation scope the innermost section holds off (its `Arc`'s
+    /// address, 0 for none; owner-only): a scope installed inside the
+    /// section (`with_timeout`, a nested `scope`) still cancels.
+    mask_scope: UnsafeCell<usize>,
     /// The body has returned (or unwound): what runs now is cleanup
     /// (fiber-local destructors, dropping a cancelled fiber's value), where
     /// a teardown unwind would only be caught and cut the cleanup short
@@ -395,6 +401,8 @@ impl Fiber {
             spawned_at: std::sync::atomic::AtomicPtr::new(Location::caller() as *const _ as *mut _),
             waiting_on: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
             cancel_seen: UnsafeCell::new(false),
+            cancel_mask: UnsafeCell::new(0),
+            mask_scope: UnsafeCell::new(0),
             cancel_scope: UnsafeCell::new(None),
             locals: UnsafeCell::new(None),
             teardown_raises: UnsafeCell::new(0),
@@ -486,6 +494,8 @@ impl Fiber {
             this.bounds.with_mut(|b| *b = bounds);
             this.cancel_seen.with_mut(|c| *c = false);
             this.teardown_raises.with_mut(|c| *c = 0);
+            this.cancel_mask.with_mut(|c| *c = 0);
+            this.mask_scope.with_mut(|c| *c = 0);
             this.body_returned.with_mut(|b| *b = false);
         }
         this.unwind_pinned.store(false, Ordering::Relaxed);
@@ -587,6 +597,20 @@ impl Fiber {
     ///
     /// Called by the running fiber itself.
     pub(crate) unsafe fn is_cancel_requested(&self) -> bool {
+        // SAFETY: see the function's contract (an owner-only slot).
+        if unsafe { self.cancel_mask.with(|m| *m) } > 0 {
+            // Inside `non_cancellable`: the task's flag and the scope the
+            // section holds off do not count; a scope installed inside it
+            // does, and so does teardown (the workers have stopped).
+            // SAFETY: as above (owner-only slots).
+            return unsafe {
+                self.phase() == Phase::Teardown
+                    || self.cancel_scope.with(|c| {
+                        (*c).as_ref()
+                            .is_some_and(|c| scope_addr(c) != self.mask_scope.with(|m| *m) && c.is_cancelled())
+                    })
+            };
+        }
         // SAFETY: see the function's contract.
         let task = unsafe { self.is_task_cancel_requested() };
         // SAFETY: as above.
@@ -1540,6 +1564,71 @@ pub fn is_cancel_requested() -> bool {
     let fiber = current::get();
     // SAFETY: the running fiber reads its own slots.
     !fiber.is_null() && unsafe { (*fiber).is_cancel_requested() }
+}
+
+/// Run `f` with cancellation held off for the calling fiber (Kotlin's
+/// `withContext(NonCancellable)`): inside it, waits are not interrupted by
+/// a cancelled task or job, `yield_now` returns `Ok` and
+/// `fiber::is_cancelled()` is false, so clean-up code of a cancelled fiber
+/// can still sleep, send a last message or join. A cancellation requested
+/// meanwhile is not lost: it is seen again once `f` returns (or unwinds).
+/// A runtime's shutdown still ends such waits once its grace time is over
+/// (teardown). Nested sections nest. On a plain thread this just calls `f`.
+///
+/// ```
+/// // On a plain thread it just runs the closure.
+/// assert_eq!(fiber_core::non_cancellable(|| 1 + 1), 2);
+/// ```
+pub fn non_cancellable<R>(f: impl FnOnce() -> R) -> R {
+    /// Ends the section on the fiber that entered it, on return or unwind,
+    /// giving back the enclosing section's held-off scope.
+    struct Unmask(*const Fiber, usize);
+    impl Drop for Unmask {
+        fn drop(&mut self) {
+            // SAFETY: the frame of the fiber that entered the section and
+            // is running it still (a fiber's frame outlives its body); the
+            // slots are owner-only.
+            unsafe {
+                (*self.0).cancel_mask.with_mut(|m| *m -= 1);
+                (*self.0).mask_scope.with_mut(|m| *m = self.1);
+            }
+        }
+    }
+    let fiber = current::get();
+    if fiber.is_null() {
+        return f();
+    }
+    // SAFETY: the running fiber's own owner-only slots.
+    let outer = unsafe {
+        let scope = (*fiber).cancel_scope.with(|c| (*c).as_ref().map_or(0, scope_addr));
+        (*fiber).cancel_mask.with_mut(|m| *m += 1);
+        (*fiber).mask_scope.with_mut(|m| std::mem::replace(&mut *m, scope))
+    };
+    let _unmask = Unmask(fiber, outer);
+    f()
+}
+
+/// The address that identifies a cancellation scope.
+fn scope_addr(scope: &Arc<dyn CancelScope>) -> usize {
+    Arc::as_ptr(scope) as *const () as usize
+}
+
+/// Is the running fiber directly inside a [`non_cancellable`] section (its
+/// cancellation scope is the one the section holds off)? A job layer makes
+/// the jobs it creates there (a `scope`, a `with_timeout`) without a parent,
+/// so that the cancellation held off does not reach them (Kotlin: the
+/// children of `NonCancellable` are not cancelled with the outer job).
+/// `false` on a plain thread.
+pub fn cancellation_held_off() -> bool {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return false;
+    }
+    // SAFETY: the running fiber's own owner-only slots.
+    unsafe {
+        (*fiber).cancel_mask.with(|m| *m) > 0
+            && (*fiber).cancel_scope.with(|c| (*c).as_ref().map_or(0, scope_addr)) == (*fiber).mask_scope.with(|m| *m)
+    }
 }
 
 /// Is the running fiber's runtime shutting down (its fibers are being

@@ -169,6 +169,19 @@ fn runs_inside(job: &Arc<JobCore>) -> bool {
 
 /// The running fiber's job: the one it runs in, or (for a fiber outside
 /// any job) a root job made now and installed as the fiber's root scope.
+/// The parent of a job a scope or `with_timeout` makes here: the current
+/// job, except directly inside `fiber::non_cancellable`, where the job
+/// starts with none (the cancellation held off there must not reach it,
+/// as the children of Kotlin's `NonCancellable` are not cancelled with the
+/// outer job; the scope still returns its failure to its caller).
+fn parent_for_new_job() -> Option<Arc<JobCore>> {
+    if fiber_core::cancellation_held_off() {
+        None
+    } else {
+        current_job()
+    }
+}
+
 fn current_job() -> Option<Arc<JobCore>> {
     match fiber_core::current_cancel_scope() {
         Some(scope) => {
@@ -721,7 +734,7 @@ impl<'scope, 'env, E: Send> TryScope<'scope, 'env, E> {
 }
 
 fn open_scope(kind: Kind) -> Arc<JobCore> {
-    JobCore::new(current_job(), kind == Kind::Supervisor, false)
+    JobCore::new(parent_for_new_job(), kind == Kind::Supervisor, false)
 }
 
 /// Finish a scope after its body: wait for the children, finalize, then
@@ -927,7 +940,7 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
         return Err(TimedOut);
     }
     let deadline = Instant::now().checked_add(timeout);
-    let job = JobCore::with_deadline(current_job(), false, false, deadline);
+    let job = JobCore::with_deadline(parent_for_new_job(), false, false, deadline);
     let done = Arc::new(Done(Mutex::new((false, None))));
     // The dump shows the watchdog parked at the user's `with_timeout` call.
     let site = std::panic::Location::caller();

@@ -160,6 +160,40 @@ fn outside(function: &str) -> ! {
     )
 }
 
+/// Run `f` with cancellation held off for the calling fiber (Kotlin's
+/// `withContext(NonCancellable)`): inside it, waits are not interrupted by
+/// a cancelled task or job, `yield_now` returns `Ok` and
+/// [`is_cancelled`] is false, so clean-up code of a cancelled fiber can
+/// still sleep, send a last message or join. A cancellation requested
+/// meanwhile is seen again once `f` returns (or unwinds). A runtime's
+/// shutdown still ends such waits once its grace time is over. Sections
+/// nest. On a plain thread this just calls `f`.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// fiber::run(|| {
+///     let (tx, rx) = fiber::chan::bounded(1);
+///     let worker = fiber::spawn(move || {
+///         tx.send("started").unwrap();
+///         while fiber::sleep(Duration::from_millis(1)).is_ok() {}
+///         // Cancelled: the last report still goes out.
+///         fiber::non_cancellable(|| {
+///             fiber::sleep(Duration::from_millis(1)).unwrap();
+///             tx.send("stopped").unwrap();
+///         });
+///         assert!(fiber::is_cancelled());
+///     });
+///     assert_eq!(rx.recv().unwrap(), "started");
+///     worker.cancel();
+///     assert_eq!(rx.recv().unwrap(), "stopped");
+///     assert!(worker.join().unwrap_err().is_cancelled());
+/// });
+/// ```
+pub fn non_cancellable<R>(f: impl FnOnce() -> R) -> R {
+    fiber_core::non_cancellable(f)
+}
+
 /// Spawn a fiber on the current runtime. Dropping the handle detaches the
 /// fiber, as with `std::thread::spawn`. Inside a [`scope`], `fiber::spawn`
 /// still makes a detached fiber (as `std::thread::spawn` does inside

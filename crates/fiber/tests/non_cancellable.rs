@@ -1,0 +1,163 @@
+//! `fiber::non_cancellable` (Kotlin's `withContext(NonCancellable)`): the
+//! clean-up code of a cancelled fiber can still wait; the cancellation is
+//! not lost; a `with_timeout` or a `scope` opened inside still works; and
+//! a runtime's shutdown still ends the section's waits.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{ms, on_runtime, within};
+
+/// A cancelled scoped child sleeps, sends and joins in its clean-up.
+#[test]
+fn a_cancelled_fiber_can_wait_in_its_clean_up() {
+    on_runtime(|| {
+        let (tx, rx) = fiber::chan::bounded(0);
+        let (started_tx, started_rx) = fiber::chan::bounded(1);
+        let outcome = fiber::scope(|s| {
+            let child = s.spawn(move || {
+                started_tx.send(()).unwrap();
+                assert!(fiber::sleep(Duration::from_secs(3600)).is_err(), "cancelled");
+                fiber::non_cancellable(|| {
+                    assert!(!fiber::is_cancelled());
+                    fiber::sleep(ms(20)).unwrap();
+                    fiber::yield_now().unwrap();
+                    let helper = fiber::spawn(|| 7);
+                    let v = helper.join().unwrap();
+                    tx.send(v).unwrap();
+                });
+                assert!(fiber::is_cancelled(), "seen again after the section");
+                assert!(fiber::sleep(ms(1)).is_err());
+            });
+            started_rx.recv().unwrap();
+            child.cancel();
+            assert_eq!(rx.recv().unwrap(), 7);
+            child.join()
+        });
+        assert!(outcome.unwrap_err().is_cancelled());
+    });
+}
+
+/// A cancel that arrives while the fiber sleeps in a section does not cut
+/// the sleep short.
+#[test]
+fn a_cancel_during_the_section_does_not_end_its_sleep() {
+    on_runtime(|| {
+        let h = fiber::spawn(|| {
+            fiber::non_cancellable(|| {
+                let start = Instant::now();
+                let r = fiber::sleep(ms(150));
+                (r.is_ok(), start.elapsed())
+            })
+        });
+        fiber::sleep(ms(20)).unwrap();
+        h.cancel();
+        // The value is dropped (the fiber was cancelled), but the join
+        // waits for the whole sleep.
+        let start = Instant::now();
+        assert!(h.join().unwrap_err().is_cancelled());
+        assert!(
+            start.elapsed() >= ms(100),
+            "the sleep ended early: {:?}",
+            start.elapsed()
+        );
+    });
+}
+
+/// Sections nest: the inner one ending does not end the outer one; a
+/// panic inside one ends it.
+#[test]
+fn sections_nest_and_end_on_unwind() {
+    on_runtime(|| {
+        let h = fiber::spawn(|| {
+            while fiber::sleep(ms(1)).is_ok() {}
+            fiber::non_cancellable(|| {
+                fiber::non_cancellable(|| assert!(!fiber::is_cancelled()));
+                assert!(!fiber::is_cancelled(), "still inside the outer section");
+                let r = std::panic::catch_unwind(|| fiber::non_cancellable(|| panic!("inside")));
+                assert!(r.is_err());
+                assert!(
+                    !fiber::is_cancelled(),
+                    "the panicking section ended, the outer one did not"
+                );
+            });
+            fiber::is_cancelled()
+        });
+        fiber::sleep(ms(10)).unwrap();
+        h.cancel();
+        assert!(h.join().unwrap_err().is_cancelled());
+    });
+}
+
+/// Kotlin: `withTimeout` inside `NonCancellable` still times out, and a
+/// scope opened there is not cancelled with the outer job.
+#[test]
+fn with_timeout_and_scope_inside_a_section_still_work() {
+    on_runtime(|| {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let ran2 = ran.clone();
+        let h = fiber::spawn(move || {
+            while fiber::sleep(ms(1)).is_ok() {}
+            fiber::non_cancellable(|| {
+                let start = Instant::now();
+                let r = fiber::with_timeout(ms(30), || fiber::sleep(Duration::from_secs(3600)));
+                assert!(r.is_err(), "timed out");
+                assert!(start.elapsed() < Duration::from_secs(5));
+                let sum = fiber::scope(|s| {
+                    let a = s.spawn(|| {
+                        fiber::sleep(ms(5)).unwrap();
+                        1
+                    });
+                    let b = s.spawn(|| 2);
+                    a.join().unwrap() + b.join().unwrap()
+                });
+                ran2.fetch_add(sum, Ordering::SeqCst);
+            });
+        });
+        fiber::sleep(ms(10)).unwrap();
+        h.cancel();
+        assert!(h.join().unwrap_err().is_cancelled());
+        assert_eq!(ran.load(Ordering::SeqCst), 3);
+    });
+}
+
+/// A runtime's shutdown still ends a section's waits (after its grace
+/// time), and the fiber's destructors run.
+#[test]
+fn shutdown_ends_a_sections_wait() {
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+    struct Guard;
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            DROPPED.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let elapsed = within(60, || {
+        let rt = fiber::Runtime::builder()
+            .workers(1)
+            .max_workers(1)
+            .shutdown_timeout(ms(100))
+            .build()
+            .unwrap();
+        rt.spawn(|| {
+            let _g = Guard;
+            fiber::non_cancellable(|| {
+                let _ = fiber::sleep(Duration::from_secs(3600));
+            });
+        });
+        std::thread::sleep(ms(20));
+        let start = Instant::now();
+        drop(rt);
+        start.elapsed()
+    });
+    assert!(elapsed < Duration::from_secs(10), "shutdown took {elapsed:?}");
+    assert_eq!(DROPPED.load(Ordering::SeqCst), 1);
+}
+
+/// On a plain thread it just runs the closure.
+#[test]
+fn on_a_plain_thread_it_runs_the_closure() {
+    assert_eq!(fiber::non_cancellable(|| 5), 5);
+}
