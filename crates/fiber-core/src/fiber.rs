@@ -165,17 +165,15 @@ pub(crate) struct Fiber {
     /// Hard affinity: once it has run, this incarnation resumes only on the
     /// worker it first ran on (written at prepare, read by schedulers).
     pinned: std::sync::atomic::AtomicBool,
-    /// Kept on its worker because it switched away while its thread counted
-    /// as panicking (see [`panicking`]): set and cleared by the fiber itself
-    /// (Relaxed; read by schedulers through `Runnable::home`).
-    unwind_pinned: std::sync::atomic::AtomicBool,
-    /// This fiber switched away in the middle of its own unwind (owner-only
-    /// in effect; Relaxed).
-    unwinding: std::sync::atomic::AtomicBool,
-    /// Its thread already counted as panicking when it was last resumed
-    /// (another fiber's unwind parked there), so that panic is not its own
-    /// (owner-only in effect; Relaxed).
-    ambient_panicking: std::sync::atomic::AtomicBool,
+    /// The fiber's panic bookkeeping (see [`panicking`]), one word so that
+    /// a resume reads one byte: `UNWIND_PINNED` (kept on its worker because
+    /// it switched away while its thread counted as panicking; read by
+    /// schedulers through `Runnable::home`), `UNWINDING` (it switched away
+    /// in the middle of its own unwind), `AMBIENT_PANICKING` (its thread
+    /// already counted as panicking when it was last resumed: another
+    /// fiber's parked unwind). Written only by the fiber's owner (the fiber
+    /// or the worker running it); Relaxed.
+    unwind_flags: std::sync::atomic::AtomicU8,
     has_name: std::sync::atomic::AtomicBool,
     wait_kind: std::sync::atomic::AtomicU8,
     has_park_extra: std::sync::atomic::AtomicBool,
@@ -250,6 +248,11 @@ thread_local! {
     static UNWIND_PIN_DELTA: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
 }
 
+/// `Fiber::unwind_flags` bits.
+const UNWIND_PINNED: u8 = 1;
+const UNWINDING: u8 = 2;
+const AMBIENT_PANICKING: u8 = 4;
+
 /// Never inlined: a fiber may resume on another thread, so the
 /// thread-local's address must not be kept across a switch (PITFALLS 1).
 #[inline(never)]
@@ -288,8 +291,10 @@ pub fn take_unwind_pin_delta() -> i64 {
 /// Is `fiber` (the running fiber) unwinding? See [`panicking`].
 #[inline]
 pub(crate) fn fiber_panicking(fiber: &Fiber) -> bool {
-    std::thread::panicking()
-        && (fiber.unwinding.load(Ordering::Relaxed) || !fiber.ambient_panicking.load(Ordering::Relaxed))
+    std::thread::panicking() && {
+        let flags = fiber.unwind_flags.load(Ordering::Relaxed);
+        flags & UNWINDING != 0 || flags & AMBIENT_PANICKING == 0
+    }
 }
 
 /// Is the caller unwinding from a panic? `std::thread::panicking`, per
@@ -409,9 +414,7 @@ impl Fiber {
             body_returned: UnsafeCell::new(false),
             abandoned: std::sync::atomic::AtomicU8::new(NOT_ABANDONED),
             pinned: std::sync::atomic::AtomicBool::new(false),
-            unwind_pinned: std::sync::atomic::AtomicBool::new(false),
-            unwinding: std::sync::atomic::AtomicBool::new(false),
-            ambient_panicking: std::sync::atomic::AtomicBool::new(false),
+            unwind_flags: std::sync::atomic::AtomicU8::new(0),
             name: std::sync::Mutex::new(None),
             has_name: std::sync::atomic::AtomicBool::new(false),
             wait_kind: std::sync::atomic::AtomicU8::new(0),
@@ -498,9 +501,7 @@ impl Fiber {
             this.mask_scope.with_mut(|c| *c = 0);
             this.body_returned.with_mut(|b| *b = false);
         }
-        this.unwind_pinned.store(false, Ordering::Relaxed);
-        this.unwinding.store(false, Ordering::Relaxed);
-        this.ambient_panicking.store(false, Ordering::Relaxed);
+        this.unwind_flags.store(0, Ordering::Relaxed);
     }
 
     /// The coroutine that records its yielder in the frame and runs `body`.
@@ -977,13 +978,15 @@ impl Fiber {
     /// on a thread that was already panicking cannot be told apart.
     #[cold]
     fn note_switch_while_panicking(&self) {
+        let mut flags = self.unwind_flags.load(Ordering::Relaxed);
         if fiber_panicking(self) {
-            self.unwinding.store(true, Ordering::Relaxed);
+            flags |= UNWINDING;
         }
-        if !self.is_pinned() && !self.unwind_pinned.load(Ordering::Relaxed) {
-            self.unwind_pinned.store(true, Ordering::Relaxed);
+        if !self.is_pinned() && flags & UNWIND_PINNED == 0 {
+            flags |= UNWIND_PINNED;
             unwind_pin_delta(1);
         }
+        self.unwind_flags.store(flags, Ordering::Relaxed);
     }
 
     /// The fiber runs again (or for the first time) on this thread: note
@@ -993,20 +996,22 @@ impl Fiber {
     fn note_resumed(&self) {
         if std::thread::panicking() {
             self.note_resumed_panicking();
-        } else if self.unwind_pinned.load(Ordering::Relaxed)
-            || self.unwinding.load(Ordering::Relaxed)
-            || self.ambient_panicking.load(Ordering::Relaxed)
-        {
-            // Loads only on the common path: the frame's line is not
-            // written at every resume.
+        } else {
+            // One load on the common path: the frame's line is not written
+            // at every resume.
             self.end_unwind_pin();
         }
     }
 
     #[cold]
     fn note_resumed_panicking(&self) {
-        let own = self.unwinding.load(Ordering::Relaxed);
-        self.ambient_panicking.store(!own, Ordering::Relaxed);
+        let flags = self.unwind_flags.load(Ordering::Relaxed);
+        let flags = if flags & UNWINDING != 0 {
+            flags & !AMBIENT_PANICKING
+        } else {
+            flags | AMBIENT_PANICKING
+        };
+        self.unwind_flags.store(flags, Ordering::Relaxed);
     }
 
     /// Drop a pin taken for an unwind (the thread is clean again, or the
@@ -1016,15 +1021,12 @@ impl Fiber {
     /// writes these flags, so plain loads and stores do.
     #[inline]
     fn end_unwind_pin(&self) {
-        if self.ambient_panicking.load(Ordering::Relaxed) {
-            self.ambient_panicking.store(false, Ordering::Relaxed);
-        }
-        if self.unwinding.load(Ordering::Relaxed) {
-            self.unwinding.store(false, Ordering::Relaxed);
-        }
-        if self.unwind_pinned.load(Ordering::Relaxed) {
-            self.unwind_pinned.store(false, Ordering::Relaxed);
-            unwind_pin_delta(-1);
+        let flags = self.unwind_flags.load(Ordering::Relaxed);
+        if flags != 0 {
+            self.unwind_flags.store(0, Ordering::Relaxed);
+            if flags & UNWIND_PINNED != 0 {
+                unwind_pin_delta(-1);
+            }
         }
     }
 
@@ -1032,7 +1034,7 @@ impl Fiber {
     /// [`Fiber::note_switch_while_panicking`])?
     #[inline]
     pub(crate) fn is_unwind_pinned(&self) -> bool {
-        self.unwind_pinned.load(Ordering::Relaxed)
+        self.unwind_flags.load(Ordering::Relaxed) & UNWIND_PINNED != 0
     }
 
     /// Ask the CPU to start loading the hot lines of the frame at `this`
@@ -1884,6 +1886,11 @@ pub fn with_fiber_local<T: Send + 'static, R>(key: usize, init: fn() -> T, f: im
 pub unsafe fn drop_fiber_locals() {
     let fiber = current::get();
     if fiber.is_null() {
+        return;
+    }
+    // SAFETY: the running fiber reads its own locals slot.
+    if unsafe { (*fiber).locals.with(|slot| (*slot).is_none()) } {
+        // The common case: the fiber never made a fiber-local.
         return;
     }
     let mut first_panic = None;
