@@ -248,6 +248,25 @@ thread_local! {
     static UNWIND_PIN_DELTA: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
 }
 
+/// A tracing subscriber's callback panicked where the runtime called it on
+/// its own threads (a fiber's span entered, exited or closed by a worker;
+/// a runtime event): the runtime goes on, and says so on stderr (not
+/// through `tracing`, whose layer just panicked). The payload is dropped
+/// here (a panic of its own destructor too).
+#[cold]
+pub fn layer_panicked(what: &str, payload: Box<dyn std::any::Any + Send>) {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic".to_string());
+    crate::task::drop_quietly(payload);
+    eprintln!(
+        "fiber: a tracing subscriber panicked while {what} on a runtime thread ({msg}); the runtime \
+         goes on without that callback"
+    );
+}
+
 /// `Fiber::unwind_flags` bits.
 const UNWIND_PINNED: u8 = 1;
 const UNWINDING: u8 = 2;
@@ -1074,12 +1093,20 @@ impl Fiber {
             // SAFETY: we hold execution ownership (the `Running` token), so
             // the span slot is ours until the commit below; the guard is
             // dropped before any transition that gives the fiber away.
+            // A layer's callback that panics here must not unwind into the
+            // worker (it killed the worker thread with this fiber RUNNING
+            // for good): the fiber runs without its span entered, and the
+            // layer's panic is reported.
             let entered = fiber
                 .has_span
                 .with(|h| unsafe { *h })
                 .then(|| fiber.span.with(|s| unsafe { (*s).as_ref() }))
                 .flatten()
-                .map(|span| span.enter());
+                .and_then(|span| {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| span.enter()))
+                        .map_err(|payload| layer_panicked("entering a fiber's span", payload))
+                        .ok()
+                });
             let previous = current::replace(Arc::as_ptr(&fiber));
             // SAFETY: as above for the coroutine slot; the fiber never
             // touches it.
@@ -1087,7 +1114,11 @@ impl Fiber {
                 .coroutine
                 .with_mut(|c| unsafe { (*c).as_mut().expect("a RUNNING fiber has a coroutine").resume(()) });
             current::replace(previous);
-            drop(entered);
+            if let Some(entered) = entered {
+                if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(entered))) {
+                    layer_panicked("exiting a fiber's span", payload);
+                }
+            }
             match result {
                 CoroutineResult::Yield(Suspend::Yield) => {
                     fiber.state.transition_to_runnable_from_running();
@@ -1205,7 +1236,10 @@ impl Fiber {
             self.bounds.with_mut(|b| *b = StackBounds::default());
             // Closing the span ends it for the subscriber.
             if self.has_span.with_mut(|h| std::mem::replace(&mut *h, false)) {
-                drop(self.span.with_mut(|s| (*s).take()));
+                let span = self.span.with_mut(|s| (*s).take());
+                if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(span))) {
+                    layer_panicked("closing a fiber's span", payload);
+                }
             }
             // The frame's count of itself: the pool holds the frame.
             drop(self.spare.with_mut(|s| (*s).take()));

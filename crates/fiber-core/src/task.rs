@@ -493,6 +493,12 @@ pub struct JoinHandle<T> {
     task: BlockArc<Task<T>>,
 }
 
+// Unwind safety as tokio declares it for its `JoinHandle<T>`: the handle's
+// state (the join block) changes only through atomics and a lock that
+// ignores poisoning, and the value is moved out whole or not at all.
+impl<T> std::panic::UnwindSafe for JoinHandle<T> {}
+impl<T> std::panic::RefUnwindSafe for JoinHandle<T> {}
+
 impl<T> Drop for JoinHandle<T> {
     fn drop(&mut self) {
         let unjoined = {

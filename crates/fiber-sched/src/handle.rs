@@ -30,6 +30,13 @@ pub struct Handle {
     pub(crate) shared: Arc<Shared>,
 }
 
+// Unwind safety as tokio declares it for its runtime and handle: their
+// shared state lives behind atomics and locks that ignore poisoning, so a
+// panic caught around a call on them leaves nothing half-changed that a
+// later call could observe.
+impl std::panic::UnwindSafe for Handle {}
+impl std::panic::RefUnwindSafe for Handle {}
+
 impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Handle").finish_non_exhaustive()

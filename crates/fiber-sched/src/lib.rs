@@ -58,5 +58,17 @@ pub use runtime::{blocking, current_stats, sleep, sleep_until, Builder, Runtime}
 #[cfg(not(loom))]
 pub use stats::Stats;
 
+/// Emit a runtime event (`f` calls a `tracing` macro) on a runtime
+/// thread: a subscriber's callback that panics there must not kill the
+/// worker or the monitor (it left the worker counted alive with a fiber
+/// RUNNING for good, or the monitor gone for the runtime's life); the
+/// panic is reported on stderr and the runtime goes on.
+#[cfg(not(loom))]
+pub(crate) fn emit(what: &str, f: impl FnOnce()) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        fiber_core::layer_panicked(what, payload);
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -373,14 +373,16 @@ fn scan_workers(shared: &Arc<Shared>, views: &mut [WorkerView], now: Instant) ->
                 // SAFETY: `running_at` only ever holds `&'static Location`s.
                 unsafe { (*at).to_string() }
             };
-            tracing::warn!(
-                target: "fiber_sched",
-                fiber = running,
-                worker = index,
-                spawned_at = %location,
-                seconds = still.as_secs_f64(),
-                "stall: a fiber runs without a yield point"
-            );
+            crate::emit("logging a stall", || {
+                tracing::warn!(
+                    target: "fiber_sched",
+                    fiber = running,
+                    worker = index,
+                    spawned_at = %location,
+                    seconds = still.as_secs_f64(),
+                    "stall: a fiber runs without a yield point"
+                )
+            });
             eprintln!(
                 "fiber: stall: fiber {running} has been running on worker {index} for {:.1} s without a \
                  yield point (spawned at {location}); other fibers on that worker wait. Set \
@@ -513,12 +515,14 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
         DEADLOCK_AFTER,
         parked.len()
     );
-    tracing::warn!(
-        target: "fiber_sched",
-        root_fiber = root,
-        parked = parked.len(),
-        "deadlock: all fibers are asleep"
-    );
+    crate::emit("logging a deadlock", || {
+        tracing::warn!(
+            target: "fiber_sched",
+            root_fiber = root,
+            parked = parked.len(),
+            "deadlock: all fibers are asleep"
+        )
+    });
     report.push_str(&dump.to_string());
     eprint!("{report}");
     if shared.config.deadlock_abort {

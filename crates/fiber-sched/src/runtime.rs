@@ -168,6 +168,13 @@ pub struct Runtime {
     monitor: Option<std::thread::JoinHandle<()>>,
 }
 
+// Unwind safety as tokio declares it for its runtime and handle: their
+// shared state lives behind atomics and locks that ignore poisoning, so a
+// panic caught around a call on them leaves nothing half-changed that a
+// later call could observe.
+impl std::panic::UnwindSafe for Runtime {}
+impl std::panic::RefUnwindSafe for Runtime {}
+
 impl fmt::Debug for Runtime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Runtime")

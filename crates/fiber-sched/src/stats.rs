@@ -41,13 +41,19 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn record_grow(&self, reason: String) {
         self.scale_ups.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(target: "fiber_sched", reason = %reason, "worker pool grew");
+        crate::emit(
+            "logging a pool growth",
+            || tracing::debug!(target: "fiber_sched", reason = %reason, "worker pool grew"),
+        );
         self.log(format!("grow: {reason}"));
     }
 
     pub(crate) fn record_shrink(&self, reason: String) {
         self.scale_downs.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(target: "fiber_sched", reason = %reason, "worker pool shrank");
+        crate::emit(
+            "logging a pool shrink",
+            || tracing::debug!(target: "fiber_sched", reason = %reason, "worker pool shrank"),
+        );
         self.log(format!("shrink: {reason}"));
     }
 

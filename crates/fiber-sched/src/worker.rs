@@ -829,7 +829,21 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
     *lock(&slot.deque) = Some((local, yielded));
     slot.running.store(0, Ordering::Relaxed);
     if let Some(hook) = &shared.config.on_thread_stop {
-        (hook.0)();
+        // A panicking hook must not skip the bookkeeping below (the slot
+        // stayed counted alive with no thread: the pool could never grow
+        // again).
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (hook.0)())) {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string panic".to_string());
+            // Its own destructor may panic too: never here.
+            if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload))) {
+                std::mem::forget(again);
+            }
+            eprintln!("fiber: on_thread_stop panicked on worker {index} ({msg}); the worker stopped all the same");
+        }
     }
     slot.state.store(DEAD, Ordering::Release);
     shared.alive.fetch_sub(1, Ordering::AcqRel);
@@ -1399,14 +1413,16 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
     let traced = tracing::level_enabled!(tracing::Level::TRACE);
     let id = running.id();
     if traced && !running.has_run() {
-        tracing::trace!(
-            target: "fiber_sched",
-            fiber = id.0,
-            name = ?running.name(),
-            spawned_at = %running.spawn_location(),
-            worker = ctx.index,
-            "fiber started"
-        );
+        crate::emit("logging a fiber's start", || {
+            tracing::trace!(
+                target: "fiber_sched",
+                fiber = id.0,
+                name = ?running.name(),
+                spawned_at = %running.spawn_location(),
+                worker = ctx.index,
+                "fiber started"
+            )
+        });
     }
     let outcome = running.resume(ctx.index);
     // Fibers kept here for an unwind count as homed here until their pin
@@ -1422,7 +1438,10 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
         }
     }
     if traced && matches!(outcome, RunOutcome::Finished) {
-        tracing::trace!(target: "fiber_sched", fiber = id.0, worker = ctx.index, "fiber finished");
+        crate::emit(
+            "logging a fiber's end",
+            || tracing::trace!(target: "fiber_sched", fiber = id.0, worker = ctx.index, "fiber finished"),
+        );
     }
     slot.running.store(0, Ordering::Relaxed);
     if pinned && matches!(outcome, RunOutcome::Finished) {
