@@ -33,7 +33,9 @@ use std::sync::{LockResult, TryLockError, TryLockResult};
 /// worker thread to itself for up to 200 ms and then parks, leaving that
 /// thread counted as panicking by std until its unwind ends; guards that
 /// other fibers of that worker drop meanwhile do not poison
-/// (`spec/lifecycle.md` section 10).
+/// (`spec/lifecycle.md` section 10). A guard held by a fiber that a
+/// runtime's shutdown unwinds is dropped by that unwind and poisons the
+/// lock, as a thread's unwind would.
 ///
 /// # Examples
 ///
