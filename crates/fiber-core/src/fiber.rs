@@ -299,8 +299,16 @@ fn take_unwind_pin_delta_slow() -> i64 {
 /// the same thread: `Runnable::home` names its worker until then, and a
 /// scheduler that keeps a worker alive while fibers are homed there (as for
 /// pinned fibers) adds this to that worker's count after each resume.
+///
+/// # Safety
+///
+/// Only the scheduler that resumes fibers on this thread calls it, right
+/// after each resume: a count taken by anyone else is lost to that
+/// scheduler, which may then retire the worker a fiber is kept on, and the
+/// fiber would finish its unwind on another thread (std's panic counts of
+/// both threads wrong).
 #[inline]
-pub fn take_unwind_pin_delta() -> i64 {
+pub unsafe fn take_unwind_pin_delta() -> i64 {
     if !ANY_UNWIND_PIN.load(Ordering::Relaxed) {
         return 0;
     }

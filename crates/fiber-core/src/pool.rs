@@ -589,7 +589,8 @@ impl FramePool {
     fn teardown_rounds(&self, drain: &mut dyn FnMut() -> Vec<Runnable>, last: bool) -> TeardownReport {
         // What the fiber running this teardown (if any) has pending for its
         // own scheduler; given back at the end.
-        let outer_pins = crate::fiber::take_unwind_pin_delta();
+        // SAFETY: this thread's pending count is given back below, untouched.
+        let outer_pins = unsafe { crate::fiber::take_unwind_pin_delta() };
         let report = self.teardown_rounds_inner(drain, last);
         crate::fiber::unwind_pin_delta(outer_pins);
         report
@@ -651,7 +652,9 @@ impl FramePool {
                 let outcome = runnable.into_running().resume(TEARDOWN_WORKER);
                 // Pins for unwinds on this thread are this loop's business,
                 // not the scheduler's (this may be another runtime's worker).
-                let _ = crate::fiber::take_unwind_pin_delta();
+                // SAFETY: teardown is the scheduler resuming here; the
+                // count from before it was set aside above.
+                let _ = unsafe { crate::fiber::take_unwind_pin_delta() };
                 match outcome {
                     RunOutcome::Finished => {
                         finished += 1;

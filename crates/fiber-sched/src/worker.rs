@@ -772,11 +772,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
             // The worker never starts: its slot goes back to DEAD (with its
             // deque, so it can be started again) and the failure is kept
             // for `Runtime::build` to report.
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string panic".to_string());
+            let msg = panic_message(&*payload);
             *lock(&shared.start_failure) = Some(format!("on_thread_start panicked on worker {index}: {msg}"));
             let slot = &shared.slots[index];
             *lock(&slot.deque) = Some((deque, yields));
@@ -833,11 +829,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         // stayed counted alive with no thread: the pool could never grow
         // again).
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (hook.0)())) {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string panic".to_string());
+            let msg = panic_message(&*payload);
             // Its own destructor may panic too: never here.
             if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload))) {
                 std::mem::forget(again);
@@ -850,6 +842,15 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
     if moved > 0 && !shared.is_shutdown() {
         shared.notify_one();
     }
+}
+
+/// The text of a hook's panic payload, for the report.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic".to_string())
 }
 
 fn drain_to_global(shared: &Shared, ctx: &WorkerCtx) -> usize {
@@ -1428,7 +1429,8 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
     // Fibers kept here for an unwind count as homed here until their pin
     // ends (fiber-core's `take_unwind_pin_delta`), so that this worker is
     // neither retired nor drained under them.
-    match fiber_core::take_unwind_pin_delta() {
+    // SAFETY: this worker resumed the fiber on this thread just now.
+    match unsafe { fiber_core::take_unwind_pin_delta() } {
         0 => {}
         d if d > 0 => {
             slot.homed.fetch_add(d as u64, Ordering::Relaxed);

@@ -14,12 +14,7 @@ mod common;
 use common::{in_child, ms, within};
 
 fn fixed(workers: usize, grace: Duration) -> fiber::Runtime {
-    fiber::Runtime::builder()
-        .workers(workers)
-        .max_workers(workers)
-        .shutdown_timeout(grace)
-        .build()
-        .unwrap()
+    common::rt_fixed_grace(workers, grace)
 }
 
 /// A destructor that waits (a flush, a notify).
@@ -214,5 +209,38 @@ fn a_parked_unwind_ends_on_its_own_thread() {
             seen, 0,
             "fibers saw their worker thread panicking after every unwind had ended"
         );
+    });
+}
+
+/// Shutdown while a fiber is parked mid-unwind (kept on its worker): its
+/// destructor's sleep is cancelled in the grace time, the unwind ends on
+/// its worker, its destructor runs once, and the drop returns promptly.
+#[test]
+fn shutdown_while_a_fiber_is_parked_mid_unwind() {
+    in_child("shutdown_while_a_fiber_is_parked_mid_unwind", 60, || {
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        struct CountedSlowDrop;
+        impl Drop for CountedSlowDrop {
+            fn drop(&mut self) {
+                let _ = fiber::sleep(Duration::MAX);
+                DROPS.fetch_add(1, SeqCst);
+            }
+        }
+        let elapsed = within(40, || {
+            let rt = fixed(2, ms(200));
+            for _ in 0..4 {
+                rt.spawn(|| {
+                    let _d = CountedSlowDrop;
+                    panic!("unrelated panic");
+                });
+            }
+            // Past the unwinding wait's bound: all four are parked mid-unwind.
+            std::thread::sleep(ms(400));
+            let start = Instant::now();
+            drop(rt);
+            start.elapsed()
+        });
+        assert!(elapsed < Duration::from_secs(10), "shutdown took {elapsed:?}");
+        assert_eq!(DROPS.load(SeqCst), 4, "every destructor ran once");
     });
 }
