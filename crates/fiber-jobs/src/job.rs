@@ -1038,7 +1038,7 @@ impl fiber_core::CancelScope for JobCore {
     /// Only reads: the job itself is cancelled by the watchdog or when
     /// `with_timeout`'s body returns.
     fn is_cancelled(&self) -> bool {
-        JobCore::is_cancelled(self) || self.deadline.is_some_and(|d| Instant::now() >= d)
+        self.observed_state() != JobState::Active
     }
 
     /// `JoinHandle::cancel` of the fiber whose root job this is.
