@@ -308,20 +308,34 @@ impl FramePool {
     /// freed. Returns how many stacks gave their pages back. Safe at any
     /// time (it touches only idle frames). Not on the spawn or release
     /// path, so that a burst that repeats keeps its warm stacks: it is
-    /// meant for a caller that sees the pool has gone quiet (a periodic
-    /// monitor, or the program after a burst).
+    /// meant for a caller that knows the pool has gone quiet (the program
+    /// after a burst). A periodic caller that cannot know that uses
+    /// [`trim_surplus`](Self::trim_surplus).
     pub fn trim(&self) -> usize {
+        self.trim_surplus(usize::MAX)
+    }
+
+    /// As [`trim`](Self::trim), for at most `surplus` idle frames: the
+    /// others, and always `IDLE_WATERMARK` of them, stay as they are (warm,
+    /// with their pages). The monitor passes the frames that stayed idle
+    /// for a whole trim interval (the lowest idle count it saw), so that a
+    /// program whose bursts come back within the interval keeps the frames
+    /// they take: trimming them only made the next burst fault their pages
+    /// in again and map new stacks.
+    pub fn trim_surplus(&self, surplus: usize) -> usize {
         // Batches count as idle frames like any other.
         while let Some(batch) = self.batches.pop() {
             self.batched.fetch_sub(batch.len(), Ordering::Relaxed);
             batch.into_iter().for_each(|frame| self.idle.push(frame));
         }
+        let idle = self.idle.len();
+        let untouched = idle.saturating_sub(surplus).max(IDLE_WATERMARK);
         let mut kept = Vec::new();
         let mut retired = Vec::new();
         let mut stacks = Vec::new();
-        for _ in 0..self.idle.len() {
+        for _ in 0..idle {
             let Some(frame) = self.idle.pop() else { break };
-            if kept.len() < IDLE_WATERMARK {
+            if kept.len() < untouched {
                 kept.push(frame);
                 continue;
             }

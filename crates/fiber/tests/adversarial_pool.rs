@@ -72,3 +72,62 @@ fn outside_spawns_reuse_frames_finished_on_the_workers() {
         "6,000 outside spawns, one alive at a time, made {frames} frames"
     );
 }
+
+/// Spawn `n` fibers that are all alive at once (each waits until the last
+/// one is spawned) and join them.
+fn burst(rt: &fiber::Runtime, n: usize) {
+    rt.block_on(move || {
+        let (tx, rx) = fiber::chan::bounded::<()>(0);
+        let handles: Vec<_> = (0..n)
+            .map(|_| {
+                let rx = rx.clone();
+                fiber::spawn(move || rx.recv().is_err())
+            })
+            .collect();
+        drop(tx);
+        assert!(handles.into_iter().all(|h| h.join().unwrap()));
+    });
+}
+
+/// Bursts of 3,000 fibers every 200 ms for 4 s reuse the first burst's
+/// frames. The monitor trimmed every frame beyond 1,024 whenever two of its
+/// checks 1 s apart fell between bursts, so each later burst made about
+/// 2,000 new frames (and faulted in their stacks' pages).
+#[test]
+fn bursts_that_come_back_keep_their_frames() {
+    const N: usize = 3_000;
+    let rt = fiber::Runtime::builder().workers(2).build().unwrap();
+    burst(&rt, N);
+    let first = rt.stats().frames_allocated;
+    let start = Instant::now();
+    let mut bursts = 1;
+    while start.elapsed() < Duration::from_secs(4) {
+        std::thread::sleep(ms(200));
+        burst(&rt, N);
+        bursts += 1;
+    }
+    let frames = rt.stats().frames_allocated;
+    assert!(
+        frames <= first + N / 10,
+        "{bursts} bursts of {N} fibers made {frames} frames (the first made {first})"
+    );
+}
+
+/// A pool that goes quiet still gives its frames back: after 2.5 s
+/// without fibers, frames beyond the pool's cap of 1,024 idle frames are
+/// gone, so the next burst of 3,000 makes new ones.
+#[test]
+fn a_pool_that_goes_quiet_is_trimmed() {
+    const N: usize = 3_000;
+    let rt = fiber::Runtime::builder().workers(2).build().unwrap();
+    burst(&rt, N);
+    let first = rt.stats().frames_allocated;
+    std::thread::sleep(Duration::from_millis(2_500));
+    burst(&rt, N);
+    let frames = rt.stats().frames_allocated;
+    assert!(
+        frames >= first + 1_000,
+        "after 2.5 s quiet a burst of {N} made only {} new frames: the idle frames were never trimmed",
+        frames - first
+    );
+}
