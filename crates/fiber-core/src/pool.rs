@@ -330,20 +330,20 @@ impl FramePool {
         }
         let idle = self.idle.len();
         let untouched = idle.saturating_sub(surplus).max(IDLE_WATERMARK);
+        // Only the surplus leaves the queue, from its front (the frames
+        // idle longest): the others stay where spawns running meanwhile
+        // find them, instead of sitting in a vector while those spawns map
+        // new stacks.
         let mut kept = Vec::new();
         let mut retired = Vec::new();
         let mut stacks = Vec::new();
-        for _ in 0..idle {
+        for _ in untouched..idle {
             let Some(frame) = self.idle.pop() else { break };
-            if kept.len() < untouched {
-                kept.push(frame);
-                continue;
-            }
             // SAFETY: an idle frame is INIT and, popped, owned by us alone.
             if let Some(stack) = unsafe { frame.take_stack() } {
                 stacks.push(stack);
             }
-            if kept.len() < IDLE_CAP {
+            if untouched + kept.len() < IDLE_CAP {
                 kept.push(frame);
             } else {
                 retired.push(frame);
