@@ -84,8 +84,11 @@ impl JoinError {
         matches!(self.repr, Repr::Panic(_))
     }
 
-    /// Was the fiber cancelled (before it started, or it acknowledged a
-    /// cancellation at a wait)? True also when the cancellation came from a
+    /// Was the fiber cancelled? A fiber whose cancellation was requested
+    /// before it ended is cancelled whatever its body did next (it never
+    /// started, it returned `Err(Cancelled)` from a wait, or it ignored the
+    /// request and returned a value, which is then dropped), unless it
+    /// panicked: that is [`is_panic`](Self::is_panic). True also when the cancellation came from a
     /// `with_timeout` deadline ([`is_timed_out`](Self::is_timed_out)): a
     /// timeout is a cancellation with a reason, as in Kotlin.
     pub fn is_cancelled(&self) -> bool {

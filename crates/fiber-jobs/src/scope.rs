@@ -933,6 +933,15 @@ impl fiber_core::Waitable for Done {
 /// cancellation; an explicit cancel of the enclosing job wins over it.
 /// A zero timeout returns `Err(TimedOut)` at once without running `f`
 /// (Kotlin's `withTimeout` with a non-positive time).
+///
+/// The outcome is decided when `f` returns, so an operation that completed
+/// inside `f` just as the deadline passed is lost with `f`'s value: a
+/// wrapped `rx.recv()` or `stream.read(&mut buf)` can take a message or
+/// bytes and still return `Err(TimedOut)`, as with Kotlin's `withTimeout`.
+/// To wait for data with a time limit, use the operation's own timed form
+/// (`Receiver::recv_timeout`, `select!` with an `after` arm,
+/// `TcpStream::set_read_timeout`): it either takes the data or times out,
+/// never both.
 #[track_caller]
 pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, TimedOut> {
     require_fiber("with_timeout");

@@ -8,7 +8,7 @@
 //! | `FIBER_WORKERS` | workers at start (1..=`MAX_WORKERS`) | number of cores |
 //! | `FIBER_MAX_WORKERS` | elastic pool ceiling (>= workers) | 2 x cores (at least workers) |
 //! | `FIBER_STACK_SIZE` | usable bytes per fiber stack (suffix `k`/`m`/`g` allowed, 16k to 1g) | 256k |
-//! | `FIBER_IDLE_TIMEOUT_MS` | idle time after which an extra worker retires | 5000 |
+//! | `FIBER_IDLE_TIMEOUT_MS` | idle time after which an extra worker retires; also how long a worker may run one fiber without a yield point before it is drained and replaced | 5000 |
 //! | `FIBER_SHUTDOWN_TIMEOUT_MS` | grace time for cancelled fibers at shutdown | 5000 |
 //! | `FIBER_STATS` | `1`: print counters at shutdown | `0` |
 //! | `FIBER_DEBUG_STALL` | `0`: no stall report for fibers running > 5 s | `1` |

@@ -60,7 +60,15 @@ impl Builder {
         self
     }
 
-    /// How long an extra worker stays idle before it retires.
+    /// How long an extra worker stays idle before it retires (default 5 s).
+    ///
+    /// The same interval is the retire interval for a worker that makes no
+    /// progress: one that has run the same fiber without a yield point for
+    /// this long (a fiber blocking its thread or computing) is drained (its
+    /// queued fibers move to the other workers) and, below `max_workers`,
+    /// replaced by a new worker; it exits once that fiber gives its thread
+    /// back. A very short value therefore starts many replacement threads
+    /// for fibers that compute for longer than it.
     pub fn idle_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.overrides.idle_timeout = Some(timeout);
         self
