@@ -217,6 +217,15 @@ impl<S: Source + Describe> Io<S> {
         self.registration.readiness.forget_drained();
     }
 
+    /// After this socket's own write shutdown: wake the parked writers,
+    /// whose retry now fails with `BrokenPipe` (`EPIPE`). A unix socket's
+    /// poll reports nothing for a send shutdown (TCP's reports it
+    /// writable), so without this a write parked on a full unix socket
+    /// stayed parked, where std's blocked write fails at once.
+    pub(crate) fn wake_writers(&self) {
+        self.registration.readiness.set_ready(false, true);
+    }
+
     /// As [`read`](Self::read) for writing.
     #[inline]
     #[track_caller]

@@ -213,12 +213,26 @@ impl UnixStream {
         self.io.get().peer_addr()
     }
 
-    /// Shut down one or both halves.
+    /// Shut down one or both halves. As in std, a write parked on this
+    /// socket (another fiber, or a thread) then fails with `BrokenPipe`,
+    /// and a parked read returns `Ok(0)`.
+    ///
+    /// The peer's `shutdown(Read)` is different: the kernel's readiness
+    /// events report nothing for it on this side, so a write parked on a
+    /// full buffer here stays parked until the peer reads, closes, or the
+    /// write's timeout or a cancellation ends it (std's blocked write
+    /// fails with `BrokenPipe` instead; tokio's and Go's, which also wait
+    /// for readiness, wait as this one does). A write made after the
+    /// peer's `shutdown(Read)` fails at once.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.io.get().shutdown(how)?;
         if how != Shutdown::Write {
             // Reads now end at once, with no data arriving.
             self.io.forget_drained();
+        }
+        if how != Shutdown::Read {
+            // A write parked on a full buffer fails now (`BrokenPipe`).
+            self.io.wake_writers();
         }
         Ok(())
     }
@@ -477,9 +491,15 @@ impl UnixDatagram {
         Ok(clone)
     }
 
-    /// Shut down one or both directions.
+    /// Shut down one or both directions. As in std, a send parked on this
+    /// socket (a full receiver) then fails with `BrokenPipe`.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        self.io.get().shutdown(how)
+        self.io.get().shutdown(how)?;
+        if how != Shutdown::Read {
+            // A send parked on a full receiver fails now (`BrokenPipe`).
+            self.io.wake_writers();
+        }
+        Ok(())
     }
 
     /// Adopt a std socket.
