@@ -141,7 +141,18 @@ struct Sync_ {
     children: Vec<Arc<JobCore>>,
     active_children: usize,
     body_done: bool,
+    /// Joiners of this job (woken when it ends).
     waiters: WaiterSet,
+    /// The scope owner waiting for the children (woken when the last
+    /// active child ends). Kept apart from `waiters`: a job whose children
+    /// run one at a time reaches zero active children once per child, and
+    /// waking every joiner each time (they found the job still running and
+    /// parked again) made n children with n joiners cost O(n^2) wakes.
+    child_waiter: Option<Waiter>,
+    /// A second fiber waits for the children at the same time (not done by
+    /// this crate's scopes; kept correct anyway): its record went to
+    /// `waiters`, which the last child then wakes too.
+    child_waiters_in_set: bool,
     failure: Option<Failure>,
     /// Panics of children that failed after `failure` was recorded (the
     /// first failure wins), kept so that a scope can still raise one whose
@@ -396,6 +407,8 @@ impl JobCore {
                     active_children: 0,
                     body_done: false,
                     waiters: WaiterSet::default(),
+                    child_waiter: None,
+                    child_waiters_in_set: false,
                     failure: None,
                     later_panics: Vec::new(),
                     reason: None,
@@ -621,9 +634,14 @@ impl JobCore {
             // The child stays in `children` until a sweep (see the field).
             sync.active_children -= 1;
             if sync.active_children == 0 {
-                // Wake whoever waits for the children (the scope owner);
-                // joiners of this job see a spurious wake and wait on.
-                (sync.body_done, sync.waiters.take_all())
+                // Wake whoever waits for the children (the scope owner),
+                // not the joiners of this job: it has not ended.
+                let mut waiters = Taken::new();
+                waiters.push(sync.child_waiter.take());
+                if std::mem::take(&mut sync.child_waiters_in_set) {
+                    waiters.extend(sync.waiters.take_all());
+                }
+                (sync.body_done, waiters)
             } else {
                 (false, Taken::new())
             }
@@ -688,7 +706,14 @@ impl JobCore {
                 from: current,
                 reason: sync.reason,
                 state: to,
-                waiters: sync.waiters.take_all(),
+                waiters: {
+                    let mut waiters = sync.waiters.take_all();
+                    // Normally woken already, when the last child ended.
+                    if let Some(waiter) = sync.child_waiter.take() {
+                        waiters.push(Some(waiter));
+                    }
+                    waiters
+                },
                 failure_for_parent: failure,
                 discard,
                 // Every child has ended: the list goes, so no child's
@@ -918,6 +943,9 @@ impl WaiterSet {
     }
 }
 
+/// `WaitSlot::index` of the record in `Sync_::child_waiter`.
+const CHILD_WAITER: usize = usize::MAX;
+
 /// Per-wait data of a job wait: where the record sits, and whether this
 /// wait was counted in `waiters_registered` (once per wait, however many
 /// times it re-publishes after a spurious wake).
@@ -995,14 +1023,25 @@ impl Waitable for Children<'_> {
         if sync.active_children == 0 {
             return Publish::Ready(WaitResult::Ok);
         }
-        io.index = Some(sync.waiters.insert(waiter.clone()));
+        if sync.child_waiter.is_none() {
+            sync.child_waiter = Some(waiter.clone());
+            io.index = Some(CHILD_WAITER);
+        } else {
+            sync.child_waiters_in_set = true;
+            io.index = Some(sync.waiters.insert(waiter.clone()));
+        }
         Publish::Published
     }
 
     fn unpublish(&self, waiter: &Waiter, io: &mut WaitSlot) -> Option<WaitResult> {
         let mut sync = lock(&self.0.sync);
-        if let Some(index) = io.index.take() {
-            sync.waiters.remove(index, waiter);
+        match io.index.take() {
+            Some(CHILD_WAITER) if sync.child_waiter.as_ref().is_some_and(|w| w.same_wait(waiter)) => {
+                sync.child_waiter = None;
+            }
+            Some(CHILD_WAITER) => {}
+            Some(index) => sync.waiters.remove(index, waiter),
+            None => {}
         }
         (sync.active_children == 0).then_some(WaitResult::Ok)
     }

@@ -69,6 +69,26 @@ fn loom_join_registration_racing_finalize() {
     });
 }
 
+/// The scope owner's wait for its children racing the last child's end:
+/// the owner always wakes. The last child wakes only the record kept for
+/// the children's waiter (not the job's joiners); checking the active
+/// count outside the lock, or not waking that record, leaves the owner
+/// parked (loom reports the deadlock).
+#[test]
+fn loom_children_wait_racing_last_child_end() {
+    loom::model(|| {
+        let parent = JobCore::new(None, false, false);
+        let child = JobCore::new(Some(parent.clone()), false, false);
+        let ender = {
+            let child = child.clone();
+            thread::spawn(move || child.body_done())
+        };
+        parent.join_children();
+        ender.join().unwrap();
+        assert_eq!(child.state(), JobState::Completed);
+    });
+}
+
 /// The real job cancel path (`JobCore::cancel`: state change under the job
 /// lock, then `interrupt` of every fiber in the job) racing a fiber of the
 /// job that parks through fiber-core's production handshake
