@@ -95,47 +95,79 @@ pub(crate) enum OnTimeout {
 }
 
 /// The waiters of one direction. Usually one waiter (one reader, one
-/// writer); more when several fibers share `&TcpStream`.
+/// writer); more when several fibers share `&TcpStream` (or accept on
+/// one listener, receive on one UDP socket). Those go in a slab: a wait
+/// keeps its record's index, so a waiter that leaves (cancelled, timed
+/// out, unwound) is removed in O(1). A search for it made n waiters
+/// leaving one socket cost O(n^2) under the socket's lock.
 #[derive(Default)]
 struct Slot {
     first: Option<Waiter>,
-    more: Vec<Waiter>,
+    more: Vec<Option<Waiter>>,
+    /// Free indices of `more`.
+    free: Vec<usize>,
 }
 
+/// [`WaitIo::index`] of the record in [`Slot::first`].
+const FIRST: usize = usize::MAX;
+
 impl Slot {
-    fn push(&mut self, waiter: Waiter) {
+    /// Record `waiter`; returns where, for [`Slot::remove`].
+    fn push(&mut self, waiter: Waiter) -> usize {
         if self.first.is_none() {
             self.first = Some(waiter);
+            return FIRST;
+        }
+        match self.free.pop() {
+            Some(i) => {
+                self.more[i] = Some(waiter);
+                i
+            }
+            None => {
+                self.more.push(Some(waiter));
+                self.more.len() - 1
+            }
+        }
+    }
+
+    /// Remove `waiter`'s record at `index` if it is still there (a wake
+    /// may have taken it, and the index may hold another wait's record
+    /// since); returns whether it was.
+    fn remove(&mut self, index: usize, waiter: &Waiter) -> bool {
+        let slot = if index == FIRST {
+            &mut self.first
         } else {
-            self.more.push(waiter);
+            match self.more.get_mut(index) {
+                Some(slot) => slot,
+                None => return false,
+            }
+        };
+        if !slot.as_ref().is_some_and(|w| w.same_wait(waiter)) {
+            return false;
         }
+        *slot = None;
+        if index != FIRST {
+            self.free.push(index);
+        }
+        true
     }
 
-    /// Remove `waiter` if present; returns whether it was.
-    fn remove(&mut self, waiter: &Waiter) -> bool {
-        if self.first.as_ref().is_some_and(|w| w.same_wait(waiter)) {
-            self.first = if self.more.is_empty() {
-                None
-            } else {
-                Some(self.more.swap_remove(0))
-            };
-            return true;
-        }
-        if let Some(i) = self.more.iter().position(|w| w.same_wait(waiter)) {
-            self.more.swap_remove(i);
-            return true;
-        }
-        false
-    }
-
-    fn take(&mut self) -> (Option<Waiter>, Vec<Waiter>) {
+    fn take(&mut self) -> (Option<Waiter>, Vec<Option<Waiter>>) {
         let more = if self.more.is_empty() {
             Vec::new()
         } else {
+            self.free.clear();
             std::mem::take(&mut self.more)
         };
         (self.first.take(), more)
     }
+}
+
+/// The per-wait data of a socket wait: the readiness sequence it saw, and
+/// where its record sits while published.
+pub(crate) struct WaitIo {
+    snapshot: usize,
+    index: Option<usize>,
 }
 
 /// Readiness state of one registered socket.
@@ -263,7 +295,7 @@ impl Readiness {
         mut op: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
         loop {
-            let mut snapshot = self.snapshot(dir);
+            let snapshot = self.snapshot(dir);
             match op() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && !nonblocking => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -279,7 +311,8 @@ impl Readiness {
                 dir,
                 op: std::marker::PhantomData,
             };
-            match fiber_wait(&wait, &mut snapshot, WaitOptions::new().deadline(deadline)) {
+            let mut io = WaitIo { snapshot, index: None };
+            match fiber_wait(&wait, &mut io, WaitOptions::new().deadline(deadline)) {
                 WaitResult::Ok => {}
                 WaitResult::TimedOut => return Err(timeout_error(on_timeout)),
                 WaitResult::Cancelled => return Err(io::Error::other(Cancelled)),
@@ -347,9 +380,9 @@ impl Readiness {
     }
 }
 
-fn wake_all(woken: [(Option<Waiter>, Vec<Waiter>); 2]) {
+fn wake_all(woken: [(Option<Waiter>, Vec<Option<Waiter>>); 2]) {
     for (first, more) in woken {
-        for waiter in first.iter().chain(more.iter()) {
+        for waiter in first.iter().chain(more.iter().flatten()) {
             {
                 IO_WAITERS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 fiber_core::note_external_wait(false);
@@ -396,7 +429,7 @@ impl<K> ReadyWait<'_, K> {
 }
 
 impl<K: op::Name> Waitable for ReadyWait<'_, K> {
-    type Io = usize;
+    type Io = WaitIo;
 
     fn kind(&self) -> fiber_core::WaitKind {
         fiber_core::WaitKind::Io
@@ -409,21 +442,21 @@ impl<K: op::Name> Waitable for ReadyWait<'_, K> {
         })
     }
 
-    fn try_complete(&self, snapshot: &mut usize) -> Option<WaitResult> {
+    fn try_complete(&self, io: &mut WaitIo) -> Option<WaitResult> {
         // Acquire: pairs with the Release bump in `set_ready` / store in
         // `close`.
-        self.changed(*snapshot, Ordering::Acquire)
+        self.changed(io.snapshot, Ordering::Acquire)
     }
 
-    fn publish(&self, waiter: &Waiter, snapshot: &mut usize) -> Publish {
+    fn publish(&self, waiter: &Waiter, io: &mut WaitIo) -> Publish {
         let mut slots = lock(&self.io.waiters);
         // The re-check: the sequence only moves under this lock, so either
         // the bump is visible here or the bump's `take` will find us.
         // Relaxed: the lock orders this load after any bump made under it.
-        if let Some(result) = self.changed(*snapshot, Ordering::Relaxed) {
+        if let Some(result) = self.changed(io.snapshot, Ordering::Relaxed) {
             return Publish::Ready(result);
         }
-        slots[self.dir].push(waiter.clone());
+        io.index = Some(slots[self.dir].push(waiter.clone()));
         {
             IO_WAITERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             fiber_core::note_external_wait(true);
@@ -431,15 +464,19 @@ impl<K: op::Name> Waitable for ReadyWait<'_, K> {
         Publish::Published
     }
 
-    fn unpublish(&self, waiter: &Waiter, snapshot: &mut usize) -> Option<WaitResult> {
+    fn unpublish(&self, waiter: &Waiter, io: &mut WaitIo) -> Option<WaitResult> {
         let mut slots = lock(&self.io.waiters);
-        if slots[self.dir].remove(waiter) {
+        if io
+            .index
+            .take()
+            .is_some_and(|index| slots[self.dir].remove(index, waiter))
+        {
             {
                 IO_WAITERS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 fiber_core::note_external_wait(false);
             }
         }
         // Relaxed: under the lock, as in `publish`.
-        self.changed(*snapshot, Ordering::Relaxed)
+        self.changed(io.snapshot, Ordering::Relaxed)
     }
 }
