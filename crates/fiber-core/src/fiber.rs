@@ -750,12 +750,16 @@ impl Fiber {
         &self,
         kind: crate::dump::WaitKind,
         uncancellable: bool,
+        timed: bool,
         site: &'static Location<'static>,
         on: Option<crate::WaitOn>,
     ) {
         use std::sync::atomic::Ordering::Relaxed;
-        let flag = if uncancellable { PARK_UNCANCELLABLE } else { 0 };
-        self.wait_kind.store(kind as u8 | flag, Relaxed);
+        let mut flags = if uncancellable { PARK_UNCANCELLABLE } else { 0 };
+        if timed {
+            flags |= PARK_TIMED;
+        }
+        self.wait_kind.store(kind as u8 | flags, Relaxed);
         self.park_site.store(site as *const _ as *mut _, Relaxed);
         self.parked_tick.store(crate::dump::coarse_now(), Relaxed);
         let backtrace =
@@ -791,7 +795,7 @@ impl Fiber {
         }
         let parked = matches!(state, FiberState::Parked | FiberState::Parking | FiberState::Waking);
         let waiting = if parked {
-            crate::dump::WaitKind::from_u8(self.wait_kind.load(Relaxed) & !PARK_UNCANCELLABLE)
+            crate::dump::WaitKind::from_u8(self.wait_kind.load(Relaxed) & PARK_KIND_MASK)
         } else {
             crate::dump::WaitKind::None
         };
@@ -820,13 +824,26 @@ impl Fiber {
     /// What the fiber's current (or last) park waits on. Meaningful while
     /// it is PARKED.
     pub(crate) fn last_park_kind(&self) -> crate::dump::WaitKind {
-        crate::dump::WaitKind::from_u8(self.wait_kind.load(std::sync::atomic::Ordering::Relaxed) & !PARK_UNCANCELLABLE)
+        crate::dump::WaitKind::from_u8(self.wait_kind.load(std::sync::atomic::Ordering::Relaxed) & PARK_KIND_MASK)
     }
 
     /// Is the fiber's current (or last) park on a wait that cancellation
     /// does not end? Meaningful while it is PARKED.
     pub(crate) fn parked_uncancellable(&self) -> bool {
         self.wait_kind.load(std::sync::atomic::Ordering::Relaxed) & PARK_UNCANCELLABLE != 0
+    }
+
+    /// May the fiber's current (or last) park end without another fiber
+    /// of its runtime acting: it has a deadline (its timer fires), or it
+    /// waits for a socket (the peer may act) or a blocking-pool call?
+    /// Meaningful while it is PARKED.
+    pub(crate) fn parked_until_outside_event(&self) -> bool {
+        let word = self.wait_kind.load(std::sync::atomic::Ordering::Relaxed);
+        word & PARK_TIMED != 0
+            || matches!(
+                crate::dump::WaitKind::from_u8(word & PARK_KIND_MASK),
+                crate::dump::WaitKind::Io | crate::dump::WaitKind::Blocking
+            )
     }
 
     pub(crate) fn mark_abandoned(&self) {
@@ -1437,6 +1454,12 @@ pub fn is_shutdown_unwind(payload: &(dyn std::any::Any + Send)) -> bool {
 /// `Fiber::wait_kind` bit: the park is on an `Interrupt::NotCancellable`
 /// wait (above every `WaitKind` value).
 const PARK_UNCANCELLABLE: u8 = 0x80;
+
+/// `Fiber::wait_kind` bit: the park has a deadline.
+const PARK_TIMED: u8 = 0x40;
+
+/// The `WaitKind` part of `Fiber::wait_kind`.
+const PARK_KIND_MASK: u8 = 0x3f;
 
 /// `Fiber::abandoned`: not given up on.
 const NOT_ABANDONED: u8 = 0;

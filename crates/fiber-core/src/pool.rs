@@ -452,9 +452,11 @@ impl FramePool {
     /// Is every live fiber of this pool parked right now, none of them on
     /// a wait that cancellation does not end ([`Interrupt::NotCancellable`]:
     /// a lock, a `OnceLock` being initialised, which a plain thread may
-    /// release)? A racy snapshot; `false` when none is alive. Shutdown uses
-    /// it to stop waiting early for fibers that only other fibers of the
-    /// pool can wake.
+    /// release) or that may end without the pool's fibers (a wait with a
+    /// deadline, a socket, a blocking-pool call: clean-up in
+    /// `non_cancellable` that sleeps or flushes)? A racy snapshot; `false`
+    /// when none is alive. Shutdown uses it to stop waiting early for
+    /// fibers that only other fibers of the pool can wake.
     ///
     /// [`Interrupt::NotCancellable`]: crate::Interrupt::NotCancellable
     pub fn all_parked(&self) -> bool {
@@ -465,7 +467,7 @@ impl FramePool {
             // PARKED step, so the park notes made before it are seen.
             match frame.state.load(Ordering::Acquire).state() {
                 FiberState::Init | FiberState::Done | FiberState::Cancelled => {}
-                FiberState::Parked if !frame.parked_uncancellable() => live += 1,
+                FiberState::Parked if !frame.parked_uncancellable() && !frame.parked_until_outside_event() => live += 1,
                 _ => return false,
             }
         }

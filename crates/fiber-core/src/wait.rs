@@ -688,6 +688,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
         fiber.note_park(
             waitable.kind(),
             options.interrupt == Interrupt::NotCancellable,
+            options.deadline.is_some(),
             site,
             waitable.wait_on(),
         );

@@ -156,6 +156,68 @@ fn shutdown_ends_a_sections_wait() {
     assert_eq!(DROPPED.load(Ordering::SeqCst), 1);
 }
 
+/// Shutdown gives a section's clean-up its grace time: a fiber cancelled by
+/// shutdown that sleeps 100 ms and then reports in `non_cancellable` gets
+/// to report. Shutdown stopped waiting 50 ms after every fiber was parked,
+/// counting a sleeping fiber as one that only another fiber could wake,
+/// so such clean-up was unwound (the report never came) whatever the
+/// grace time.
+#[test]
+fn shutdown_waits_for_a_sections_timed_clean_up() {
+    let (got, elapsed) = within(60, || {
+        let rt = common::rt_fixed_grace(2, Duration::from_secs(5));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        rt.spawn(move || {
+            started_tx.send(()).unwrap();
+            assert!(
+                fiber::sleep(Duration::from_secs(3600)).is_err(),
+                "cancelled by shutdown"
+            );
+            fiber::non_cancellable(|| {
+                fiber::sleep(ms(100)).unwrap();
+                tx.send("stopped").unwrap();
+            });
+        });
+        started_rx.recv().unwrap();
+        common::wait_parked(&rt, 1);
+        let start = Instant::now();
+        drop(rt);
+        (rx.try_recv(), start.elapsed())
+    });
+    assert_eq!(
+        got,
+        Ok("stopped"),
+        "the clean-up was cut short (shutdown took {elapsed:?})"
+    );
+    assert!(
+        elapsed >= ms(100) && elapsed < Duration::from_secs(5),
+        "shutdown took {elapsed:?}"
+    );
+}
+
+/// A fiber still parked on something only a fiber could end (a receive
+/// from a channel nobody sends on) inside a section does not hold up
+/// shutdown for the grace time once nothing else can make progress.
+#[test]
+fn shutdown_does_not_wait_the_grace_time_for_a_stuck_section() {
+    let elapsed = within(60, || {
+        let rt = common::rt_fixed_grace(2, Duration::from_secs(20));
+        let (tx, rx) = fiber::chan::bounded::<()>(0);
+        rt.spawn(move || {
+            fiber::non_cancellable(|| {
+                let _ = rx.recv();
+            });
+        });
+        common::wait_parked(&rt, 1);
+        let start = Instant::now();
+        drop(rt);
+        drop(tx);
+        start.elapsed()
+    });
+    assert!(elapsed < Duration::from_secs(10), "shutdown took {elapsed:?}");
+}
+
 /// On a plain thread it just runs the closure.
 #[test]
 fn on_a_plain_thread_it_runs_the_closure() {
