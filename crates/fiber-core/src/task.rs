@@ -76,6 +76,8 @@ enum Repr {
     Cancelled,
     TimedOut,
     Failed,
+    /// The joining fiber was cancelled while it waited.
+    JoinCancelled,
 }
 
 impl JoinError {
@@ -92,7 +94,16 @@ impl JoinError {
     /// `with_timeout` deadline ([`is_timed_out`](Self::is_timed_out)): a
     /// timeout is a cancellation with a reason, as in Kotlin.
     pub fn is_cancelled(&self) -> bool {
-        matches!(self.repr, Repr::Cancelled | Repr::TimedOut)
+        matches!(self.repr, Repr::Cancelled | Repr::TimedOut | Repr::JoinCancelled)
+    }
+
+    /// Was it the join that was cancelled: the joining fiber was cancelled
+    /// while it waited, so the joined fiber's own outcome is not known (it
+    /// runs on)? [`is_cancelled`](Self::is_cancelled) is true as well, as
+    /// a Kotlin `join()` in a cancelled coroutine throws its caller's
+    /// cancellation.
+    pub fn is_join_cancelled(&self) -> bool {
+        matches!(self.repr, Repr::JoinCancelled)
     }
 
     /// Was the fiber cancelled by a `with_timeout` deadline (its job's
@@ -110,6 +121,16 @@ impl JoinError {
     pub fn cancelled(id: FiberId) -> JoinError {
         JoinError {
             repr: Repr::Cancelled,
+            id,
+            name: None,
+        }
+    }
+
+    /// The join of fiber `id` was cancelled (the joining fiber was
+    /// cancelled while it waited; for layers above the core).
+    pub fn join_cancelled(id: FiberId) -> JoinError {
+        JoinError {
+            repr: Repr::JoinCancelled,
             id,
             name: None,
         }
@@ -157,12 +178,14 @@ impl JoinError {
         }
     }
 
-    /// The id of the fiber that failed.
+    /// The id of the fiber joined: the one that failed, or, when the join
+    /// itself was cancelled ([`is_join_cancelled`](Self::is_join_cancelled)),
+    /// the one that was waited for.
     pub fn id(&self) -> FiberId {
         self.id
     }
 
-    /// The name of the fiber that failed, if it was spawned with one
+    /// The name of the fiber joined, if it was spawned with one
     /// (`fiber::Builder::name`).
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
@@ -201,6 +224,7 @@ impl fmt::Debug for JoinError {
             Repr::Cancelled => write!(f, "JoinError::Cancelled({who})"),
             Repr::TimedOut => write!(f, "JoinError::TimedOut({who})"),
             Repr::Failed => write!(f, "JoinError::Failed({who})"),
+            Repr::JoinCancelled => write!(f, "JoinError::JoinCancelled({who})"),
         }
     }
 }
@@ -216,6 +240,7 @@ impl fmt::Display for JoinError {
             Repr::Cancelled => write!(f, "{who} was cancelled"),
             Repr::TimedOut => write!(f, "{who} timed out"),
             Repr::Failed => write!(f, "{who} failed with an error its scope returned"),
+            Repr::JoinCancelled => write!(f, "the join of {who} was cancelled (the joining fiber was cancelled)"),
         }
     }
 }
@@ -526,9 +551,9 @@ impl<T: Send> JoinHandle<T> {
     /// parks the fiber; on a plain thread it blocks the thread.
     ///
     /// A cancellation point: if the joining fiber is cancelled while it
-    /// waits, this returns an error whose `is_cancelled()` is true, and the
-    /// joined fiber runs on, detached (check `fiber::is_cancelled()` to tell
-    /// the two cancellations apart).
+    /// waits, this returns an error whose `is_cancelled()` and
+    /// `is_join_cancelled()` are true, and the joined fiber runs on,
+    /// detached.
     ///
     /// # Panics
     ///
@@ -560,7 +585,7 @@ impl<T: Send> JoinHandle<T> {
         // `Cancelled`, and the fiber it joined runs on, detached.
         let result = fiber_wait(&*self.task, &mut (), WaitOptions::new());
         if result != WaitResult::Ok {
-            return Err(JoinError::cancelled(self.task.id).with_name(self.task.name.clone()));
+            return Err(JoinError::join_cancelled(self.task.id).with_name(self.task.name.clone()));
         }
         self.take_result()
     }

@@ -530,7 +530,7 @@ impl<T> ScopedJoinHandle<'_, T> {
             // The joining fiber was cancelled while it waited; the child's
             // value (if it has one by now) is dropped here.
             drop(outcome);
-            return Err(JoinError::cancelled(id).with_name(name));
+            return Err(JoinError::join_cancelled(id).with_name(name));
         };
         Self::outcome_to_result(id, state, reason, outcome).map_err(|e| e.with_name(name))
     }

@@ -228,3 +228,47 @@ fn a_root_job_handed_to_another_fiber_can_be_joined() {
     });
     assert_eq!(state, fiber::JobState::Completed);
 }
+
+/// A joiner cancelled while it waits: its join reports a cancelled join
+/// (`is_join_cancelled`, and `is_cancelled` as Kotlin's `join()` throws the
+/// caller's cancellation), naming the joined fiber without calling it
+/// cancelled; the joined fiber runs on to its end. A fiber that was itself
+/// cancelled is not a cancelled join.
+#[test]
+fn a_cancelled_join_says_the_join_was_cancelled_not_the_joined_fiber() {
+    fiber::run(|| {
+        let (go_tx, go_rx) = chan::bounded::<()>(0);
+        let (done_tx, done_rx) = chan::bounded::<u32>(1);
+        let joined = fiber::spawn(move || {
+            go_rx.recv().unwrap();
+            done_tx.send(7).unwrap();
+            7u32
+        });
+        let joined_id = joined.id();
+        // The joiner ends cancelled (its value would be dropped): it hands
+        // its join's error over first.
+        let (err_tx, err_rx) = chan::bounded(1);
+        let joiner = fiber::spawn(move || err_tx.send(joined.join().unwrap_err()).unwrap());
+        // Parked in its join or not yet there: either way the join ends
+        // cancelled.
+        fiber::sleep(ms(20)).unwrap();
+        joiner.cancel();
+        let err = err_rx.recv().unwrap();
+        assert!(joiner.join().unwrap_err().is_cancelled());
+        assert!(err.is_cancelled() && err.is_join_cancelled(), "{err:?}");
+        assert_eq!(err.id(), joined_id);
+        let text = err.to_string();
+        assert!(
+            text.contains("the join of") && text.contains("the joining fiber was cancelled"),
+            "{text}"
+        );
+        // The joined fiber was not cancelled: it runs on to its end.
+        go_tx.send(()).unwrap();
+        assert_eq!(done_rx.recv().unwrap(), 7);
+
+        let sleeper = fiber::spawn(|| fiber::sleep(Duration::from_secs(3600)));
+        sleeper.cancel();
+        let err = sleeper.join().unwrap_err();
+        assert!(err.is_cancelled() && !err.is_join_cancelled(), "{err:?}");
+    });
+}
