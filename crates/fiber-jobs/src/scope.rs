@@ -270,8 +270,8 @@ fn require_fiber(what: &str) {
             );
         }
         panic!(
-            "fiber::{what} called outside a fiber: its children are fibers; start a runtime with \
-             fiber::run(|| ...) and call fiber::{what} from inside it"
+            "fiber::{what} called outside a fiber: it runs its work as a job of the calling fiber; start a \
+             runtime with fiber::run(|| ...) and call fiber::{what} from inside it"
         );
     }
 }
@@ -800,7 +800,9 @@ fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T,
 /// Run `f` with a scope whose children may borrow from the caller, like
 /// `std::thread::scope`: the scope returns when every child has ended. A
 /// child's panic fails the scope, cancels the siblings, and is re-raised
-/// here once all children are done.
+/// here once all children are done, unless a `join` of that child took it
+/// (then the siblings are still cancelled, but the scope returns normally,
+/// as `std::thread::scope` re-raises only panics no join took).
 ///
 /// # Panics
 ///

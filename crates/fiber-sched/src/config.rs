@@ -273,14 +273,35 @@ pub struct Overrides {
     pub io_park: Option<bool>,
 }
 
+/// Every environment variable [`Config::resolve`] reads.
+pub const VARIABLES: [&str; 15] = [
+    "FIBER_WORKERS",
+    "FIBER_MAX_WORKERS",
+    "FIBER_STACK_SIZE",
+    "FIBER_IDLE_TIMEOUT_MS",
+    "FIBER_SHUTDOWN_TIMEOUT_MS",
+    "FIBER_STATS",
+    "FIBER_DEBUG_STALL",
+    "FIBER_DEADLOCK_ABORT",
+    "FIBER_DUMP_SIGNAL",
+    "FIBER_BACKTRACE",
+    "FIBER_IO_HARVEST",
+    "FIBER_IO_PARK",
+    "FIBER_TRACE_SPANS",
+    "FIBER_UNGUARDED",
+    "FIBER_MAX_BLOCKING",
+];
+
 impl Config {
     /// Defaults, then the process environment, then `overrides`, validated.
     pub fn resolve(overrides: &Overrides) -> Result<Config, ConfigError> {
         // A value that is not UTF-8 is an error naming the variable, not
-        // "unset" (which `std::env::var(..).ok()` would make it).
-        for (name, value) in std::env::vars_os() {
-            if let (Some(name), None) = (name.to_str(), value.to_str()) {
-                if name.starts_with("FIBER_") {
+        // "unset" (which `std::env::var(..).ok()` would make it). Only the
+        // variables this runtime reads: any other `FIBER_*` name is not
+        // read at all (README).
+        for name in VARIABLES {
+            if let Some(value) = std::env::var_os(name) {
+                if value.to_str().is_none() {
                     return Err(err(name, &value.to_string_lossy(), "not valid UTF-8"));
                 }
             }

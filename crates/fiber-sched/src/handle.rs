@@ -44,8 +44,10 @@ impl fmt::Debug for Handle {
 }
 
 impl Handle {
-    /// The handle of the runtime the calling fiber (or worker thread) runs
-    /// on.
+    /// The handle of the runtime the calling fiber runs on (not available
+    /// on a plain thread, nor in an `on_thread_start` / `on_thread_stop`
+    /// hook, which runs outside any fiber: capture a `Handle` before
+    /// building the hook instead).
     ///
     /// # Panics
     ///

@@ -7,8 +7,10 @@
 //! timeout), stop the workers and the monitor and join their threads, then on
 //! the calling thread discard every runnable fiber and unwind every parked
 //! one (destructors run exactly once; joiners get `Cancelled`), clear the
-//! timers, and drop the frame pool. No worker thread and no frame outlives
-//! the runtime.
+//! timers, and drop the frame pool. No frame outlives the runtime, and no
+//! worker thread either, except one stuck in a fiber that never yields: it
+//! is waited for up to 2 s (`WORKER_STOP_BOUND`), reported, and left
+//! running; that fiber is unwound at its next yield point.
 
 use crate::config::{Config, ConfigError, Overrides};
 use crate::handle::Handle;
@@ -322,8 +324,11 @@ impl Runtime {
 
     /// Shut down with `grace` as the grace time (instead of the configured
     /// one): cancel every fiber, wait up to `grace` for them to return,
-    /// then unwind what is left (see the module docs). `Duration::MAX`
-    /// waits forever.
+    /// then unwind what is left (children before the scopes they borrow
+    /// from). The workers are then waited for up to 2 s more; one stuck in
+    /// a fiber that never yields is reported and left running, and that
+    /// fiber is unwound at its next yield point. `Duration::MAX` waits
+    /// forever.
     ///
     /// # Panics
     ///

@@ -32,7 +32,9 @@ const QUEUED: usize = 1;
 /// Permits are counted above the flag bit.
 const SHIFT: u32 = 1;
 
-/// A counting semaphore (tokio's `Semaphore` API): `acquire` parks the
+/// A counting semaphore, shaped like tokio's `Semaphore` (`try_acquire`
+/// returns an `Option`, a cancelled `acquire` returns `Cancelled`, and there
+/// is no `close`): `acquire` parks the
 /// fiber (or blocks the thread) until a permit is free; the permit returns
 /// when dropped. Waiters are served in FIFO order.
 ///

@@ -215,3 +215,16 @@ fn a_dump_signal_other_than_sigusr1_or_sigusr2_is_refused() {
         assert!(config.validate().is_ok());
     }
 }
+
+/// `VARIABLES` (the names checked for values that are not UTF-8) is exactly
+/// the set of names `resolve_with` looks up.
+#[test]
+fn the_variable_list_is_what_resolve_reads() {
+    let asked = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    let _ = Config::resolve_with(&Overrides::default(), |name| {
+        asked.borrow_mut().insert(name.to_string());
+        None
+    });
+    let listed: std::collections::BTreeSet<String> = VARIABLES.iter().map(|s| s.to_string()).collect();
+    assert_eq!(asked.into_inner(), listed);
+}
