@@ -474,6 +474,14 @@ impl FramePool {
         live > 0
     }
 
+    /// Is some fiber of this pool parked on a wait of `kind` right now (a
+    /// racy snapshot)? Stops at the first one and copies nothing.
+    pub fn any_parked_on(&self, kind: crate::WaitKind) -> bool {
+        lock(&self.all).iter().any(|frame| {
+            frame.state.load(Ordering::Relaxed).state() == FiberState::Parked && frame.last_park_kind() == kind
+        })
+    }
+
     /// Every live fiber of this pool, with what it waits on and where (a
     /// racy snapshot; see [`Dump`](crate::Dump)).
     pub fn dump(&self) -> crate::Dump {
