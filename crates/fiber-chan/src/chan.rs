@@ -1088,6 +1088,7 @@ impl<T> Chan<T> {
             return;
         }
         let before = wakes.count();
+        let mut probes_woken = 0usize;
         loop {
             let mut progress = false;
             while !inner.recvq.is_empty() && ring.has_ready() {
@@ -1117,12 +1118,21 @@ impl<T> Chan<T> {
                 break;
             }
             while !inner.sendq.is_empty() && ring.has_room() {
-                let Some(node) = pop_claim(&mut inner.sendq, std::ptr::null()) else {
+                // A select's send arm (a probe) is told of room, but only as
+                // many as there are free slots: it takes none until it runs,
+                // and waking every parked one for each freed slot made n
+                // selects cost n wakes per message. A woken select that
+                // takes another arm offers the room on (`reoffer_send`).
+                let budget = ring.free().saturating_sub(probes_woken);
+                let Some(node) = pop_claim_where(&mut inner.sendq, std::ptr::null(), |n| {
+                    !n.probe || n.ready_only || budget > 0
+                }) else {
                     break;
                 };
                 // SAFETY: claimed under the lock; alive while queued.
                 let n = unsafe { node.get() };
                 if n.probe {
+                    probes_woken += usize::from(!n.ready_only);
                     wakes.push(n.complete(NodeState::Done));
                     progress = true;
                     continue;
@@ -1298,15 +1308,23 @@ impl<T> Chan<T> {
     /// probe; a probe always belongs to a select). A probe whose select was
     /// already won elsewhere is only unlinked.
     fn wake_probes(queue: &mut WaitQueue<T>, own: *const SelectGroup, wakes: &mut Wakes) {
+        Self::wake_probes_up_to(queue, own, wakes, usize::MAX);
+    }
+
+    /// As [`wake_probes`](Self::wake_probes), waking at most `budget`
+    /// select send arms (every `Select::ready` probe still: they report
+    /// readiness and take nothing).
+    fn wake_probes_up_to(queue: &mut WaitQueue<T>, own: *const SelectGroup, wakes: &mut Wakes, mut budget: usize) {
         let mut cursor = queue.cursor();
         while let Some(node) = cursor.next() {
             // SAFETY: under the lock.
             let n = unsafe { node.get() };
-            if !n.probe || n.group() == own {
+            if !n.probe || n.group() == own || (budget == 0 && !n.ready_only) {
                 continue;
             }
             queue.remove(n);
             if n.win() {
+                budget -= usize::from(!n.ready_only);
                 wakes.push(n.complete(NodeState::Done));
             } else {
                 n.set_state(NodeState::Idle);
@@ -1447,14 +1465,24 @@ impl<T> Chan<T> {
         // send probe has nothing to hand over: it is left queued (a
         // receiver that parks tells it, `register`), so a `try_recv` never
         // waits for it.
-        while let Some(node) = pop_claim_where(&mut inner.sendq, own, |n| !n.ready_only) {
+        let mut woke_probe = false;
+        loop {
+            let skip_probes = woke_probe;
+            let Some(node) = pop_claim_where(&mut inner.sendq, own, |n| !(n.ready_only || (n.probe && skip_probes)))
+            else {
+                break;
+            };
             // SAFETY: claimed under the lock.
             let node = unsafe { node.get() };
             if node.probe {
                 // A select's send arm: it wakes, reserves a receiver, and
-                // hands its value then. Keep looking.
+                // hands its value then. Keep looking for a plain sender,
+                // but wake no more send arms: this one receiver is all the
+                // room there is (a select that takes another arm offers it
+                // on, `reoffer_send`).
                 wakes.push(node.complete(NodeState::Done));
                 *probed = true;
+                woke_probe = true;
                 continue;
             }
             node.take_sent(out);
@@ -1470,13 +1498,22 @@ impl<T> Chan<T> {
     /// Move the first parked sender's value into the buffer (after a pop);
     /// a probe (a select's send arm) is told there is room.
     fn admit_sender(&self, inner: &mut Inner<T>, wakes: &mut Wakes) {
+        let mut probes_woken = 0usize;
         while self.has_room(inner) {
-            let Some(node) = pop_claim(&mut inner.sendq, std::ptr::null()) else {
+            // As many probes as free slots (see `settle`).
+            let free = self
+                .cap
+                .map_or(usize::MAX, |cap| cap.saturating_sub(inner.buf.len() + inner.reserved));
+            let budget = free.saturating_sub(probes_woken);
+            let Some(node) = pop_claim_where(&mut inner.sendq, std::ptr::null(), |n| {
+                !n.probe || n.ready_only || budget > 0
+            }) else {
                 return;
             };
             // SAFETY: claimed under the lock.
             let node = unsafe { node.get() };
             if node.probe {
+                probes_woken += usize::from(!node.ready_only);
                 wakes.push(node.complete(NodeState::Done));
             } else {
                 node.with_claimed_slot(|slot| Self::buffer(inner, slot));
@@ -1883,9 +1920,33 @@ impl<T> Chan<T> {
         }
     }
 
-    /// Claim and wake every parked send probe of another group.
+    /// A receiver now waits on a rendezvous channel: claim and wake one
+    /// parked select send arm of another group (the receiver is room for
+    /// one value; a select that takes another arm offers it on,
+    /// `reoffer_send`), and every `Select::ready` send probe.
     fn wake_send_probes(inner: &mut Inner<T>, own: *const SelectGroup, wakes: &mut Wakes) {
-        Self::wake_probes(&mut inner.sendq, own, wakes);
+        Self::wake_probes_up_to(&mut inner.sendq, own, wakes, 1);
+    }
+
+    /// A select woken through its send arm on this channel (told of room
+    /// or of a waiting receiver) completed another operation, or none: the
+    /// room it was told of may be unused. Offer it to the next parked send
+    /// arm, as if it had just appeared, so no select waits next to room
+    /// that nobody was told of.
+    pub(crate) fn reoffer_send(&self) {
+        let mut wakes = Wakes::new();
+        let mut inner = self.lock();
+        let before = wakes.count();
+        if let Some(ring) = &self.ring {
+            if ring.has_room() {
+                self.settle(&mut inner, &mut wakes);
+            }
+        } else if self.cap.is_some() && self.has_room(&inner) {
+            self.admit_sender(&mut inner, &mut wakes);
+        } else if self.ring.is_none() && has_partner(&inner.recvq, std::ptr::null()) {
+            Self::wake_send_probes(&mut inner, std::ptr::null(), &mut wakes);
+        }
+        self.note(&wakes, before);
     }
 
     fn recv_ready(&self, inner: &Inner<T>, own: *const SelectGroup) -> bool {

@@ -451,6 +451,12 @@ impl<T> Ring<T> {
         self.tail.fetch_or(self.mark, Ordering::SeqCst) & self.mark == 0
     }
 
+    /// Positions free for a claim now: the capacity less [`len`](Self::len)
+    /// (a hint, like `len`).
+    pub(crate) fn free(&self) -> usize {
+        self.cap.saturating_sub(self.len())
+    }
+
     /// Positions claimed and not yet taken (values, holes and reservations).
     pub(crate) fn len(&self) -> usize {
         loop {

@@ -119,6 +119,9 @@ trait SendHandle {
     /// `slot` holds a reservation made by this handle.
     unsafe fn release(&self, slot: &mut Slot);
     fn park_in<'s>(&'s self, place: &mut ParkSlot<'s>);
+    /// The select was woken through this arm and did not send: offer the
+    /// room it was told of to the next parked send arm.
+    fn reoffer(&self);
 }
 
 /// Words of inline room for one operation's parked-phase state (a
@@ -283,6 +286,10 @@ impl<T> SendHandle for Sender<T> {
             sender: self,
             node: None,
         });
+    }
+
+    fn reoffer(&self) {
+        self.chan.reoffer_send();
     }
 }
 
@@ -487,6 +494,13 @@ impl<'a> Op<'a> {
 
     fn is_send(&self) -> bool {
         matches!(self.handle, Handle::Send(_))
+    }
+
+    /// See [`SendHandle::reoffer`].
+    fn reoffer(&self) {
+        if let Handle::Send(h) = self.handle {
+            h.reoffer();
+        }
     }
 
     fn is_channel(&self) -> bool {
@@ -950,6 +964,24 @@ impl<'a> Select<'a> {
 
     #[track_caller]
     fn run_inner(&mut self, mode: Mode, ready_only: bool) -> Option<usize> {
+        let mut fired = None;
+        let index = self.run_loop(mode, ready_only, &mut fired);
+        if let Some(i) = fired {
+            if index != Some(i) {
+                // Woken through send arm `i` (told of room or of a waiting
+                // receiver, which wakes one send arm at a time), it then
+                // completed another operation: the room it was told of may
+                // be unused, so the next parked send arm hears of it.
+                self.ops[i].reoffer();
+            }
+        }
+        index
+    }
+
+    /// `run_inner`'s loop; `fired` is the send arm whose wake (a probe)
+    /// led to the last pass, if that pass found anything.
+    #[track_caller]
+    fn run_loop(&mut self, mode: Mode, ready_only: bool, fired: &mut Option<usize>) -> Option<usize> {
         // The parked-phase state of each operation, on this stack, made
         // only when the select parks (up to `INLINE_OPS` operations without
         // allocating); it stays put until the select returns, and its
@@ -961,6 +993,9 @@ impl<'a> Select<'a> {
             if let Some(i) = self.try_pass(ready_only) {
                 return Some(i);
             }
+            // Nothing ready: the room a probe was told of went to somebody
+            // else meanwhile.
+            *fired = None;
             let deadline = match mode {
                 Mode::Try => return None,
                 Mode::Block | Mode::Forever => None,
@@ -1006,6 +1041,9 @@ impl<'a> Select<'a> {
             if let Some(i) = wait.chosen.get() {
                 if self.ops[i].settled() {
                     return Some(i);
+                }
+                if !ready_only && self.ops[i].is_send() {
+                    *fired = Some(i);
                 }
                 // A probe fired (a send arm, or any arm of `ready`): the
                 // operation can proceed, but so may others. Go round: the
