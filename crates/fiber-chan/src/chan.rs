@@ -1995,8 +1995,9 @@ impl<T> Chan<T> {
                 if self.ring.is_none() {
                     // A receiver now waits on a rendezvous channel: tell the
                     // `Select::ready` send probes (`recv_locked` leaves them
-                    // queued; it woke the selects' send arms already).
-                    Self::wake_send_probes(&mut inner, std::ptr::null(), &mut wakes);
+                    // queued; it woke a select's send arm already, if one
+                    // was parked, so no budget for more here).
+                    Self::wake_probes_up_to(&mut inner.sendq, std::ptr::null(), &mut wakes, 0);
                 }
                 node.enqueue(&mut inner.recvq, waiter);
                 self.note(&wakes, before);
