@@ -153,6 +153,11 @@ pub(crate) struct Fiber {
     /// address, 0 for none; owner-only): a scope installed inside the
     /// section (`with_timeout`, a nested `scope`) still cancels.
     mask_scope: UnsafeCell<usize>,
+    /// The root cancellation scope a layer installed in this incarnation
+    /// (`install_root_scope`; its address, 0 for none; owner-only). A
+    /// section entered before it existed (`mask_scope` 0: the fiber's own
+    /// level) holds it off too: it stands for the fiber's own cancellation.
+    root_scope: UnsafeCell<usize>,
     /// The body has returned (or unwound): what runs now is cleanup
     /// (fiber-local destructors, dropping a cancelled fiber's value), where
     /// a teardown unwind would only be caught and cut the cleanup short
@@ -435,6 +440,7 @@ impl Fiber {
             cancel_seen: UnsafeCell::new(false),
             cancel_mask: UnsafeCell::new(0),
             mask_scope: UnsafeCell::new(0),
+            root_scope: UnsafeCell::new(0),
             cancel_scope: UnsafeCell::new(None),
             locals: UnsafeCell::new(None),
             teardown_raises: UnsafeCell::new(0),
@@ -526,6 +532,7 @@ impl Fiber {
             this.teardown_raises.with_mut(|c| *c = 0);
             this.cancel_mask.with_mut(|c| *c = 0);
             this.mask_scope.with_mut(|c| *c = 0);
+            this.root_scope.with_mut(|c| *c = 0);
             this.body_returned.with_mut(|b| *b = false);
         }
         this.unwind_flags.store(0, Ordering::Relaxed);
@@ -635,7 +642,7 @@ impl Fiber {
                 self.phase() == Phase::Teardown
                     || self.cancel_scope.with(|c| {
                         (*c).as_ref()
-                            .is_some_and(|c| scope_addr(c) != self.mask_scope.with(|m| *m) && c.is_cancelled())
+                            .is_some_and(|c| !self.holds_off(scope_addr(c)) && c.is_cancelled())
                     })
             };
         }
@@ -646,6 +653,21 @@ impl Fiber {
             || self
                 .cancel_scope
                 .with(|c| unsafe { (*c).as_ref().is_some_and(|c| c.is_cancelled()) })
+    }
+
+    /// Does the innermost [`non_cancellable`] section hold off the scope at
+    /// `addr`: the scope current when it was entered, or, for a section
+    /// entered at the fiber's own level (no scope yet), the root scope
+    /// installed since.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself (owner-only slots).
+    unsafe fn holds_off(&self, addr: usize) -> bool {
+        // SAFETY: see the function's contract.
+        let held = unsafe { self.mask_scope.with(|m| *m) };
+        // SAFETY: as above.
+        addr == held || (held == 0 && addr == unsafe { self.root_scope.with(|r| *r) })
     }
 
     /// The shutdown phase of the runtime this fiber runs on.
@@ -1605,6 +1627,7 @@ pub fn install_root_scope(scope: Arc<dyn CancelScope>) -> Result<bool, Arc<dyn C
         let Some(cancelled) = task.install_root_scope(scope.clone()) else {
             return Err(scope);
         };
+        (*fiber).root_scope.with_mut(|r| *r = scope_addr(&scope));
         (*fiber).swap_cancel_scope(Some(scope));
         Ok(cancelled)
     }
@@ -1694,7 +1717,7 @@ pub fn cancellation_held_off() -> bool {
     // SAFETY: the running fiber's own owner-only slots.
     unsafe {
         (*fiber).cancel_mask.with(|m| *m) > 0
-            && (*fiber).cancel_scope.with(|c| (*c).as_ref().map_or(0, scope_addr)) == (*fiber).mask_scope.with(|m| *m)
+            && (*fiber).holds_off((*fiber).cancel_scope.with(|c| (*c).as_ref().map_or(0, scope_addr)))
     }
 }
 

@@ -223,3 +223,72 @@ fn shutdown_does_not_wait_the_grace_time_for_a_stuck_section() {
 fn on_a_plain_thread_it_runs_the_closure() {
     assert_eq!(fiber::non_cancellable(|| 5), 5);
 }
+
+/// A cancelled fiber whose job did not exist yet makes it inside its
+/// clean-up (`Job::current()`, or a library call that opens a scope): the
+/// job is born cancelled, and the section still holds it off, as it holds
+/// off the fiber's own cancellation (Kotlin's `NonCancellable`). After the
+/// section the fiber is cancelled again. Nested sections entered before the
+/// job existed hold it off too.
+#[test]
+fn a_job_made_inside_the_section_is_held_off() {
+    on_runtime(|| {
+        let (ready_tx, ready_rx) = fiber::chan::bounded(0);
+        let (out_tx, out_rx) = fiber::chan::bounded(1);
+        let h = fiber::spawn(move || {
+            ready_tx.send(()).unwrap();
+            while fiber::sleep(Duration::MAX).is_ok() {}
+            let inside = fiber::non_cancellable(|| {
+                // Made in a nested section: the outer one holds it off too
+                // once the nested one has ended.
+                let job = fiber::non_cancellable(fiber::Job::current);
+                let nested = fiber::non_cancellable(|| fiber::Job::try_current().is_some() && !fiber::is_cancelled());
+                let scoped = fiber::scope(|s| s.spawn(|| fiber::sleep(ms(5)).is_ok()).join());
+                (
+                    job.is_cancelled(),
+                    nested,
+                    fiber::is_cancelled(),
+                    fiber::sleep(ms(5)).is_ok(),
+                    fiber::yield_now().is_ok(),
+                    matches!(scoped, Ok(true)),
+                )
+            });
+            let after = (fiber::is_cancelled(), fiber::sleep(ms(1)).is_err());
+            out_tx.send((inside, after)).unwrap();
+        });
+        ready_rx.recv().unwrap();
+        h.cancel();
+        assert!(h.join().unwrap_err().is_cancelled());
+        let (inside, after) = out_rx.recv().unwrap();
+        // The job is cancelled (the fiber is), but the section does not
+        // see it: waits complete, a scope opened there runs its child.
+        assert_eq!(inside, (true, true, false, true, true, true));
+        assert_eq!(after, (true, true), "the cancellation is seen again after the section");
+    });
+}
+
+/// The same when the cancel arrives while the section that made the job
+/// sleeps: the sleep runs its whole length.
+#[test]
+fn a_cancel_of_a_job_made_inside_the_section_does_not_end_its_sleep() {
+    on_runtime(|| {
+        let (ready_tx, ready_rx) = fiber::chan::bounded(0);
+        let (out_tx, out_rx) = fiber::chan::bounded(1);
+        let h = fiber::spawn(move || {
+            let slept = fiber::non_cancellable(|| {
+                let _job = fiber::Job::current();
+                ready_tx.send(()).unwrap();
+                let start = Instant::now();
+                fiber::sleep(ms(100)).is_ok() && start.elapsed() >= ms(100)
+            });
+            out_tx.send(slept).unwrap();
+        });
+        ready_rx.recv().unwrap();
+        h.cancel();
+        assert!(h.join().unwrap_err().is_cancelled());
+        assert!(
+            out_rx.recv().unwrap(),
+            "the section's sleep was cut short by the cancel"
+        );
+    });
+}
