@@ -16,7 +16,6 @@ use crate::queue::{Node, Status, WaitQueue};
 use crate::sync::{AtomicUsize, Ordering, SpinLock, UnsafeCell};
 use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::fmt;
-use std::mem::MaybeUninit;
 
 const INCOMPLETE: usize = 0;
 const RUNNING: usize = 1;
@@ -40,7 +39,12 @@ const COMPLETE: usize = 2;
 pub struct OnceLock<T> {
     state: AtomicUsize,
     queue: SpinLock<WaitQueue>,
-    value: UnsafeCell<MaybeUninit<T>>,
+    /// `Some` exactly when the state is COMPLETE (written once, under
+    /// RUNNING). An `Option` rather than a `MaybeUninit`: the cell needs no
+    /// `Drop` of its own, so, as with `std::sync::OnceLock` (whose `Drop`
+    /// is `#[may_dangle]`), a value may borrow data that is dropped before
+    /// the cell.
+    value: UnsafeCell<Option<T>>,
 }
 
 // SAFETY: as `std::sync::OnceLock`: the value is written by one thread and
@@ -60,7 +64,7 @@ impl<T> OnceLock<T> {
         OnceLock {
             state: AtomicUsize::new(INCOMPLETE),
             queue: SpinLock::new(WaitQueue::new()),
-            value: UnsafeCell::new(MaybeUninit::uninit()),
+            value: UnsafeCell::new(None),
         }
     }
 
@@ -70,7 +74,7 @@ impl<T> OnceLock<T> {
         OnceLock {
             state: AtomicUsize::new(INCOMPLETE),
             queue: SpinLock::new(WaitQueue::new()),
-            value: UnsafeCell::new(MaybeUninit::uninit()),
+            value: UnsafeCell::new(None),
         }
     }
 
@@ -116,12 +120,8 @@ impl<T> OnceLock<T> {
 
     /// The value through `&mut self`.
     pub fn get_mut(&mut self) -> Option<&mut T> {
-        if self.state_mut() == COMPLETE {
-            // SAFETY: COMPLETE and `&mut self`.
-            Some(self.value.with_mut(|p| unsafe { (*p).assume_init_mut() }))
-        } else {
-            None
-        }
+        // SAFETY: `&mut self`: no other access (`Some` only once COMPLETE).
+        self.value.with_mut(|p| unsafe { (*p).as_mut() })
     }
 
     /// Consume the cell and return its value, if any.
@@ -136,9 +136,8 @@ impl<T> OnceLock<T> {
             return None;
         }
         self.state = AtomicUsize::new(INCOMPLETE);
-        // SAFETY: it was COMPLETE; resetting the state above keeps `Drop`
-        // (and later calls) from dropping or reading the value we move out.
-        Some(self.value.with(|p| unsafe { (*p).assume_init_read() }))
+        // SAFETY: `&mut self`: no other access.
+        self.value.with_mut(|p| unsafe { (*p).take() })
     }
 
     /// The value, parking the fiber (or blocking the thread) until another
@@ -175,8 +174,11 @@ impl<T> OnceLock<T> {
     ///
     /// The state is COMPLETE (observed with Acquire).
     unsafe fn value_ref(&self) -> &T {
-        // SAFETY: see the function's contract.
-        self.value.with(|p| unsafe { (*p).assume_init_ref() })
+        // SAFETY: see the function's contract (COMPLETE: `Some`, never
+        // written again).
+        self.value
+            .with(|p| unsafe { (*p).as_ref() })
+            .expect("a COMPLETE cell holds its value")
     }
 
     #[cold]
@@ -195,7 +197,7 @@ impl<T> OnceLock<T> {
                     std::mem::forget(reset);
                     // SAFETY: RUNNING is ours: nobody else writes or reads
                     // the value until COMPLETE.
-                    self.value.with_mut(|p| unsafe { (*p).write(value) });
+                    self.value.with_mut(|p| unsafe { *p = Some(value) });
                     self.finish(COMPLETE);
                 }
                 // SAFETY: COMPLETE seen with Acquire.
@@ -236,16 +238,6 @@ struct ResetOnPanic<'a, T>(&'a OnceLock<T>);
 impl<T> Drop for ResetOnPanic<'_, T> {
     fn drop(&mut self) {
         self.0.finish(INCOMPLETE);
-    }
-}
-
-impl<T> Drop for OnceLock<T> {
-    fn drop(&mut self) {
-        if self.state_mut() == COMPLETE {
-            // SAFETY: COMPLETE and `&mut self`: the value is there, and
-            // dropped once.
-            self.value.with_mut(|p| unsafe { (*p).assume_init_drop() });
-        }
     }
 }
 

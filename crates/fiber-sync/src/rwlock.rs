@@ -30,6 +30,7 @@ use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitab
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
 use std::sync::{LockResult, TryLockError, TryLockResult};
 
 /// A writer holds the lock.
@@ -131,10 +132,7 @@ impl<T: ?Sized> RwLock<T> {
         if !self.try_read_raw() {
             self.wait(WANT_READ);
         }
-        let guard = RwLockReadGuard {
-            lock: self,
-            _not_send: PhantomData,
-        };
+        let guard = RwLockReadGuard::new(self);
         poison::map_result(self.poison.get(), guard)
     }
 
@@ -162,10 +160,7 @@ impl<T: ?Sized> RwLock<T> {
         if !self.try_read_raw() {
             return Err(TryLockError::WouldBlock);
         }
-        let guard = RwLockReadGuard {
-            lock: self,
-            _not_send: PhantomData,
-        };
+        let guard = RwLockReadGuard::new(self);
         Ok(poison::map_result(self.poison.get(), guard)?)
     }
 
@@ -262,10 +257,6 @@ impl<T: ?Sized> RwLock<T> {
             state: &self.state,
             queue: &self.queue,
         }
-    }
-
-    fn unlock_read(&self) {
-        self.as_raw().unlock_read();
     }
 
     fn unlock_write(&self) {
@@ -398,8 +389,29 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
 /// Shared access to an [`RwLock`]'s value; releases on drop.
 #[must_use = "if unused the RwLock will immediately unlock"]
 pub struct RwLockReadGuard<'a, T: ?Sized + 'a> {
-    lock: &'a RwLock<T>,
-    _not_send: PhantomData<*const ()>,
+    /// The value, as a pointer rather than through `&'a RwLock<T>`: the
+    /// lock holds it in an `UnsafeCell`, which would make the guard
+    /// invariant in `T`; std's read guard is covariant (a
+    /// `RwLockReadGuard<&'long U>` passes where a `&'short U` one is
+    /// expected).
+    data: NonNull<T>,
+    raw: Raw<'a>,
+    /// Borrows the value for `'a` (covariant), and is not `Send`: the
+    /// unlock belongs to the holder, as with std's guards.
+    _borrow: PhantomData<(&'a T, *const ())>,
+}
+
+impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
+    /// The guard of a read lock the caller has just taken.
+    fn new(lock: &'a RwLock<T>) -> RwLockReadGuard<'a, T> {
+        RwLockReadGuard {
+            data: lock
+                .data
+                .with(|p| NonNull::new(p.cast_mut()).expect("a cell's address is not null")),
+            raw: lock.as_raw(),
+            _borrow: PhantomData,
+        }
+    }
 }
 
 // SAFETY: a shared guard gives `&T` only.
@@ -419,14 +431,15 @@ unsafe impl<T: ?Sized + Sync> Sync for RwLockWriteGuard<'_, T> {}
 impl<T: ?Sized> Deref for RwLockReadGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: a read guard holds a read lock: no writer exists.
-        self.lock.data.with(|p| unsafe { &*p })
+        // SAFETY: `data` points into the lock, which outlives the guard
+        // (`'a`), and a read guard holds a read lock: no writer exists.
+        unsafe { self.data.as_ref() }
     }
 }
 
 impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
     fn drop(&mut self) {
-        self.lock.unlock_read();
+        self.raw.unlock_read();
     }
 }
 
@@ -488,10 +501,7 @@ impl<'a, T: ?Sized> RwLockWriteGuard<'a, T> {
         lock.poison.done(s.poison);
         std::mem::forget(s);
         lock.as_raw().downgrade();
-        RwLockReadGuard {
-            lock,
-            _not_send: PhantomData,
-        }
+        RwLockReadGuard::new(lock)
     }
 }
 

@@ -382,9 +382,149 @@ impl<T: Send + 'static> FiberLocal<T> {
     pub fn with<R>(&'static self, f: impl FnOnce(&T) -> R) -> R {
         fiber_core::with_fiber_local(self as *const Self as usize, self.init, f)
     }
+
+    /// [`with`](Self::with), in the shape of `LocalKey::try_with`, for code
+    /// moved over from `thread_local!`. It does not fail: where std's
+    /// `try_with` fails (the value is being or has been destroyed), a
+    /// fiber-local gets a fresh value: a destructor that reads a
+    /// fiber-local dropped before it sees a new one (dropped in turn), and
+    /// one that runs as the thread exits sees a value for that call only.
+    ///
+    /// # Errors
+    ///
+    /// None today; the `Result` keeps call sites written for std compiling.
+    pub fn try_with<R>(&'static self, f: impl FnOnce(&T) -> R) -> Result<R, AccessError> {
+        Ok(self.with(f))
+    }
 }
 
-/// Declare fiber-local values, like `thread_local!`.
+/// The error type of [`FiberLocal::try_with`], in the place of
+/// `std::thread::AccessError` (never returned: see `try_with`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AccessError;
+
+impl fmt::Display for AccessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("cannot access a fiber-local value")
+    }
+}
+
+impl std::error::Error for AccessError {}
+
+/// The `LocalKey<Cell<T>>` shortcuts of std.
+///
+/// ```
+/// use std::cell::Cell;
+///
+/// fiber::fiber_local! {
+///     static HITS: Cell<u32> = const { Cell::new(0) };
+/// }
+///
+/// fiber::run(|| {
+///     HITS.set(HITS.get() + 1);
+///     assert_eq!(HITS.replace(10), 1);
+///     assert_eq!(HITS.take(), 10);
+///     assert_eq!(HITS.get(), 0);
+/// });
+/// ```
+impl<T: Send + 'static> FiberLocal<std::cell::Cell<T>> {
+    /// This fiber's value (a copy).
+    pub fn get(&'static self) -> T
+    where
+        T: Copy,
+    {
+        self.with(std::cell::Cell::get)
+    }
+
+    /// Set this fiber's value.
+    pub fn set(&'static self, value: T) {
+        self.with(|cell| cell.set(value));
+    }
+
+    /// Take this fiber's value, leaving `T::default()`.
+    pub fn take(&'static self) -> T
+    where
+        T: Default,
+    {
+        self.with(std::cell::Cell::take)
+    }
+
+    /// Replace this fiber's value, returning the old one.
+    pub fn replace(&'static self, value: T) -> T {
+        self.with(|cell| cell.replace(value))
+    }
+}
+
+/// The `LocalKey<RefCell<T>>` shortcuts of std.
+///
+/// ```
+/// use std::cell::RefCell;
+///
+/// fiber::fiber_local! {
+///     static SEEN: RefCell<Vec<u32>> = RefCell::new(Vec::new());
+/// }
+///
+/// fiber::run(|| {
+///     SEEN.with_borrow_mut(|v| v.push(1));
+///     SEEN.set(vec![2, 3]);
+///     assert_eq!(SEEN.with_borrow(|v| v.len()), 2);
+///     assert_eq!(SEEN.take(), vec![2, 3]);
+///     assert_eq!(SEEN.replace(vec![4]), Vec::<u32>::new());
+/// });
+/// ```
+impl<T: Send + 'static> FiberLocal<std::cell::RefCell<T>> {
+    /// Run `f` with a shared borrow of this fiber's value.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the value is mutably borrowed.
+    pub fn with_borrow<R>(&'static self, f: impl FnOnce(&T) -> R) -> R {
+        self.with(|cell| f(&cell.borrow()))
+    }
+
+    /// Run `f` with a mutable borrow of this fiber's value.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the value is borrowed.
+    pub fn with_borrow_mut<R>(&'static self, f: impl FnOnce(&mut T) -> R) -> R {
+        self.with(|cell| f(&mut cell.borrow_mut()))
+    }
+
+    /// Set this fiber's value.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the value is borrowed.
+    pub fn set(&'static self, value: T) {
+        self.with(|cell| *cell.borrow_mut() = value);
+    }
+
+    /// Take this fiber's value, leaving `T::default()`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the value is borrowed.
+    pub fn take(&'static self) -> T
+    where
+        T: Default,
+    {
+        self.with(std::cell::RefCell::take)
+    }
+
+    /// Replace this fiber's value, returning the old one.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the value is borrowed.
+    pub fn replace(&'static self, value: T) -> T {
+        self.with(|cell| cell.replace(value))
+    }
+}
+
+/// Declare fiber-local values, like `thread_local!` (an initializer may be
+/// written `const { .. }`, as there; it still runs on each fiber's first use).
 ///
 /// ```
 /// use std::cell::Cell;
@@ -411,6 +551,14 @@ impl<T: Send + 'static> FiberLocal<T> {
 #[macro_export]
 macro_rules! fiber_local {
     () => {};
+    // `= const { .. }`, as `thread_local!` takes it (the value is still
+    // made on each fiber's first use).
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block; $($rest:tt)*) => {
+        $crate::fiber_local!($(#[$attr])* $vis static $name: $t = $init; $($rest)*);
+    };
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block) => {
+        $crate::fiber_local!($(#[$attr])* $vis static $name: $t = $init;);
+    };
     ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr; $($rest:tt)*) => {
         $(#[$attr])*
         $vis static $name: $crate::FiberLocal<$t> = $crate::FiberLocal::new({

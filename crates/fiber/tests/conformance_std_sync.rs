@@ -665,3 +665,57 @@ fn a_destructor_waiting_during_an_unwind_on_one_fixed_worker_does_not_deadlock()
             });
     });
 }
+
+/// As std's `RwLockReadGuard`, a read guard is covariant in `T`: a guard
+/// of `&'long i32` passes where one of `&'short i32` is expected (std's
+/// `test_read_guard_covariance`; a compile-time rule, held by this test
+/// compiling).
+#[test]
+fn a_read_guard_is_covariant() {
+    fn do_stuff<'a>(guard: fiber::sync::RwLockReadGuard<'_, &'a i32>, other: &'a i32) -> i32 {
+        **guard + *other
+    }
+    let long = 1;
+    let lock = RwLock::new(&long);
+    {
+        let short = 2;
+        assert_eq!(do_stuff(lock.read().unwrap(), &short), 3);
+    }
+}
+
+/// As std's `OnceLock` (whose `Drop` is `#[may_dangle]`): a cell may hold
+/// a borrow of a value declared after it, dropped before it (std's
+/// `once_lock::dropck`; held by this test compiling), and its value is
+/// still dropped exactly once.
+#[test]
+fn a_once_lock_may_hold_a_borrow_that_dies_first() {
+    let cell = OnceLock::new();
+    {
+        let s = String::from("borrowed");
+        cell.set(&s).unwrap();
+        assert_eq!(*cell.get().unwrap(), "borrowed");
+    }
+
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let drops = Arc::new(AtomicUsize::new(0));
+    let mut cell = OnceLock::new();
+    assert!(cell.set(Counted(drops.clone())).is_ok());
+    assert!(cell.set(Counted(drops.clone())).is_err());
+    assert_eq!(drops.load(Ordering::SeqCst), 1, "the refused value is dropped");
+    assert!(cell.get_mut().is_some());
+    let taken = cell.take().expect("a value");
+    assert!(cell.get().is_none() && cell.get_mut().is_none());
+    drop(taken);
+    assert_eq!(drops.load(Ordering::SeqCst), 2);
+    cell.set(Counted(drops.clone())).ok().unwrap();
+    drop(cell);
+    assert_eq!(drops.load(Ordering::SeqCst), 3, "a full cell drops its value");
+    let empty: OnceLock<Counted> = OnceLock::new();
+    drop(empty);
+    assert_eq!(drops.load(Ordering::SeqCst), 3);
+}

@@ -441,3 +441,42 @@ fn timed_waits_last_at_least_their_duration() {
     on_runtime(check);
     within(30, check);
 }
+
+fiber::fiber_local! {
+    static CONST_INIT: std::cell::Cell<u32> = const { std::cell::Cell::new(7) };
+    static LIST: std::cell::RefCell<Vec<u32>> = std::cell::RefCell::new(Vec::new());
+}
+
+/// Code moved over from `thread_local!` compiles and behaves alike: a
+/// `const { .. }` initializer, `try_with`, and the `Cell` / `RefCell`
+/// shortcuts (`get`, `set`, `take`, `replace`, `with_borrow`,
+/// `with_borrow_mut`), each fiber with its own value, and a plain thread
+/// with its own.
+#[test]
+fn fiber_locals_take_the_thread_local_shapes() {
+    fn exercise(seed: u32) -> (u32, u32, Vec<u32>) {
+        assert_eq!(CONST_INIT.get(), 7, "a fresh value per fiber or thread");
+        CONST_INIT.set(seed);
+        let _ = fiber::yield_now();
+        let old = CONST_INIT.replace(seed + 1);
+        assert_eq!(CONST_INIT.try_with(|c| c.get()), Ok(seed + 1));
+        LIST.with_borrow_mut(|v| v.push(seed));
+        let _ = fiber::yield_now();
+        LIST.set(vec![seed, seed * 2]);
+        let len = LIST.with_borrow(|v| v.len()) as u32;
+        let taken = LIST.take();
+        assert!(LIST.with_borrow(|v| v.is_empty()));
+        assert_eq!(LIST.replace(vec![1]), Vec::<u32>::new());
+        assert_eq!(CONST_INIT.take(), seed + 1);
+        (old, len, taken)
+    }
+    on_runtime(|| {
+        let handles: Vec<_> = (1..=8u32).map(|i| fiber::spawn(move || exercise(i * 10))).collect();
+        for (i, h) in (1..=8u32).zip(handles) {
+            assert_eq!(h.join().unwrap(), (i * 10, 2, vec![i * 10, i * 20]));
+        }
+    });
+    std::thread::spawn(|| assert_eq!(exercise(3), (3, 2, vec![3, 6])))
+        .join()
+        .unwrap();
+}
