@@ -215,6 +215,17 @@ impl Readiness {
         }
     }
 
+    /// Has an event reported the read side closed (or urgent data, or an
+    /// error: see `read_closed`)? A cheap filter before asking the kernel
+    /// whether a socket was shut down for reading: a shutdown always
+    /// produces such an event, set before the sequence bump that wakes the
+    /// retry which asks.
+    pub(crate) fn saw_read_closed(&self) -> bool {
+        // Relaxed: ordered by the caller's Acquire `snapshot` (see
+        // `note_read_closed`).
+        self.read_closed.load(Ordering::Relaxed)
+    }
+
     /// Step 1 of an operation: the readiness sequence of `dir`.
     #[inline]
     pub(crate) fn snapshot(&self, dir: usize) -> usize {

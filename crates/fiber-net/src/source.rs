@@ -104,6 +104,12 @@ struct Settings {
     read_timeout: AtomicU64,
     write_timeout: AtomicU64,
     nonblocking: AtomicBool,
+    /// The registrations of every handle sharing the socket (empty until
+    /// the first `try_clone`): a unix socket's write shutdown through one
+    /// handle must wake the writers parked on the others (the kernel
+    /// reports no readiness for it). Taken only by `try_clone` and
+    /// `shutdown`.
+    handles: std::sync::Mutex<Vec<std::sync::Weak<crate::readiness::Readiness>>>,
 }
 
 impl<S: Source + Describe> Io<S> {
@@ -116,6 +122,7 @@ impl<S: Source + Describe> Io<S> {
                 read_timeout: AtomicU64::new(NO_TIMEOUT),
                 write_timeout: AtomicU64::new(NO_TIMEOUT),
                 nonblocking: AtomicBool::new(false),
+                handles: std::sync::Mutex::new(Vec::new()),
             }),
         })
     }
@@ -124,6 +131,12 @@ impl<S: Source + Describe> Io<S> {
     /// `original`'s timeouts and non-blocking mode from now on.
     pub(crate) fn share_settings<T: Source>(&mut self, original: &Io<T>) {
         self.settings = original.settings.clone();
+        let mut handles = self.settings.handles.lock().unwrap_or_else(|e| e.into_inner());
+        handles.retain(|h| h.strong_count() > 0);
+        if handles.is_empty() {
+            handles.push(Arc::downgrade(&original.registration.readiness));
+        }
+        handles.push(Arc::downgrade(&self.registration.readiness));
     }
 
     #[inline]
@@ -224,6 +237,45 @@ impl<S: Source + Describe> Io<S> {
     /// stayed parked, where std's blocked write fails at once.
     pub(crate) fn wake_writers(&self) {
         self.registration.readiness.set_ready(false, true);
+        // The same for the handles `try_clone` made (and the one it was
+        // made from): they share the socket, and their writes fail too.
+        let others: Vec<_> = {
+            let handles = self.settings.handles.lock().unwrap_or_else(|e| e.into_inner());
+            handles.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        for readiness in others {
+            if !Arc::ptr_eq(&readiness, &self.registration.readiness) {
+                readiness.set_ready(false, true);
+            }
+        }
+    }
+
+    /// Is the socket shut down for reading, with nothing queued (the
+    /// caller's call just returned `WouldBlock`)? A blocking receive of a
+    /// datagram socket (or an accept on a listening unix socket) then
+    /// returns at once; the non-blocking one keeps returning `EAGAIN`, and
+    /// no further readiness event comes, so without this check a parked
+    /// call would wait for ever. Asked of the kernel (`POLLRDHUP`), since a
+    /// clone or a raw `shutdown(2)` may have done it, and only once an
+    /// event reported the read side closed (no system call on the usual
+    /// `WouldBlock`). In non-blocking mode the `WouldBlock` stands, as
+    /// with std.
+    pub(crate) fn read_shut_down(&self) -> bool
+    where
+        S: std::os::fd::AsRawFd,
+    {
+        if self.is_nonblocking() || !self.registration.readiness.saw_read_closed() {
+            return false;
+        }
+        let mut pollfd = libc::pollfd {
+            fd: self.get().as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid `pollfd` for a descriptor this handle owns;
+        // a zero timeout never blocks.
+        let n = unsafe { libc::poll(&mut pollfd, 1, 0) };
+        n == 1 && pollfd.revents & libc::POLLRDHUP != 0
     }
 
     /// As [`read`](Self::read) for writing.
@@ -351,9 +403,6 @@ fn set_timeout(cell: &AtomicU64, timeout: Option<Duration>) -> io::Result<()> {
                 "cannot set a 0 duration timeout",
             ))
         }
-        // Linux keeps a socket timeout this long as "none" (its getter
-        // then says `None`, as std reports it).
-        Some(d) if d.as_secs() >= KERNEL_UNLIMITED_SECS => NO_TIMEOUT,
         Some(d) => match u64::try_from(d.as_nanos()) {
             Ok(nanos) if nanos < IN_SECONDS => nanos.max(1),
             // Over 292 years: whole seconds, flagged.
@@ -366,10 +415,6 @@ fn set_timeout(cell: &AtomicU64, timeout: Option<Duration>) -> io::Result<()> {
 
 /// A timeout value in whole seconds (`set_timeout`) rather than nanoseconds.
 const IN_SECONDS: u64 = 1 << 63;
-
-/// The seconds from which Linux stores a socket timeout as none
-/// (`MAX_SCHEDULE_TIMEOUT / HZ` for HZ = 1000, the smallest such bound).
-const KERNEL_UNLIMITED_SECS: u64 = i64::MAX as u64 / 1000;
 
 fn timeout_of(stored: u64) -> Option<Duration> {
     match stored {

@@ -138,10 +138,12 @@ impl TcpListener {
 
 impl fmt::Debug for TcpListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TcpListener")
-            .field("addr", &self.local_addr().ok())
-            .field("fd", &self.as_raw_fd())
-            .finish()
+        // As std prints it: each address only when known.
+        let mut d = f.debug_struct("TcpListener");
+        if let Ok(addr) = self.local_addr() {
+            d.field("addr", &addr);
+        }
+        d.field("fd", &self.as_raw_fd()).finish()
     }
 }
 
@@ -374,11 +376,15 @@ crate::stream_io!(TcpStream, short_read_drains = true);
 
 impl fmt::Debug for TcpStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TcpStream")
-            .field("addr", &self.local_addr().ok())
-            .field("peer", &self.peer_addr().ok())
-            .field("fd", &self.as_raw_fd())
-            .finish()
+        // As std prints it: each address only when known.
+        let mut d = f.debug_struct("TcpStream");
+        if let Ok(addr) = self.local_addr() {
+            d.field("addr", &addr);
+        }
+        if let Ok(peer) = self.peer_addr() {
+            d.field("peer", &peer);
+        }
+        d.field("fd", &self.as_raw_fd()).finish()
     }
 }
 

@@ -30,6 +30,28 @@ pub struct UdpSocket {
 }
 
 impl UdpSocket {
+    /// A receive that would block on a socket shut down for reading: std's
+    /// blocking `recv` returns 0 there (the non-blocking call keeps saying
+    /// `EAGAIN`, and no further event would wake a parked one).
+    fn or_shut_down(&self, received: io::Result<usize>) -> io::Result<usize> {
+        match received {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => Ok(0),
+            other => other,
+        }
+    }
+
+    /// As [`or_shut_down`](Self::or_shut_down) for the calls that return
+    /// the sender: std's gets no address and fails with `InvalidInput`.
+    fn or_shut_down_from(&self, received: io::Result<(usize, SocketAddr)>) -> io::Result<(usize, SocketAddr)> {
+        match received {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the socket is shut down for reading: no datagram and no address",
+            )),
+            other => other,
+        }
+    }
+
     /// Bind to `addr` (each resolved address in turn).
     pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<UdpSocket> {
         let socket = each_addr(addr, mio::net::UdpSocket::bind)?;
@@ -46,16 +68,21 @@ impl UdpSocket {
         self.io.write::<op::Send, _>(|s| s.send_to(buf, target))
     }
 
-    /// Receive one datagram, parking until one arrives.
+    /// Receive one datagram, parking until one arrives. On a socket shut
+    /// down for reading (`shutdown(2)` on its descriptor) with nothing
+    /// queued it fails at once with `InvalidInput`, as std's blocking
+    /// socket does (its receive gets no datagram and no address).
     #[track_caller]
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.io.read::<op::Recv, _>(|s| s.recv_from(buf))
+        self.io
+            .read::<op::Recv, _>(|s| self.or_shut_down_from(s.recv_from(buf)))
     }
 
     /// Receive one datagram without removing it from the queue.
     #[track_caller]
     pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.io.read::<op::Recv, _>(|s| s.peek_from(buf))
+        self.io
+            .read::<op::Recv, _>(|s| self.or_shut_down_from(s.peek_from(buf)))
     }
 
     /// Set the default peer (each resolved address in turn); `send` and
@@ -71,16 +98,18 @@ impl UdpSocket {
         self.io.write::<op::Send, _>(|s| s.send(buf))
     }
 
-    /// Receive from the connected peer.
+    /// Receive from the connected peer. On a socket shut down for reading
+    /// with nothing queued it returns `Ok(0)` at once, as std's blocking
+    /// socket does.
     #[track_caller]
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.read::<op::Recv, _>(|s| s.recv(buf))
+        self.io.read::<op::Recv, _>(|s| self.or_shut_down(s.recv(buf)))
     }
 
     /// Receive from the connected peer without removing the datagram.
     #[track_caller]
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.read::<op::Recv, _>(|s| s.peek(buf))
+        self.io.read::<op::Recv, _>(|s| self.or_shut_down(s.peek(buf)))
     }
 
     /// The local address.
@@ -245,10 +274,12 @@ impl UdpSocket {
 
 impl fmt::Debug for UdpSocket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UdpSocket")
-            .field("addr", &self.local_addr().ok())
-            .field("fd", &self.as_raw_fd())
-            .finish()
+        // As std prints it: the address only when known.
+        let mut d = f.debug_struct("UdpSocket");
+        if let Ok(addr) = self.local_addr() {
+            d.field("addr", &addr);
+        }
+        d.field("fd", &self.as_raw_fd()).finish()
     }
 }
 

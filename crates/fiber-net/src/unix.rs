@@ -55,10 +55,21 @@ impl UnixListener {
         })
     }
 
-    /// Accept a connection, parking until one arrives.
+    /// Accept a connection, parking until one arrives. Once the listener
+    /// is shut down (`shutdown(2)` on its descriptor, by any handle) it
+    /// fails with `EINVAL`, as std's blocking accept does, waking an
+    /// accept parked at that moment.
     #[track_caller]
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
-        let (stream, addr) = self.io.read::<op::Accept, _>(|l| l.accept())?;
+        let (stream, addr) = self.io.read::<op::Accept, _>(|l| match l.accept() {
+            // Shut down (`shutdown(2)` on its descriptor): std's blocking
+            // accept fails with `EINVAL`; the non-blocking one keeps saying
+            // `EAGAIN`, and no further event would wake this one.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => {
+                Err(io::Error::from_raw_os_error(libc::EINVAL))
+            }
+            other => other,
+        })?;
         Ok((UnixStream { io: Io::new(stream)? }, addr))
     }
 
@@ -214,8 +225,9 @@ impl UnixStream {
     }
 
     /// Shut down one or both halves. As in std, a write parked on this
-    /// socket (another fiber, or a thread) then fails with `BrokenPipe`,
-    /// and a parked read returns `Ok(0)`.
+    /// socket (another fiber, or a thread, on this handle or on one
+    /// `try_clone` made) then fails with `BrokenPipe`, and a parked read
+    /// returns `Ok(0)`.
     ///
     /// The peer's `shutdown(Read)` is different: the kernel's readiness
     /// events report nothing for it on this side, so a write parked on a
@@ -393,32 +405,11 @@ impl UnixDatagram {
     #[track_caller]
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.io.read::<op::Recv, _>(|s| match s.recv_from(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.read_shut_down() => {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => {
                 Ok((0, net::UnixDatagram::unbound()?.local_addr()?))
             }
             other => other,
         })
-    }
-
-    /// Is the read side shut down, with nothing queued (the receive just
-    /// returned `WouldBlock`)? A blocking datagram receive then returns 0,
-    /// a non-blocking one `EAGAIN`, and no further readiness event comes:
-    /// without this check a parked receive would wait for ever. Asked of
-    /// the kernel (`POLLRDHUP`), as a clone may have shut the socket down.
-    /// In non-blocking mode the `WouldBlock` stands, as with std.
-    fn read_shut_down(&self) -> bool {
-        if self.io.is_nonblocking() {
-            return false;
-        }
-        let mut pollfd = libc::pollfd {
-            fd: self.io.get().as_raw_fd(),
-            events: libc::POLLRDHUP,
-            revents: 0,
-        };
-        // SAFETY: one valid `pollfd` for a descriptor this handle owns;
-        // a zero timeout never blocks.
-        let n = unsafe { libc::poll(&mut pollfd, 1, 0) };
-        n == 1 && pollfd.revents & libc::POLLRDHUP != 0
     }
 
     /// Send to the connected peer.
@@ -432,7 +423,7 @@ impl UnixDatagram {
     #[track_caller]
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.io.read::<op::Recv, _>(|s| match s.recv(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.read_shut_down() => Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => Ok(0),
             other => other,
         })
     }
@@ -492,7 +483,8 @@ impl UnixDatagram {
     }
 
     /// Shut down one or both directions. As in std, a send parked on this
-    /// socket (a full receiver) then fails with `BrokenPipe`.
+    /// socket (a full receiver; on this handle or on one `try_clone` made)
+    /// then fails with `BrokenPipe`.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.io.get().shutdown(how)?;
         if how != Shutdown::Read {
@@ -554,16 +546,50 @@ macro_rules! fd_impls {
                 socket.io.into_owned_fd()
             }
         }
-
-        impl fmt::Debug for $t {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.debug_struct(stringify!($t)).field("fd", &self.as_raw_fd()).finish()
-            }
-        }
     )*};
 }
 
 fd_impls!(UnixListener, UnixStream, UnixDatagram);
+
+// As std prints them: the descriptor, then each address only when known.
+impl fmt::Debug for UnixListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("UnixListener");
+        d.field("fd", &self.as_raw_fd());
+        if let Ok(addr) = self.local_addr() {
+            d.field("local", &addr);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Debug for UnixStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("UnixStream");
+        d.field("fd", &self.as_raw_fd());
+        if let Ok(addr) = self.local_addr() {
+            d.field("local", &addr);
+        }
+        if let Ok(addr) = self.peer_addr() {
+            d.field("peer", &addr);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Debug for UnixDatagram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("UnixDatagram");
+        d.field("fd", &self.as_raw_fd());
+        if let Ok(addr) = self.local_addr() {
+            d.field("local", &addr);
+        }
+        if let Ok(addr) = self.peer_addr() {
+            d.field("peer", &addr);
+        }
+        d.finish()
+    }
+}
 
 #[cfg(not(loom))]
 adopt_fd!(UnixListener, net::UnixListener);

@@ -595,3 +595,49 @@ fn sockets_convert_from_and_into_descriptors_as_std_s() {
     let d1 = fiber::net::unix::UnixDatagram::from(OwnedFd::from(d1));
     assert!(d1.local_addr().is_ok());
 }
+
+/// `Debug` prints what std's does for the same socket: the addresses that
+/// are known (no `Some(..)` around them), and the descriptor.
+#[test]
+fn debug_output_is_std_s() {
+    use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+    // The same descriptor seen through std's type prints std's text; the
+    // descriptor is handed back before either handle could close it.
+    fn as_std<S: AsRawFd, T: FromRawFd + IntoRawFd + std::fmt::Debug>(ours: &S) -> String {
+        // SAFETY: the descriptor stays owned by `ours`; the std handle is
+        // turned back into a raw descriptor right after printing.
+        let theirs = unsafe { T::from_raw_fd(ours.as_raw_fd()) };
+        let text = format!("{theirs:?}");
+        let _ = theirs.into_raw_fd();
+        // std's unix sockets print their descriptor's internal wrapper
+        // (`FileDesc(OwnedFd { fd: N })`); the number is what counts.
+        let fd = ours.as_raw_fd();
+        text.replace(&format!("FileDesc(OwnedFd {{ fd: {fd} }})"), &fd.to_string())
+    }
+    in_fiber_and_thread(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        assert_eq!(format!("{listener:?}"), as_std::<_, std::net::TcpListener>(&listener));
+        let (client, server) = tcp_pair();
+        assert_eq!(format!("{client:?}"), as_std::<_, std::net::TcpStream>(&client));
+        assert_eq!(format!("{server:?}"), as_std::<_, std::net::TcpStream>(&server));
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert_eq!(format!("{udp:?}"), as_std::<_, std::net::UdpSocket>(&udp));
+        assert!(!format!("{udp:?}").contains("Some("));
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert_eq!(format!("{a:?}"), as_std::<_, std::os::unix::net::UnixStream>(&a));
+        let (d, _e) = UnixDatagram::pair().unwrap();
+        assert_eq!(format!("{d:?}"), as_std::<_, std::os::unix::net::UnixDatagram>(&d));
+        let path = std::env::temp_dir().join(format!(
+            "fiber-debug-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let unix_listener = fiber::net::unix::UnixListener::bind(&path).unwrap();
+        assert_eq!(
+            format!("{unix_listener:?}"),
+            as_std::<_, std::os::unix::net::UnixListener>(&unix_listener)
+        );
+        let _ = std::fs::remove_file(&path);
+    });
+}
