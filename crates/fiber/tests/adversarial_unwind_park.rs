@@ -234,8 +234,11 @@ fn shutdown_while_a_fiber_is_parked_mid_unwind() {
                     panic!("unrelated panic");
                 });
             }
-            // Past the unwinding wait's bound: all four are parked mid-unwind.
-            std::thread::sleep(ms(400));
+            // Until all four are parked mid-unwind (past the unwinding
+            // wait's bound, each blocks its worker for up to 200 ms first,
+            // so the last two start only after that; on a loaded machine
+            // a fixed pause was not always long enough for them to start).
+            common::wait_parked(&rt, 4);
             let start = Instant::now();
             drop(rt);
             start.elapsed()
