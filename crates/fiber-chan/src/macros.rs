@@ -35,7 +35,11 @@
 /// As in crossbeam, an argument list may end with a comma (`recv(r,)`,
 /// `send(s, v,)`, `default(t,)`) and `default()` is a plain default.
 /// Without a default, `select!` waits; with no operations and no default it
-/// panics (it could never return).
+/// panics (it could never return). A `default` arm polls the operations one
+/// after the other: against a peer that moves a value from one of them to
+/// another at that moment it may find both empty and run `default`. In a
+/// fiber, taking `default(timeout)` (zero included) is a yield point; a
+/// plain `default` is not.
 ///
 /// As in crossbeam: the operands (`receiver`, `sender`) are evaluated once,
 /// in order, and borrowed only while selecting, so a body may reassign or

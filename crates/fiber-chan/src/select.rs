@@ -999,7 +999,14 @@ impl<'a> Select<'a> {
             let deadline = match mode {
                 Mode::Try => return None,
                 Mode::Block | Mode::Forever => None,
-                Mode::Until(d) if Instant::now() >= d => return None,
+                Mode::Until(d) if Instant::now() >= d => {
+                    // Timed out: still a yield point in a fiber (a select
+                    // with a zero timeout polled in a loop must let the
+                    // fibers queued behind it run), through fiber-core's
+                    // zero wait, which yields and returns at once.
+                    fiber_core::wait_until(Some(d), Interrupt::NotCancellable);
+                    return None;
+                }
                 Mode::Until(d) => Some(d),
             };
             let timer = self.ops.iter().filter_map(|op| op.deadline()).min();

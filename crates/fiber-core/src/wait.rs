@@ -537,11 +537,28 @@ fn fiber_or_thread_wait<W: Waitable + ?Sized>(
     // std's and crossbeam's timed waits do: armed, it would wait for the
     // timer wheel's next 1 ms tick. A cancellable wait of a cancelled fiber
     // still reports the cancellation (the usual path below).
+    //
+    // It is still a yield point: the fiber goes to the back of its
+    // worker's queue first (nothing is published yet, so nothing can
+    // complete the wait meanwhile). A loop that polls with `sleep(ZERO)`,
+    // `sleep_until(past)` or a zero `recv_timeout` would otherwise never
+    // let a fiber queued behind it run on a fixed pool (Go preempts such
+    // a loop; tokio's budget yields it).
     if let Some(deadline) = options.deadline {
         if deadline <= options.now.unwrap_or_else(Instant::now)
             // SAFETY: the running fiber reads its own task slot.
             && !(options.interrupt == Interrupt::Cancellable && unsafe { fiber.is_cancel_requested() })
         {
+            // SAFETY: the running fiber reads its own slots and suspends
+            // itself on its own stack; `fiber` is its frame, alive across
+            // the switch (not re-read from the thread-local). Not while it
+            // unwinds (it stays on its thread, see `unwinding_fiber_wait`)
+            // or once teardown began (a yield there would be unwound).
+            unsafe {
+                if fiber.phase() == crate::pool::Phase::Open && !crate::fiber::fiber_panicking(fiber) {
+                    fiber.suspend(Suspend::Yield);
+                }
+            }
             return WaitResult::TimedOut;
         }
     }

@@ -76,7 +76,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for L {
                     let _ = tx.send(n as u64);
                 }
             }
-            Mode::FiberMutex => {
+            Mode::FiberMutex if fiber::core::in_fiber() => {
                 // Contended by the fibers' events on both workers; never
                 // held across a park.
                 let mut g = self.lock.lock().unwrap();
@@ -84,6 +84,17 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for L {
                 if g.len() > 1000 {
                     g.clear();
                 }
+            }
+            Mode::FiberMutex => {
+                // The runtime's own events (TRACE) come from its worker
+                // and monitor threads, outside any fiber: a std mutex
+                // there, as in `on_enter` (README). With the fiber mutex
+                // here, a lock handed to a starving fiber waiter while
+                // both workers blocked on it in their own events left
+                // nobody to run that fiber (hung about once in 50 runs
+                // on a loaded machine).
+                let mut g = self.worker_lock.lock().unwrap();
+                g.push(n as u64);
             }
             _ => {}
         }
