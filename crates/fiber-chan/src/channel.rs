@@ -188,7 +188,12 @@ impl<T> Sender<T> {
         match self.chan.try_send(&mut value) {
             Ok(()) => Ok(()),
             Err(true) => Err(TrySendError::Disconnected(unsent(value))),
-            Err(false) => Err(TrySendError::Full(unsent(value))),
+            Err(false) => {
+                // A poll that found no room: counts toward the fiber's
+                // budget yield (a fiber polling in a loop lets others run).
+                fiber_core::poll_missed();
+                Err(TrySendError::Full(unsent(value)))
+            }
         }
     }
 
@@ -333,6 +338,19 @@ impl<T> Receiver<T> {
 
     /// Receive without blocking.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        let result = self.try_recv_quiet();
+        if matches!(result, Err(TryRecvError::Empty)) {
+            // A poll that found nothing: counts toward the fiber's budget
+            // yield (a fiber polling in a loop lets others run).
+            fiber_core::poll_missed();
+        }
+        result
+    }
+
+    /// [`try_recv`](Self::try_recv) without the poll accounting: a
+    /// select's pass over its arms (its own miss is counted once, and it
+    /// must not yield between arms).
+    pub(crate) fn try_recv_quiet(&self) -> Result<T, TryRecvError> {
         let mut out = None;
         match &self.flavor {
             Flavor::Chan(chan) => match chan.try_recv(&mut out) {

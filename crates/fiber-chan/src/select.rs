@@ -206,7 +206,7 @@ trait Parked {
 
 impl<T> RecvHandle for Receiver<T> {
     fn try_take(&self, slot: &mut Slot) -> Status {
-        match self.try_recv() {
+        match self.try_recv_quiet() {
             Ok(value) => {
                 // SAFETY: callers pass an empty slot (`Op::release` first).
                 unsafe { slot_put(slot, value) };
@@ -997,7 +997,13 @@ impl<'a> Select<'a> {
             // else meanwhile.
             *fired = None;
             let deadline = match mode {
-                Mode::Try => return None,
+                Mode::Try => {
+                    // A poll that found nothing ready (`try_select`,
+                    // `try_ready`, `select!`'s `default`): counts toward
+                    // the fiber's budget yield.
+                    fiber_core::poll_missed();
+                    return None;
+                }
                 Mode::Block | Mode::Forever => None,
                 Mode::Until(d) if Instant::now() >= d => {
                     // Timed out: still a yield point in a fiber (a select

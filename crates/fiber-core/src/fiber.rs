@@ -158,6 +158,9 @@ pub(crate) struct Fiber {
     /// section entered before it existed (`mask_scope` 0: the fiber's own
     /// level) holds it off too: it stands for the fiber's own cancellation.
     root_scope: UnsafeCell<usize>,
+    /// Non-blocking operations that found nothing to do since the last
+    /// budget yield ([`poll_missed`]; owner-only).
+    poll_misses: UnsafeCell<u32>,
     /// The body has returned (or unwound): what runs now is cleanup
     /// (fiber-local destructors, dropping a cancelled fiber's value), where
     /// a teardown unwind would only be caught and cut the cleanup short
@@ -441,6 +444,7 @@ impl Fiber {
             cancel_mask: UnsafeCell::new(0),
             mask_scope: UnsafeCell::new(0),
             root_scope: UnsafeCell::new(0),
+            poll_misses: UnsafeCell::new(0),
             cancel_scope: UnsafeCell::new(None),
             locals: UnsafeCell::new(None),
             teardown_raises: UnsafeCell::new(0),
@@ -533,6 +537,7 @@ impl Fiber {
             this.cancel_mask.with_mut(|c| *c = 0);
             this.mask_scope.with_mut(|c| *c = 0);
             this.root_scope.with_mut(|c| *c = 0);
+            this.poll_misses.with_mut(|c| *c = 0);
             this.body_returned.with_mut(|b| *b = false);
         }
         this.unwind_flags.store(0, Ordering::Relaxed);
@@ -1429,6 +1434,55 @@ pub fn current_spawn_location() -> Option<&'static Location<'static>> {
     let fiber = current::get();
     // SAFETY: as in `current_id`.
     (!fiber.is_null()).then(|| unsafe { (*fiber).spawned_at() })
+}
+
+/// How many failed polls ([`poll_missed`]) a fiber makes between two
+/// budget yields (tokio's coop budget is 128 operations).
+pub const POLL_BUDGET: u32 = 128;
+
+/// A layer's non-blocking operation found nothing to do: an empty
+/// `try_recv`, a full `try_send`, a `try_select` or `select!` `default`
+/// with nothing ready, a failed `try_lock`. Every [`POLL_BUDGET`] such
+/// misses the running fiber yields (to the back of its worker's queue), so
+/// a fiber that polls in a loop lets the fibers queued behind it run, the
+/// one that would end the loop included (Go preempts such a loop; tokio's
+/// budget yields it). Nothing on a plain thread, while the fiber unwinds
+/// (it stays on its thread) or in teardown. Not a cancellation point.
+#[inline]
+pub fn poll_missed() {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return;
+    }
+    // SAFETY: the running fiber updates its own owner-only slot.
+    let misses = unsafe {
+        (*fiber).poll_misses.with_mut(|m| {
+            *m += 1;
+            *m
+        })
+    };
+    if misses >= POLL_BUDGET {
+        // SAFETY: as above; the fiber suspends itself on its own stack and
+        // its frame outlives the switch (see `yield_now`).
+        unsafe { budget_yield(&*fiber) };
+    }
+}
+
+/// The yield of [`poll_missed`], out of line.
+///
+/// # Safety
+///
+/// `fiber` is the running fiber's frame.
+#[cold]
+#[inline(never)]
+unsafe fn budget_yield(fiber: &Fiber) {
+    // SAFETY: see the function's contract (owner-only slots).
+    unsafe {
+        fiber.poll_misses.with_mut(|m| *m = 0);
+        if fiber.phase() == Phase::Open && !fiber_panicking(fiber) {
+            fiber.suspend(Suspend::Yield);
+        }
+    }
 }
 
 /// Yield the running fiber to its scheduler (it becomes RUNNABLE and is

@@ -127,6 +127,9 @@ impl<T: ?Sized> Mutex<T> {
             // SAFETY: we just took the lock.
             Ok(unsafe { MutexGuard::new(self) }?)
         } else {
+            // A failed poll: counts toward the fiber's budget yield (a
+            // fiber spinning on `try_lock` lets the holder run).
+            fiber_core::poll_missed();
             Err(TryLockError::WouldBlock)
         }
     }

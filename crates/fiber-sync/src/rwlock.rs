@@ -158,6 +158,8 @@ impl<T: ?Sized> RwLock<T> {
     /// [`TryLockError::Poisoned`] (holding the guard) if it is poisoned.
     pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
         if !self.try_read_raw() {
+            // A failed poll: counts toward the fiber's budget yield.
+            fiber_core::poll_missed();
             return Err(TryLockError::WouldBlock);
         }
         let guard = RwLockReadGuard::new(self);
@@ -172,6 +174,8 @@ impl<T: ?Sized> RwLock<T> {
     /// [`TryLockError::Poisoned`] (holding the guard) if it is poisoned.
     pub fn try_write(&self) -> TryLockResult<RwLockWriteGuard<'_, T>> {
         if !self.try_write_raw() {
+            // A failed poll: counts toward the fiber's budget yield.
+            fiber_core::poll_missed();
             return Err(TryLockError::WouldBlock);
         }
         Ok(self.write_guard()?)

@@ -117,7 +117,7 @@ impl Semaphore {
     /// waited (no permit is taken).
     #[track_caller]
     pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit<'_>, Cancelled> {
-        if let Some(permit) = self.try_acquire_many(n) {
+        if let Some(permit) = self.try_take(n) {
             return Ok(permit);
         }
         let mut io = SemIo {
@@ -138,6 +138,18 @@ impl Semaphore {
 
     /// Take `n` permits if they are free and nobody waits.
     pub fn try_acquire_many(&self, n: u32) -> Option<SemaphorePermit<'_>> {
+        let permit = self.try_take(n);
+        if permit.is_none() {
+            // A failed poll: counts toward the fiber's budget yield (a
+            // fiber spinning on `try_acquire` lets the holders run).
+            fiber_core::poll_missed();
+        }
+        permit
+    }
+
+    /// [`try_acquire_many`](Self::try_acquire_many) without the poll
+    /// accounting (the first attempt of a waiting acquire).
+    fn try_take(&self, n: u32) -> Option<SemaphorePermit<'_>> {
         let need = (n as usize) << SHIFT;
         // Relaxed: the CAS below acquires.
         let mut seen = self.state.load(Ordering::Relaxed);
@@ -295,7 +307,7 @@ impl<'a> Waitable for SemWait<'a> {
     }
 
     fn try_complete(&self, io: &mut SemIo<'a>) -> Option<WaitResult> {
-        let permit = self.0.try_acquire_many(io.node.arg as u32)?;
+        let permit = self.0.try_take(io.node.arg as u32)?;
         std::mem::forget(permit);
         Some(WaitResult::Ok)
     }

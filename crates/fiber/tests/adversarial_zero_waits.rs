@@ -6,40 +6,10 @@
 //! it, never ran (Go preempts such a loop; tokio's budget yields it). Each
 //! is now a yield point.
 
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, within};
-
-/// On one fixed worker: a poller loops on `op` until a second fiber sets
-/// the flag. The second fiber is spawned only once the poller runs (its
-/// signal makes the spawner runnable without parking the poller), so only
-/// a yield in `op` lets the spawner, and then the setter, run.
-fn poller_lets_others_run(op: fn()) {
-    within(30, move || {
-        let rt = common::rt_fixed_grace(1, ms(200));
-        rt.block_on(move || {
-            let stop = Arc::new(AtomicBool::new(false));
-            let s = stop.clone();
-            let (started_tx, started_rx) = fiber::chan::bounded(1);
-            let poller = fiber::spawn(move || {
-                started_tx.send(()).unwrap();
-                let mut rounds = 0u64;
-                while !s.load(SeqCst) {
-                    op();
-                    rounds += 1;
-                }
-                rounds
-            });
-            started_rx.recv().unwrap();
-            let setter = fiber::spawn(move || stop.store(true, SeqCst));
-            setter.join().unwrap();
-            assert!(poller.join().unwrap() >= 1);
-        });
-    });
-}
+use common::{ms, poller_lets_others_run, within};
 
 #[test]
 fn sleep_zero_is_a_yield_point() {

@@ -146,3 +146,31 @@ pub fn wait_parked(rt: &fiber::Runtime, n: usize) {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// On one fixed worker: a poller loops on `op` until a second fiber sets
+/// the flag. The second fiber is spawned only once the poller runs (its
+/// signal makes the spawner runnable without parking the poller), so only
+/// a yield in `op` lets the spawner, and then the setter, run.
+pub fn poller_lets_others_run(op: fn()) {
+    within(30, move || {
+        let rt = rt_fixed_grace(1, ms(200));
+        rt.block_on(move || {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let s = stop.clone();
+            let (started_tx, started_rx) = fiber::chan::bounded(1);
+            let poller = fiber::spawn(move || {
+                started_tx.send(()).unwrap();
+                let mut rounds = 0u64;
+                while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                    op();
+                    rounds += 1;
+                }
+                rounds
+            });
+            started_rx.recv().unwrap();
+            let setter = fiber::spawn(move || stop.store(true, std::sync::atomic::Ordering::SeqCst));
+            setter.join().unwrap();
+            assert!(poller.join().unwrap() >= 1);
+        });
+    });
+}
