@@ -1479,7 +1479,7 @@ unsafe fn budget_yield(fiber: &Fiber) {
     // SAFETY: see the function's contract (owner-only slots).
     unsafe {
         fiber.poll_misses.with_mut(|m| *m = 0);
-        if fiber.phase() == Phase::Open && !fiber_panicking(fiber) {
+        if fiber.phase() != Phase::Teardown && !fiber_panicking(fiber) {
             fiber.suspend(Suspend::Yield);
         }
     }

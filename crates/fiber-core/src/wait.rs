@@ -555,7 +555,7 @@ fn fiber_or_thread_wait<W: Waitable + ?Sized>(
             // unwinds (it stays on its thread, see `unwinding_fiber_wait`)
             // or once teardown began (a yield there would be unwound).
             unsafe {
-                if fiber.phase() == crate::pool::Phase::Open && !crate::fiber::fiber_panicking(fiber) {
+                if fiber.phase() != crate::pool::Phase::Teardown && !crate::fiber::fiber_panicking(fiber) {
                     fiber.suspend(Suspend::Yield);
                 }
             }

@@ -141,3 +141,38 @@ fn budget_yields_lose_nothing() {
         t.join().unwrap();
     });
 }
+
+/// The budget holds during a shutdown's grace too: clean-up that polls for
+/// a value another fiber's clean-up sends, on one worker, gets it, and the
+/// runtime stops well before its grace time runs out.
+#[test]
+fn clean_up_that_polls_during_shutdown_lets_the_sender_run() {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    static GOT: AtomicU32 = AtomicU32::new(0);
+    within(30, || {
+        let rt = common::rt_fixed_grace(1, Duration::from_secs(10));
+        let (tx, rx) = fiber::chan::bounded::<u32>(1);
+        rt.spawn(move || {
+            let _ = fiber::sleep(Duration::MAX);
+            fiber::non_cancellable(|| loop {
+                if let Ok(v) = rx.try_recv() {
+                    GOT.store(v, SeqCst);
+                    break;
+                }
+            });
+        });
+        rt.spawn(move || {
+            let _ = fiber::sleep(Duration::MAX);
+            fiber::non_cancellable(|| tx.send(7).unwrap());
+        });
+        common::wait_parked(&rt, 2);
+        let start = std::time::Instant::now();
+        drop(rt);
+        assert_eq!(GOT.load(SeqCst), 7, "the polling clean-up got the value");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "shutdown took {:?}",
+            start.elapsed()
+        );
+    });
+}
