@@ -552,42 +552,51 @@ macro_rules! fd_impls {
 fd_impls!(UnixListener, UnixStream, UnixDatagram);
 
 // As std prints them: the descriptor, then each address only when known.
+fn debug_unix(
+    f: &mut fmt::Formatter<'_>,
+    name: &str,
+    fd: RawFd,
+    local: io::Result<SocketAddr>,
+    peer: Option<io::Result<SocketAddr>>,
+) -> fmt::Result {
+    let mut d = f.debug_struct(name);
+    d.field("fd", &fd);
+    if let Ok(addr) = local {
+        d.field("local", &addr);
+    }
+    if let Some(Ok(addr)) = peer {
+        d.field("peer", &addr);
+    }
+    d.finish()
+}
+
 impl fmt::Debug for UnixListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("UnixListener");
-        d.field("fd", &self.as_raw_fd());
-        if let Ok(addr) = self.local_addr() {
-            d.field("local", &addr);
-        }
-        d.finish()
+        debug_unix(f, "UnixListener", self.as_raw_fd(), self.local_addr(), None)
     }
 }
 
 impl fmt::Debug for UnixStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("UnixStream");
-        d.field("fd", &self.as_raw_fd());
-        if let Ok(addr) = self.local_addr() {
-            d.field("local", &addr);
-        }
-        if let Ok(addr) = self.peer_addr() {
-            d.field("peer", &addr);
-        }
-        d.finish()
+        debug_unix(
+            f,
+            "UnixStream",
+            self.as_raw_fd(),
+            self.local_addr(),
+            Some(self.peer_addr()),
+        )
     }
 }
 
 impl fmt::Debug for UnixDatagram {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("UnixDatagram");
-        d.field("fd", &self.as_raw_fd());
-        if let Ok(addr) = self.local_addr() {
-            d.field("local", &addr);
-        }
-        if let Ok(addr) = self.peer_addr() {
-            d.field("peer", &addr);
-        }
-        d.finish()
+        debug_unix(
+            f,
+            "UnixDatagram",
+            self.as_raw_fd(),
+            self.local_addr(),
+            Some(self.peer_addr()),
+        )
     }
 }
 

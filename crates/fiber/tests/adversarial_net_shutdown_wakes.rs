@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
-use common::{ms, wait_parked, within};
+use common::{ms, wait_parked, within, write_until_error};
 
 fn shutdown_fd(fd: std::os::fd::RawFd, how: libc::c_int) -> i32 {
     // SAFETY: `fd` belongs to a socket the caller keeps open for the call.
@@ -101,15 +101,6 @@ fn a_udp_socket_shut_down_for_reading_ends_a_parked_receive() {
             assert!(matches!(got, Ok(0) | Ok(4)), "{op}: {got:?}");
         }
     });
-}
-
-/// Write until a write fails; its error kind.
-fn write_until_error(mut write: impl FnMut() -> std::io::Result<usize>) -> ErrorKind {
-    loop {
-        if let Err(e) = write() {
-            return e.kind();
-        }
-    }
 }
 
 #[test]

@@ -9,16 +9,7 @@ use std::net::Shutdown;
 use std::sync::Arc;
 
 mod common;
-use common::{ms, within};
-
-/// Write until a write fails; its error kind.
-fn write_until_error(mut write: impl FnMut() -> std::io::Result<usize>) -> ErrorKind {
-    loop {
-        if let Err(e) = write() {
-            return e.kind();
-        }
-    }
-}
+use common::{ms, within, write_until_error};
 
 #[test]
 fn own_shutdown_write_fails_a_parked_stream_write() {

@@ -174,3 +174,12 @@ pub fn poller_lets_others_run(op: fn()) {
         });
     });
 }
+
+/// Write until a write fails; its error kind.
+pub fn write_until_error(mut write: impl FnMut() -> std::io::Result<usize>) -> std::io::ErrorKind {
+    loop {
+        if let Err(e) = write() {
+            return e.kind();
+        }
+    }
+}
