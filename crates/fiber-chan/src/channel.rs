@@ -128,12 +128,18 @@ impl TimerChan {
 /// Wait until `deadline` (or forever): park a fiber, block a thread.
 /// `false` if cancelled first (a cancellation point). The fiber dump names
 /// the user's call (a timer or `never` receive) as the wait's site. A
-/// deadline already passed returns at once, after a yield in a fiber
-/// (fiber-core's zero wait), so a loop polling a timer channel lets the
-/// fibers queued behind it run.
+/// deadline already passed returns `true` at once, after a yield in a
+/// fiber (fiber-core's zero wait), so a loop polling a timer channel lets
+/// the fibers queued behind it run; not a cancellation point then (a due
+/// timer's tick is taken even by a cancelled fiber, as a ready channel's
+/// value is).
 #[track_caller]
 pub(crate) fn sleep_until(deadline: Option<Instant>) -> bool {
     crate::sync::depth::assert_unlocked("fiber-chan: a wait");
+    if deadline.is_some_and(|d| d <= Instant::now()) {
+        fiber_core::wait_until(deadline, fiber_core::Interrupt::NotCancellable);
+        return true;
+    }
     matches!(
         fiber_core::wait_until(deadline, fiber_core::Interrupt::Cancellable),
         WaitResult::TimedOut

@@ -631,6 +631,25 @@ impl Fiber {
             .with(|s| f(unsafe { (*s).as_ref() }.expect("a live fiber has a scheduler")))
     }
 
+    /// May the running fiber yield from where it is now, outside any wait
+    /// it asked for (a budget yield, the yield of a wait whose deadline
+    /// passed)? Only from RUNNING: a `Waitable`'s `publish` (user code, a
+    /// safe trait) runs while the fiber is PARKING, and a yield there would
+    /// corrupt the park. Not while the fiber unwinds (it stays on its
+    /// thread) and not in teardown.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn may_yield_here(&self) -> bool {
+        // Relaxed: only this fiber moves its word out of RUNNING, so its
+        // own read is exact for that question.
+        self.state.load(Ordering::Relaxed).state() == crate::state::FiberState::Running
+            // SAFETY: see the function's contract.
+            && unsafe { self.phase() } != Phase::Teardown
+            && !fiber_panicking(self)
+    }
+
     /// Has cancellation been requested for the task this fiber runs?
     ///
     /// # Safety
@@ -1476,12 +1495,15 @@ pub fn poll_missed() {
 #[cold]
 #[inline(never)]
 unsafe fn budget_yield(fiber: &Fiber) {
-    // SAFETY: see the function's contract (owner-only slots).
+    // SAFETY: see the function's contract.
+    if !unsafe { fiber.may_yield_here() } {
+        // Counted again at the next miss, where a yield may be allowed.
+        return;
+    }
+    // SAFETY: as above (owner-only slots; the fiber suspends itself).
     unsafe {
         fiber.poll_misses.with_mut(|m| *m = 0);
-        if fiber.phase() != Phase::Teardown && !fiber_panicking(fiber) {
-            fiber.suspend(Suspend::Yield);
-        }
+        fiber.suspend(Suspend::Yield);
     }
 }
 

@@ -551,11 +551,12 @@ fn fiber_or_thread_wait<W: Waitable + ?Sized>(
         {
             // SAFETY: the running fiber reads its own slots and suspends
             // itself on its own stack; `fiber` is its frame, alive across
-            // the switch (not re-read from the thread-local). Not while it
-            // unwinds (it stays on its thread, see `unwinding_fiber_wait`)
-            // or once teardown began (a yield there would be unwound).
+            // the switch (not re-read from the thread-local). Only from
+            // RUNNING (not from a `publish` of a wait in progress), not
+            // while it unwinds (it stays on its thread, see
+            // `unwinding_fiber_wait`) and not once teardown began.
             unsafe {
-                if fiber.phase() != crate::pool::Phase::Teardown && !crate::fiber::fiber_panicking(fiber) {
+                if fiber.may_yield_here() {
                     fiber.suspend(Suspend::Yield);
                 }
             }

@@ -312,7 +312,18 @@ impl Condvar {
             unlocked: false,
             condvar: self,
         };
-        let result = fiber_wait(&CondWait(self), &mut io, WaitOptions::new().deadline(deadline));
+        let result = if deadline.is_some_and(|d| d <= Instant::now()) {
+            // A zero (or passed) timeout: nothing to queue for, but std
+            // releases the mutex for the wait, and the wait is a yield
+            // point in a fiber: release it, give the others a turn (a
+            // notifier that needs the mutex included), take it back below.
+            // `io` still ends the wait's binding of the mutex on drop.
+            raw.unlock();
+            io.unlocked = true;
+            fiber_core::wait_until(deadline, fiber_core::Interrupt::Cancellable)
+        } else {
+            fiber_wait(&CondWait(self), &mut io, WaitOptions::new().deadline(deadline))
+        };
         debug_assert!(!io.node.queued, "a finished wait left its node queued");
         if io.unlocked {
             raw.lock();

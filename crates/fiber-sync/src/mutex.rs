@@ -123,13 +123,23 @@ impl<T: ?Sized> Mutex<T> {
     /// [`TryLockError::WouldBlock`] if it is held,
     /// [`TryLockError::Poisoned`] if it is poisoned (holding the guard).
     pub fn try_lock(&self) -> TryLockResult<MutexGuard<'_, T>> {
+        let result = self.try_lock_quiet();
+        if matches!(result, Err(TryLockError::WouldBlock)) {
+            // A failed poll: counts toward the fiber's budget yield (a
+            // fiber spinning on `try_lock` lets the holder run).
+            fiber_core::poll_missed();
+        }
+        result
+    }
+
+    /// [`try_lock`](Self::try_lock) without the poll accounting (never a
+    /// yield point: `Debug` uses it, and formatting may run under
+    /// stdout's lock or a caller's std guard).
+    fn try_lock_quiet(&self) -> TryLockResult<MutexGuard<'_, T>> {
         if self.raw.try_lock() {
             // SAFETY: we just took the lock.
             Ok(unsafe { MutexGuard::new(self) }?)
         } else {
-            // A failed poll: counts toward the fiber's budget yield (a
-            // fiber spinning on `try_lock` lets the holder run).
-            fiber_core::poll_missed();
             Err(TryLockError::WouldBlock)
         }
     }
@@ -176,7 +186,7 @@ impl<T> From<T> for Mutex<T> {
 impl<T: ?Sized + fmt::Debug> fmt::Debug for Mutex<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Mutex");
-        match self.try_lock() {
+        match self.try_lock_quiet() {
             Ok(guard) => d.field("data", &&*guard),
             Err(TryLockError::Poisoned(err)) => d.field("data", &&**err.get_ref()),
             Err(TryLockError::WouldBlock) => d.field("data", &format_args!("<locked>")),

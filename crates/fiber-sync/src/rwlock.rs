@@ -157,9 +157,18 @@ impl<T: ?Sized> RwLock<T> {
     /// [`TryLockError::WouldBlock`] if a writer holds or awaits the lock,
     /// [`TryLockError::Poisoned`] (holding the guard) if it is poisoned.
     pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        if !self.try_read_raw() {
+        let result = self.try_read_quiet();
+        if matches!(result, Err(TryLockError::WouldBlock)) {
             // A failed poll: counts toward the fiber's budget yield.
             fiber_core::poll_missed();
+        }
+        result
+    }
+
+    /// [`try_read`](Self::try_read) without the poll accounting (never a
+    /// yield point: `Debug` uses it).
+    fn try_read_quiet(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
+        if !self.try_read_raw() {
             return Err(TryLockError::WouldBlock);
         }
         let guard = RwLockReadGuard::new(self);
@@ -380,7 +389,7 @@ impl<T> From<T> for RwLock<T> {
 impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("RwLock");
-        match self.try_read() {
+        match self.try_read_quiet() {
             Ok(guard) => d.field("data", &&*guard),
             Err(TryLockError::Poisoned(err)) => d.field("data", &&**err.get_ref()),
             Err(TryLockError::WouldBlock) => d.field("data", &format_args!("<locked>")),

@@ -176,3 +176,69 @@ fn clean_up_that_polls_during_shutdown_lets_the_sender_run() {
         );
     });
 }
+
+/// A `Waitable` (a safe public trait) whose `publish` polls: it runs while
+/// the fiber is PARKING, where a budget yield would corrupt the park. The
+/// budget never yields there (the misses count on until a yield is
+/// allowed), and the wait completes normally.
+#[test]
+fn a_publish_that_polls_does_not_yield_mid_park() {
+    use fiber::core::{fiber_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+    struct PollingPublish<'a>(&'a fiber::sync::Mutex<()>);
+    impl Waitable for PollingPublish<'_> {
+        type Io = ();
+        fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+            None
+        }
+        fn publish(&self, _: &Waiter, _: &mut ()) -> Publish {
+            for _ in 0..3 * fiber::core::POLL_BUDGET {
+                assert!(self.0.try_lock().is_err());
+            }
+            Publish::Ready(WaitResult::Ok)
+        }
+        fn unpublish(&self, _: &Waiter, _: &mut ()) -> Option<WaitResult> {
+            None
+        }
+    }
+    within(30, || {
+        let rt = common::rt_fixed_grace(1, ms(200));
+        rt.block_on(|| {
+            let lock = fiber::sync::Mutex::new(());
+            let _held = lock.lock().unwrap();
+            for _ in 0..4 {
+                let result = fiber_wait(&PollingPublish(&lock), &mut (), WaitOptions::new());
+                assert_eq!(result, WaitResult::Ok);
+            }
+            // The misses counted meanwhile yield at the next allowed poll.
+            assert!(lock.try_lock().is_err());
+        });
+    });
+}
+
+/// `Debug` of a locked `Mutex` or `RwLock` is never a yield point, however
+/// often it runs: formatting may happen under stdout's lock or a caller's
+/// std guard, where a switch to another worker would be unsound.
+#[test]
+fn debug_of_a_locked_lock_never_yields() {
+    within(30, || {
+        let rt = common::rt_fixed_grace(1, ms(200));
+        rt.block_on(|| {
+            let lock = fiber::sync::Mutex::new(1u8);
+            let rw = fiber::sync::RwLock::new(2u8);
+            let _held = lock.lock().unwrap();
+            let _written = rw.write().unwrap();
+            let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let r = ran.clone();
+            let other = fiber::spawn(move || r.store(true, std::sync::atomic::Ordering::SeqCst));
+            for _ in 0..4 * fiber::core::POLL_BUDGET {
+                assert!(format!("{lock:?}").contains("<locked>"));
+                assert!(format!("{rw:?}").contains("<locked>"));
+            }
+            assert!(
+                !ran.load(std::sync::atomic::Ordering::SeqCst),
+                "formatting let another fiber run on the only worker"
+            );
+            other.join().unwrap();
+        });
+    });
+}

@@ -57,6 +57,69 @@ fn a_due_timer_channel_is_a_yield_point() {
     });
 }
 
+/// A zero `Condvar::wait_timeout` releases the mutex for its yield, as
+/// std releases it for the wait: a notifier that needs the mutex runs.
+#[test]
+fn a_zero_condvar_wait_timeout_releases_the_mutex_for_its_yield() {
+    within(30, || {
+        let rt = common::rt_fixed_grace(1, ms(200));
+        rt.block_on(|| {
+            let pair = std::sync::Arc::new((fiber::sync::Mutex::new(false), fiber::sync::Condvar::new()));
+            let p2 = pair.clone();
+            let (started_tx, started_rx) = fiber::chan::bounded(1);
+            let waiter = fiber::spawn(move || {
+                let (lock, cv) = &*p2;
+                let mut done = lock.lock().unwrap();
+                started_tx.send(()).unwrap();
+                let mut rounds = 0u64;
+                while !*done {
+                    done = cv.wait_timeout(done, Duration::ZERO).unwrap().0;
+                    rounds += 1;
+                }
+                rounds
+            });
+            started_rx.recv().unwrap();
+            let p3 = pair.clone();
+            let notifier = fiber::spawn(move || {
+                let (lock, cv) = &*p3;
+                *lock.lock().unwrap() = true;
+                cv.notify_all();
+            });
+            notifier.join().unwrap();
+            assert!(waiter.join().unwrap() >= 1);
+            // The condvar is free for another mutex once the waits end.
+            let other = fiber::sync::Mutex::new(());
+            let g = other.lock().unwrap();
+            drop(pair.1.wait_timeout(g, Duration::ZERO).unwrap());
+        });
+    });
+}
+
+/// A due timer's tick is taken even by a cancelled fiber, as a ready
+/// channel's value is (the zero wait's yield is not a cancellation point).
+#[test]
+fn a_cancelled_fiber_still_takes_a_due_tick() {
+    within(30, || {
+        let rt = common::rt_fixed_grace(1, ms(200));
+        rt.block_on(|| {
+            let (ready_tx, ready_rx) = fiber::chan::bounded(0);
+            let (out_tx, out_rx) = fiber::chan::bounded(1);
+            let h = fiber::spawn(move || {
+                ready_tx.send(()).unwrap();
+                while fiber::sleep(Duration::MAX).is_ok() {}
+                let due = fiber::chan::after(Duration::ZERO).recv().is_ok();
+                let (tx, rx) = fiber::chan::bounded(1);
+                tx.send(1u8).unwrap();
+                out_tx.send((due, rx.recv().is_ok())).unwrap();
+            });
+            ready_rx.recv().unwrap();
+            h.cancel();
+            assert!(h.join().unwrap_err().is_cancelled());
+            assert_eq!(out_rx.recv().unwrap(), (true, true));
+        });
+    });
+}
+
 #[test]
 fn a_zero_condvar_wait_timeout_is_a_yield_point() {
     poller_lets_others_run(|| {
