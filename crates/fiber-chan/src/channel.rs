@@ -188,7 +188,10 @@ impl<T> Sender<T> {
         }
     }
 
-    /// Send without blocking.
+    /// Send without blocking (never parks; in a fiber, a call that finds
+    /// the channel full counts toward the poll budget, and every
+    /// `fiber_core::POLL_BUDGET` (128) such misses the fiber yields, so a
+    /// loop that polls lets other fibers run.)
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
         let mut value = Some(value);
         match self.chan.try_send(&mut value) {
@@ -342,7 +345,10 @@ impl<T> Receiver<T> {
         }
     }
 
-    /// Receive without blocking.
+    /// Receive without blocking (never parks; in a fiber, a call that finds
+    /// the channel empty counts toward the poll budget, and every
+    /// `fiber_core::POLL_BUDGET` (128) such misses the fiber yields, so a
+    /// loop that polls lets other fibers run.)
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         let result = self.try_recv_quiet();
         if matches!(result, Err(TryRecvError::Empty)) {

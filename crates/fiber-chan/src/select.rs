@@ -810,7 +810,10 @@ impl<'a> Select<'a> {
         SelectedOperation::new(self, index)
     }
 
-    /// Complete an operation that is ready now, if any.
+    /// Complete an operation that is ready now, if any (never parks; in a
+    /// fiber, a call that finds nothing to do counts toward the poll
+    /// budget, and every `fiber_core::POLL_BUDGET` (128) such misses the
+    /// fiber yields, so a loop that polls lets other fibers run.)
     pub fn try_select(&mut self) -> Result<SelectedOperation<'_, 'a>, TrySelectError> {
         match self.run(Mode::Try, false) {
             Some(index) => Ok(SelectedOperation::new(self, index)),

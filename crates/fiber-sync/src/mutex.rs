@@ -116,7 +116,10 @@ impl<T: ?Sized> Mutex<T> {
         unsafe { MutexGuard::new(self) }
     }
 
-    /// Acquire the lock if it is free right now.
+    /// Acquire the lock if it is free right now (never parks; in a fiber, a
+    /// call that finds nothing to do counts toward the poll budget, and
+    /// every `fiber_core::POLL_BUDGET` (128) such misses the fiber yields,
+    /// so a loop that polls lets other fibers run.)
     ///
     /// # Errors
     ///

@@ -150,7 +150,10 @@ impl<T: ?Sized> RwLock<T> {
         self.write_guard()
     }
 
-    /// Shared access if available right now.
+    /// Shared access if available right now (never parks; in a fiber, a
+    /// call that finds nothing to do counts toward the poll budget, and
+    /// every `fiber_core::POLL_BUDGET` (128) such misses the fiber yields,
+    /// so a loop that polls lets other fibers run.)
     ///
     /// # Errors
     ///
@@ -175,7 +178,10 @@ impl<T: ?Sized> RwLock<T> {
         Ok(poison::map_result(self.poison.get(), guard)?)
     }
 
-    /// Exclusive access if available right now.
+    /// Exclusive access if available right now (never parks; in a fiber, a
+    /// call that finds nothing to do counts toward the poll budget, and
+    /// every `fiber_core::POLL_BUDGET` (128) such misses the fiber yields,
+    /// so a loop that polls lets other fibers run.)
     ///
     /// # Errors
     ///

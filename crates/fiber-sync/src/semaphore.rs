@@ -131,7 +131,10 @@ impl Semaphore {
         }
     }
 
-    /// Take one permit if one is free and nobody waits.
+    /// Take one permit if one is free and nobody waits (never parks; in a
+    /// fiber, a call that finds nothing to do counts toward the poll
+    /// budget, and every `fiber_core::POLL_BUDGET` (128) such misses the
+    /// fiber yields, so a loop that polls lets other fibers run.)
     pub fn try_acquire(&self) -> Option<SemaphorePermit<'_>> {
         self.try_acquire_many(1)
     }
