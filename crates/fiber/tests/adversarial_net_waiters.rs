@@ -26,15 +26,7 @@ fn cancelling_many_receivers_of_one_socket() {
             })
             .collect();
         common::wait_parked(&rt, N);
-        for h in handles.iter().rev() {
-            h.cancel();
-        }
-        let cancelled = handles
-            .into_iter()
-            .filter(|_| true)
-            .map(|h| h.join())
-            .filter(|r| r.as_ref().is_err_and(|e| e.is_cancelled()))
-            .count();
+        let cancelled = common::cancel_from_the_back(handles);
         assert_eq!(cancelled, N, "every receiver ends cancelled");
         // The socket still delivers to a new receiver.
         let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();

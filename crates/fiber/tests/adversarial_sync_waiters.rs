@@ -30,15 +30,7 @@ fn cancelling_many_semaphore_waiters_from_the_back() {
             })
             .collect();
         common::wait_parked(&rt, N);
-        for h in handles.iter().rev() {
-            h.cancel();
-        }
-        let cancelled = handles
-            .into_iter()
-            .filter(|_| true)
-            .map(|h| h.join())
-            .filter(|r| r.as_ref().is_err_and(|e| e.is_cancelled()))
-            .count();
+        let cancelled = common::cancel_from_the_back(handles);
         assert_eq!(cancelled, N, "every waiter ends cancelled");
         assert_eq!(sem.available_permits(), 0);
         sem.add_permits(1);

@@ -183,3 +183,16 @@ pub fn write_until_error(mut write: impl FnMut() -> std::io::Result<usize>) -> s
         }
     }
 }
+
+/// Cancel `handles` newest first, join them all, and count those that
+/// ended cancelled.
+pub fn cancel_from_the_back<T: Send + 'static>(handles: Vec<fiber::JoinHandle<T>>) -> usize {
+    for h in handles.iter().rev() {
+        h.cancel();
+    }
+    handles
+        .into_iter()
+        .map(|h| h.join())
+        .filter(|r| r.as_ref().is_err_and(|e| e.is_cancelled()))
+        .count()
+}
