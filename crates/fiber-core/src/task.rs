@@ -252,7 +252,10 @@ struct Joiners {
     finished: bool,
     /// The `JoinHandle` is gone: the fiber drops its own outcome.
     detached: bool,
-    waiters: Vec<Waiter>,
+    /// Inline room for one: a task almost always has at most one joiner
+    /// (its handle's), and a heap buffer for it cost an allocation and a
+    /// free per joined task.
+    waiters: smallvec::SmallVec<[Waiter; 1]>,
     /// The fiber's root job, once a layer made one (see `install_root_scope`).
     root_scope: Option<Arc<dyn crate::CancelScope>>,
     /// The body has ended (`take_root_scope`): the cancel flag is final and
@@ -736,7 +739,7 @@ where
         joiners: Mutex::new(Joiners {
             finished: false,
             detached: false,
-            waiters: Vec::new(),
+            waiters: smallvec::SmallVec::new(),
             root_scope: None,
             closed: false,
         }),

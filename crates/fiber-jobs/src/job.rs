@@ -494,12 +494,16 @@ impl JobCore {
     /// Register a fiber running in this job (to interrupt on cancel).
     #[cfg(not(loom))]
     pub(crate) fn add_fiber(&self, fiber: fiber_core::FiberRef) {
-        let cancelled = {
+        // The list takes the caller's reference; a second one is made only
+        // in the rare case that needs it (two atomic updates per child
+        // otherwise).
+        let to_interrupt = {
             let mut sync = lock(&self.sync);
-            sync.fibers.push(fiber.clone());
-            self.is_cancelled()
+            let cancelled = self.is_cancelled().then(|| fiber.clone());
+            sync.fibers.push(fiber);
+            cancelled
         };
-        if cancelled {
+        if let Some(fiber) = to_interrupt {
             fiber.interrupt();
         }
     }
@@ -791,7 +795,12 @@ impl JobCore {
             let mut sync = lock(&self.sync);
             // The body's fiber leaves the job here, under the same lock.
             if let Some(fiber) = fiber {
-                sync.fibers.retain(|f| f.id() != fiber);
+                // Usually the job's only fiber.
+                if sync.fibers.len() == 1 && sync.fibers[0].id() == fiber {
+                    sync.fibers.clear();
+                } else {
+                    sync.fibers.retain(|f| f.id() != fiber);
+                }
             }
             // SAFETY: the caller's contract.
             if let Some(unwanted) = unsafe { sync.outcome.store(outcome) } {
@@ -823,6 +832,20 @@ impl JobCore {
         let mut sync = lock(&self.sync);
         // SAFETY: the caller's contract.
         unsafe { sync.outcome.take() }
+    }
+
+    /// [`take_outcome`](Self::take_outcome) and the cancel reason, under
+    /// one lock (a join reads both).
+    ///
+    /// # Safety
+    ///
+    /// As for `take_outcome`.
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn take_outcome_and_reason<V>(&self) -> (Option<V>, Option<CancelReason>) {
+        let mut sync = lock(&self.sync);
+        // SAFETY: the caller's contract.
+        let outcome = unsafe { sync.outcome.take() };
+        (outcome, sync.reason)
     }
 
     /// Take the recorded failure (the scope re-raises or returns it).

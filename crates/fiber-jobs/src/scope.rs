@@ -523,8 +523,7 @@ impl<T> ScopedJoinHandle<'_, T> {
         let id = this.id;
         // SAFETY: the job carries `Outcome<T>`, `T: Send` (see
         // `spawn_child`).
-        let outcome = unsafe { job.take_outcome::<Outcome<T>>() };
-        let reason = job.reason();
+        let (outcome, reason) = unsafe { job.take_outcome_and_reason::<Outcome<T>>() };
         drop(job);
         let Some(state) = state else {
             // The joining fiber was cancelled while it waited; the child's
