@@ -65,7 +65,12 @@ fn a_yield_loop_and_a_ping_pong_pair_share_one_worker() {
                 drop(atx);
                 e.join().unwrap();
             });
-            fiber::sleep(ms(1000)).unwrap();
+            // Until both have made 1,000 steps (a starved one never does:
+            // `within` fails the test), however slowly a loaded machine
+            // runs this process.
+            while yields.load(Ordering::Relaxed) <= 1000 || trips.load(Ordering::Relaxed) <= 1000 {
+                fiber::sleep(ms(10)).unwrap();
+            }
             stop.store(true, Ordering::Relaxed);
             yielder.join().unwrap();
             pp.join().unwrap();
