@@ -287,6 +287,9 @@ impl fiber_core::UnjoinedTask for JobCore {
 
 /// What a finalize does after it releases the job lock.
 struct Finalized {
+    /// The job passed its deadline while ACTIVE: ACTIVE -> CANCELLING
+    /// was taken first, logged with the final transition.
+    timed_out: bool,
     /// The transition, logged once the lock is released.
     from: JobState,
     reason: Option<CancelReason>,
@@ -438,7 +441,9 @@ impl JobCore {
             };
             sync.children.push(attached);
             sync.active_children += 1;
-            (parent.state() != JobState::Active, finished)
+            // A parent past its (own or inherited) `with_timeout` deadline
+            // reads as cancelling: its new child starts cancelled too.
+            (parent.state() != JobState::Active || parent.deadline_passed(), finished)
         };
         // The finished children's last references, outside the lock.
         drop(finished);
@@ -450,6 +455,12 @@ impl JobCore {
             job.cancel(CancelReason::Cancelled);
         }
         job
+    }
+
+    /// Has this job's `with_timeout` deadline (its own or an ancestor's)
+    /// passed? One clock read, and none for a job without a deadline.
+    pub(crate) fn deadline_passed(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
     pub(crate) fn state(&self) -> JobState {
@@ -469,13 +480,28 @@ impl JobCore {
     #[cfg(not(loom))]
     pub(crate) fn observed_state(&self) -> JobState {
         match self.state() {
-            JobState::Active if self.deadline.is_some_and(|d| Instant::now() >= d) => JobState::Cancelling,
+            JobState::Active if self.deadline_passed() => JobState::Cancelling,
             state => state,
         }
     }
 
     pub(crate) fn reason(&self) -> Option<CancelReason> {
         lock(&self.sync).reason
+    }
+
+    /// The reason a user sees (`Job::cancel_reason`): the recorded one, or
+    /// `TimedOut` for an ACTIVE job past its deadline (as
+    /// [`observed_state`](Self::observed_state) reads it CANCELLING). Read
+    /// under the job lock, where the state and the reason change together:
+    /// a cancel landing between two separate reads would otherwise show a
+    /// job that was never timed out as `TimedOut` for a moment.
+    #[cfg(not(loom))]
+    pub(crate) fn observed_reason(&self) -> Option<CancelReason> {
+        let sync = lock(&self.sync);
+        match sync.reason {
+            None if self.state() == JobState::Active && self.deadline_passed() => Some(CancelReason::TimedOut),
+            reason => reason,
+        }
     }
 
     /// Register a fiber running in this job (to interrupt on cancel).
@@ -673,9 +699,22 @@ impl JobCore {
     /// already terminal.
     fn finalize_locked(&self, sync: &mut Sync_) -> Option<Finalized> {
         {
-            let current = self.state();
+            let mut current = self.state();
             if current.is_terminal() {
                 return None;
+            }
+            // An ACTIVE job past its deadline has read as cancelling since
+            // that instant (`observed_state`), whether or not the timer's
+            // cancel has run yet (a busy worker): it ends as if it had, so
+            // no job is seen CANCELLING and then COMPLETED, and the result
+            // does not depend on when the timer got a worker.
+            let timed_out = current == JobState::Active && self.deadline_passed();
+            if timed_out {
+                sync.reason = Some(CancelReason::TimedOut);
+                let moved = transition(&self.state, JobState::Active, JobState::Cancelling, JobActor::Canceller);
+                debug_assert!(moved, "state changes only under the job lock");
+                bump(Counter::CancellationsRequested, 1);
+                current = JobState::Cancelling;
             }
             debug_assert_eq!(
                 sync.active_children, 0,
@@ -707,6 +746,7 @@ impl JobCore {
                 None
             };
             Some(Finalized {
+                timed_out,
                 from: current,
                 reason: sync.reason,
                 state: to,
@@ -731,6 +771,7 @@ impl JobCore {
     /// waiters, report to the parent.
     fn after_finalize(self: &Arc<Self>, finalized: Finalized) {
         let Finalized {
+            timed_out,
             from,
             reason,
             state: final_state,
@@ -740,6 +781,9 @@ impl JobCore {
             children,
         } = finalized;
         // Outside the job's lock (see `cancel_one`).
+        if timed_out {
+            self.trace_transition(JobState::Active, JobState::Cancelling, reason);
+        }
         self.trace_transition(from, final_state, reason);
         drop(children);
         // A panicking payload destructor must not stop the report to the

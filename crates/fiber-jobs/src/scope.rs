@@ -136,10 +136,7 @@ impl Job {
     /// `with_timeout` deadline that nothing cancelled first, as
     /// [`state`](Self::state) reports it).
     pub fn cancel_reason(&self) -> Option<CancelReason> {
-        match self.core.reason() {
-            None if self.core.observed_state() == JobState::Cancelling => Some(CancelReason::TimedOut),
-            reason => reason,
-        }
+        self.core.observed_reason()
     }
 
     /// The job's id.
@@ -967,8 +964,10 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
     };
     let body = run_in_job(&job, f);
     // Did the deadline pass before `f` returned? Decided here, not by the
-    // watchdog fiber, which may not have run yet (a busy worker).
-    let late = deadline.is_some_and(|d| Instant::now() >= d);
+    // watchdog fiber, which may not have run yet (a busy worker). The job's
+    // deadline: its own or an enclosing `with_timeout`'s, whichever is
+    // earlier (the outer one's watchdog may not have run either).
+    let late = job.deadline_passed();
     if late {
         job.cancel(CancelReason::TimedOut);
     }

@@ -102,7 +102,10 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`Cancelled`] if the calling fiber's job was cancelled while it
-    /// waited (no permit is taken).
+    /// waited: no permit is taken, even if one was handed to it after the
+    /// cancel (it goes to the next waiter). A permit free at the call is
+    /// taken without a wait, cancelled or not (as Go's `Acquire` on a done
+    /// context may succeed).
     #[track_caller]
     pub fn acquire(&self) -> Result<SemaphorePermit<'_>, Cancelled> {
         self.acquire_many(1)
@@ -114,7 +117,7 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`Cancelled`] if the calling fiber's job was cancelled while it
-    /// waited (no permit is taken).
+    /// waited (no permit is taken: see [`acquire`](Self::acquire)).
     #[track_caller]
     pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit<'_>, Cancelled> {
         if let Some(permit) = self.try_take(n) {
@@ -125,6 +128,16 @@ impl Semaphore {
             sem: self,
         };
         match fiber_wait(&SemWait(self), &mut io, WaitOptions::new()) {
+            // Granted, but the fiber was cancelled before it ran again (the
+            // cancel may even have come first: it only made the fiber
+            // runnable, and the release then served the queue's head). The
+            // permits go back, to the next waiter: a cancelled acquire takes
+            // nothing, as Go's `Weighted.Acquire` and Kotlin's
+            // `Semaphore.acquire` promise.
+            WaitResult::Ok if fiber_core::is_cancel_requested() => {
+                self.release(n as usize);
+                Err(Cancelled)
+            }
             WaitResult::Ok => Ok(SemaphorePermit { sem: self, permits: n }),
             WaitResult::Cancelled => Err(Cancelled),
             other => unreachable!("a semaphore wait has no deadline and never closes: {other:?}"),
