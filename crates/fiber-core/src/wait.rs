@@ -625,7 +625,7 @@ fn unwinding_fiber_wait<W: Waitable + ?Sized>(
         if interruptible && unsafe { fiber.is_cancel_requested() } {
             // SAFETY: the running fiber, RUNNING, on its own stack; it is
             // panicking, so this neither yields nor starts an unwind.
-            return unsafe { cancelled_wait(fiber) };
+            return unsafe { cancelled_wait(fiber, false) };
         }
         let now = Instant::now();
         if now >= give_up {
@@ -679,13 +679,17 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
                 // `Cancelled` would send the caller on without its lock.
                 && !crate::fiber::fiber_panicking(fiber))
     };
+    // The wait has not parked yet: a cancellation seen now ends it without
+    // the fiber ever leaving its worker.
+    let mut first = true;
     loop {
         // SAFETY: the running fiber reads its own task slot.
         let entered = enter_parking(&fiber.state, interruptible(), || unsafe { fiber.is_cancel_requested() });
         let Some(ticket) = entered else {
             // SAFETY: as above.
-            return unsafe { cancelled_wait(fiber) };
+            return unsafe { cancelled_wait(fiber, first) };
         };
+        first = false;
         // SAFETY: `fiber` is the running fiber's frame, alive for this whole
         // call; the record is dropped below only through `ManuallyDrop`, so
         // the reference count it did not take is never given back.
@@ -720,8 +724,8 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
         }
         // SAFETY: the running fiber reads its own task slot.
         if interruptible() && unsafe { fiber.is_cancel_requested() } {
-            // SAFETY: as above.
-            return unsafe { cancelled_wait(fiber) };
+            // SAFETY: as above. It parked: it has yielded already.
+            return unsafe { cancelled_wait(fiber, false) };
         }
         if let Some(deadline) = options.deadline {
             // SAFETY: the running fiber reads its own scheduler slot.
@@ -736,21 +740,32 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
     }
 }
 
-/// A cancellable wait saw cancellation: the result is `Cancelled`. While
-/// the runtime shuts down, the fiber first yields once (so that a fiber
-/// that ignores the error in a loop does not hold its worker), and in
-/// teardown its stack unwinds from here (see `FramePool::teardown`).
+/// A cancellable wait saw cancellation: the result is `Cancelled`. A wait
+/// that ends so without having parked (`unparked`: the fiber was cancelled
+/// before it called) first yields once, as every timed wait does: a
+/// cancelled fiber that ignores the error in a polling loop (`while !flag
+/// { let _ = fiber::sleep(ms) }`, clean-up waiting for another fiber)
+/// would otherwise hold its worker for ever on a fixed pool (trio's
+/// checkpoints yield before they raise `Cancelled`). While the runtime
+/// shuts down, every such wait yields once, and in teardown the fiber's
+/// stack unwinds from here (see `FramePool::teardown`).
 ///
 /// # Safety
 ///
 /// Called by the running fiber itself, RUNNING, on its own stack.
 #[cfg(not(loom))]
-unsafe fn cancelled_wait(fiber: &Fiber) -> WaitResult {
+unsafe fn cancelled_wait(fiber: &Fiber, unparked: bool) -> WaitResult {
     // SAFETY: see the function's contract.
     unsafe {
         note_if_task_cancelled(fiber);
         match fiber.phase() {
-            crate::pool::Phase::Open => {}
+            crate::pool::Phase::Open => {
+                // Only from RUNNING, not while unwinding (see
+                // `may_yield_here`).
+                if unparked && fiber.may_yield_here() {
+                    fiber.suspend(Suspend::Yield);
+                }
+            }
             crate::pool::Phase::Cancelling => {
                 if !crate::fiber::fiber_panicking(fiber) {
                     fiber.suspend(Suspend::Yield);

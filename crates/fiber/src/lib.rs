@@ -60,7 +60,7 @@
 //!   channel arm with a failed result; the timed forms report a timeout);
 //! - `JoinHandle::join`, `ScopedJoinHandle::join` and `Job::join` (the joined
 //!   fiber runs on);
-//! - `fiber::park` / `park_timeout` (return at once);
+//! - `fiber::park` / `park_timeout` (return without parking);
 //! - `fiber::sync`: `Semaphore::acquire`, `Condvar` waits, `Barrier::wait`,
 //!   `WaitGroup::wait` (not `Mutex::lock` or `RwLock`, as in std);
 //! - `fiber::net`: every blocking socket call (an `io::Error` of kind `Other`
