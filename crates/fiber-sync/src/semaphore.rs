@@ -134,6 +134,8 @@ impl Semaphore {
             // permits go back, to the next waiter: a cancelled acquire takes
             // nothing, as Go's `Weighted.Acquire` and Kotlin's
             // `Semaphore.acquire` promise.
+            // (The loom models have no cancellation scopes.)
+            #[cfg(not(loom))]
             WaitResult::Ok if fiber_core::is_cancel_requested() => {
                 self.release(n as usize);
                 Err(Cancelled)
