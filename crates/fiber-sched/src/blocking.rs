@@ -33,7 +33,10 @@ use std::time::{Duration, Instant};
 /// How long a blocking-pool thread waits for work before it retires.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
-type Job = Box<dyn FnOnce() + Send + 'static>;
+/// A queued call: `job(true)` runs it; `job(false)` drops its closure
+/// unrun (the runtime shut down before a thread took it) and tells the
+/// caller so.
+type Job = Box<dyn FnOnce(bool) + Send + 'static>;
 
 #[derive(Default)]
 struct PoolState {
@@ -101,16 +104,31 @@ fn pool_for(shared: &Shared) -> Arc<Pool> {
 
 /// Runtime `runtime_id` has shut down: its idle pool threads exit now, and
 /// busy ones once the queue is empty (a dropped runtime leaves no thread
-/// waiting out the keep-alive).
+/// waiting out the keep-alive). Calls still queued (every thread was busy)
+/// never start: their closures are dropped here, unrun, as tokio's pool
+/// drops a `spawn_blocking` task that has not started, and their callers
+/// unwind when teardown resumes them. Run after the runtime's teardown, so
+/// those callers cannot be running user code meanwhile.
 pub(crate) fn close(runtime_id: usize) {
-    let pools = POOLS.lock().unwrap_or_else(|p| p.into_inner());
-    for pool in pools
-        .iter()
-        .filter(|(id, _)| *id == runtime_id)
-        .filter_map(|(_, pool)| pool.upgrade())
-    {
-        lock(&pool.state).closed = true;
+    let pools: Vec<Arc<Pool>> = {
+        let pools = POOLS.lock().unwrap_or_else(|p| p.into_inner());
+        pools
+            .iter()
+            .filter(|(id, _)| *id == runtime_id)
+            .filter_map(|(_, pool)| pool.upgrade())
+            .collect()
+    };
+    for pool in pools {
+        let unstarted = {
+            let mut state = lock(&pool.state);
+            state.closed = true;
+            std::mem::take(&mut state.queue)
+        };
         pool.work.notify_all();
+        // Outside every lock: a closure's `Drop` is user code.
+        for job in unstarted {
+            job(false);
+        }
     }
 }
 
@@ -175,13 +193,13 @@ impl Pool {
         POOL_THREAD_OF.with(|id| id.set(self.runtime_id));
         let first = first.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(job) = first {
-            job();
+            job(true);
         }
         let mut state = lock(&self.state);
         loop {
             if let Some(job) = state.queue.pop_front() {
                 drop(state);
-                job();
+                job(true);
                 state = lock(&self.state);
                 continue;
             }
@@ -219,6 +237,9 @@ struct Done<R> {
 struct DoneState<R> {
     result: Option<std::thread::Result<R>>,
     finished: bool,
+    /// The closure ran (it was dropped unrun if the runtime shut down
+    /// while the call was queued).
+    ran: bool,
     waiter: Option<Waiter>,
 }
 
@@ -227,10 +248,13 @@ impl<R> Done<R> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn complete(&self, result: std::thread::Result<R>) {
+    /// The call ended: with the closure's result, or `None` if it never
+    /// ran.
+    fn complete(&self, result: Option<std::thread::Result<R>>) {
         let waiter = {
             let mut state = self.lock();
-            state.result = Some(result);
+            state.ran = result.is_some();
+            state.result = result;
             state.finished = true;
             state.waiter.take()
         };
@@ -241,13 +265,18 @@ impl<R> Done<R> {
     }
 
     /// Block the thread (not the fiber) until the job finished, then take
-    /// the result.
+    /// the result (`None` if the closure never ran, or once taken).
     fn wait_blocking(&self) -> Option<std::thread::Result<R>> {
         let mut state = self.lock();
         while !state.finished {
             state = self.finished.wait(state).unwrap_or_else(|p| p.into_inner());
         }
         state.result.take()
+    }
+
+    /// Did the closure run? (After `finished`.)
+    fn ran(&self) -> bool {
+        self.lock().ran
     }
 }
 
@@ -303,6 +332,7 @@ where
         state: std::sync::Mutex::new(DoneState {
             result: None,
             finished: false,
+            ran: false,
             waiter: None,
         }),
         finished: Condvar::new(),
@@ -314,10 +344,22 @@ where
     // The caller travels with the call (misuse checks only: a join there of
     // the caller, or of a job it runs in, would wait for itself).
     let origin = fiber_core::OnBehalf::of_current();
-    let job: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
+    let job: Box<dyn FnOnce(bool) + Send + '_> = Box::new(move |run: bool| {
         // `f` (and everything it captured) is consumed and dropped inside
-        // `catch_unwind`, before completion is signalled.
-        let result = fiber_core::run_on_behalf_of(origin, || catch_unwind(AssertUnwindSafe(f)));
+        // `catch_unwind`, before completion is signalled: run, or dropped
+        // unrun at shutdown (a panic of its `Drop` then has nobody to go
+        // to; its payload is leaked rather than dropped, as it may panic
+        // again).
+        let result = if run {
+            Some(fiber_core::run_on_behalf_of(origin, || {
+                catch_unwind(AssertUnwindSafe(f))
+            }))
+        } else {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(f))) {
+                std::mem::forget(payload);
+            }
+            None
+        };
         signal.complete(result);
         // After the wake: once a shut-down runtime's reaper sees no call in
         // flight, every caller it gave up on is back in a run queue
@@ -332,18 +374,27 @@ where
     // job touches after signalling are its `Arc<Done>`, which owns its
     // memory and whose result the guard takes out on this side, and its
     // `Arc<Pool>` (the in-flight count).
-    let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
+    let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce(bool) + Send + '_>, Job>(job) };
     if let Err(job) = pool.submit(job) {
-        job();
+        job(true);
     }
     // The job borrows this frame: not even teardown may unwind out of here.
     let options = WaitOptions::new().interrupt(Interrupt::Never);
     while fiber_wait(&*done, &mut (), options) != WaitResult::Ok {}
     let result = done.wait_blocking();
+    let ran = done.ran();
     drop(guard);
     match result {
         Some(Ok(value)) => value,
         Some(Err(payload)) => resume_unwind(payload),
+        None if !ran => {
+            // The runtime shut down while the call was queued, and its
+            // closure was dropped unrun: there is no value to return. This
+            // fiber is being torn down: a cancellable wait unwinds it (the
+            // shutdown unwind, which the fiber's own clean-up lets through).
+            let _ = fiber_core::wait_until(Some(Instant::now()), Interrupt::Cancellable);
+            panic!("fiber::blocking: the runtime shut down before the call started; its closure was dropped unrun")
+        }
         None => unreachable!("blocking: the result was taken twice"),
     }
 }
@@ -367,7 +418,7 @@ mod tests {
             cap: 8,
             name: "test-blocking".to_string(),
         });
-        assert!(pool.submit(Box::new(|| ())).is_ok());
+        assert!(pool.submit(Box::new(|_| ())).is_ok());
         while lock(&pool.state).idle == 0 {
             std::thread::yield_now();
         }
@@ -377,13 +428,13 @@ mod tests {
         let wait = Duration::from_secs(10);
         let done_a = done_tx.clone();
         assert!(pool
-            .submit(Box::new(move || {
+            .submit(Box::new(move |_| {
                 a_tx.send(()).unwrap();
                 done_a.send(b_rx.recv_timeout(wait).is_ok()).unwrap();
             }))
             .is_ok());
         assert!(pool
-            .submit(Box::new(move || {
+            .submit(Box::new(move |_| {
                 b_tx.send(()).unwrap();
                 done_tx.send(a_rx.recv_timeout(wait).is_ok()).unwrap();
             }))

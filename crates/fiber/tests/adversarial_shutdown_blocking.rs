@@ -438,3 +438,71 @@ fn a_fiber_in_a_blocking_call_is_unwound_when_a_worker_is_stuck_too() {
         },
     );
 }
+
+/// A call still queued when the runtime shuts down (every blocking thread
+/// busy) never starts: its closure is dropped unrun, as tokio's blocking
+/// pool drops a `spawn_blocking` task that has not started, and its fiber
+/// is unwound once teardown resumes it. Before, the closure ran after the
+/// runtime was gone, whenever a thread came free.
+#[test]
+fn a_call_still_queued_at_shutdown_is_dropped_unrun_and_its_fiber_unwound() {
+    in_child(
+        "a_call_still_queued_at_shutdown_is_dropped_unrun_and_its_fiber_unwound",
+        40,
+        || {
+            static RAN: AtomicBool = AtomicBool::new(false);
+            static CLOSURE_DROPPED: AtomicBool = AtomicBool::new(false);
+            static STACK_DROPPED: AtomicBool = AtomicBool::new(false);
+            struct Flag(&'static AtomicBool);
+            impl Drop for Flag {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::SeqCst);
+                }
+            }
+            let rt = fiber::Runtime::builder()
+                .workers(1)
+                .max_workers(1)
+                .max_blocking_threads(1)
+                .shutdown_timeout(ms(100))
+                .build()
+                .unwrap();
+            // The pool's one thread: busy until released.
+            let (started_tx, started_rx) = std::sync::mpsc::channel();
+            let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+            rt.spawn(move || {
+                fiber::blocking(move || {
+                    started_tx.send(()).unwrap();
+                    let _ = release_rx.recv();
+                })
+            });
+            started_rx.recv().unwrap();
+            // A second call, queued behind it.
+            rt.spawn(|| {
+                let _on_stack = Flag(&STACK_DROPPED);
+                let in_closure = Flag(&CLOSURE_DROPPED);
+                fiber::blocking(move || {
+                    let _in_closure = in_closure;
+                    RAN.store(true, Ordering::SeqCst);
+                });
+            });
+            common::wait_parked(&rt, 2);
+            drop(rt);
+            assert!(
+                CLOSURE_DROPPED.load(Ordering::SeqCst),
+                "the queued call's closure was not dropped at shutdown"
+            );
+            release_tx.send(()).unwrap();
+            let until = Instant::now() + Duration::from_secs(20);
+            while !STACK_DROPPED.load(Ordering::SeqCst) {
+                assert!(Instant::now() < until, "the queued call's fiber was never unwound");
+                std::thread::sleep(ms(10));
+            }
+            // (Had it run, it would have run before its fiber was revived:
+            // the reaper waits for every call of the runtime first.)
+            assert!(
+                !RAN.load(Ordering::SeqCst),
+                "the queued call ran after the runtime was dropped"
+            );
+        },
+    );
+}
