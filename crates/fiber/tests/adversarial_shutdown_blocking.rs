@@ -506,3 +506,62 @@ fn a_call_still_queued_at_shutdown_is_dropped_unrun_and_its_fiber_unwound() {
         },
     );
 }
+
+/// A user deadlock with the pool at its cap: a running call waits for a
+/// value that only a fiber whose own call is still queued would send. At
+/// shutdown the queued call is dropped unrun and its fiber unwound (its
+/// sender dropped), which ends the running call; that fiber is then taken
+/// back too. Before, the reaper took fibers back only once no call was in
+/// flight, so both fibers, their stacks and the pool thread leaked.
+#[test]
+fn a_running_call_waiting_on_a_queued_calls_fiber_ends_at_shutdown() {
+    in_child(
+        "a_running_call_waiting_on_a_queued_calls_fiber_ends_at_shutdown",
+        40,
+        || {
+            static A_RETURNED: AtomicBool = AtomicBool::new(false);
+            static B_UNWOUND: AtomicBool = AtomicBool::new(false);
+            struct Flag(&'static AtomicBool);
+            impl Drop for Flag {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::SeqCst);
+                }
+            }
+            let rt = fiber::Runtime::builder()
+                .workers(1)
+                .max_workers(1)
+                .max_blocking_threads(1)
+                .shutdown_timeout(ms(100))
+                .build()
+                .unwrap();
+            let (tx, rx) = fiber::chan::bounded::<u8>(0);
+            let (started_tx, started_rx) = std::sync::mpsc::channel();
+            rt.spawn(move || {
+                let got = fiber::blocking(move || {
+                    started_tx.send(()).unwrap();
+                    rx.recv()
+                });
+                A_RETURNED.store(true, Ordering::SeqCst);
+                got
+            });
+            started_rx.recv().unwrap();
+            rt.spawn(move || {
+                let _unwound = Flag(&B_UNWOUND);
+                fiber::blocking(|| ());
+                tx.send(1).unwrap();
+            });
+            common::wait_parked(&rt, 2);
+            drop(rt);
+            let until = Instant::now() + Duration::from_secs(20);
+            while !(B_UNWOUND.load(Ordering::SeqCst) && A_RETURNED.load(Ordering::SeqCst)) {
+                assert!(
+                    Instant::now() < until,
+                    "left for good: queued call's fiber unwound: {}, running call's fiber returned: {}",
+                    B_UNWOUND.load(Ordering::SeqCst),
+                    A_RETURNED.load(Ordering::SeqCst)
+                );
+                std::thread::sleep(ms(10));
+            }
+        },
+    );
+}
