@@ -1797,6 +1797,15 @@ pub fn cancellation_held_off() -> bool {
     }
 }
 
+/// Is the running fiber's runtime past its shutdown's grace time, tearing
+/// its fibers down (a cancellable wait unwinds the fiber instead of
+/// returning `Cancelled`)? `false` on a plain thread.
+pub fn is_tearing_down() -> bool {
+    let fiber = current::get();
+    // SAFETY: the running fiber reads its own slots.
+    !fiber.is_null() && unsafe { (*fiber).phase() } == Phase::Teardown
+}
+
 /// Is the running fiber's runtime shutting down (its fibers are being
 /// cancelled)? `false` on a plain thread. A job layer ends the jobs a
 /// fiber finishes from here on as cancelled, as the fiber's own outcome is.

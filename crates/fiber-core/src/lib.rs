@@ -110,7 +110,7 @@ pub use fiber::{
     accepts_root_scope, behalf_cancel_scope, behalf_fiber_id, cancellation_held_off, current_cancel_scope,
     current_cancel_scope_is, current_fiber, current_id, current_name, current_spawn_location, current_worker,
     drop_fiber_locals, in_fiber, install_root_scope, is_cancel_requested, is_shutdown_unwind, is_shutting_down,
-    layer_panicked, non_cancellable, panicking, poll_missed, run_on_behalf_of, swap_cancel_scope,
+    is_tearing_down, layer_panicked, non_cancellable, panicking, poll_missed, run_on_behalf_of, swap_cancel_scope,
     take_unwind_pin_delta, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, OnBehalf, RootScopeCall,
     RunOutcome, POLL_BUDGET,
 };

@@ -979,9 +979,16 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
     if let Some(w) = waiter {
         fiber_core::fiber_wake(&w);
     }
-    let _ = watchdog.join();
+    // The job ends before this fiber parks for the watchdog: a deadline
+    // passing while it waits there (a busy worker) must not turn a body
+    // that returned in time into a timed-out job (`finalize` ends a job
+    // found past its deadline CANCELLED). With no child left (the body's
+    // scopes closed inside it), closing does not park. The watchdog's
+    // cancel of an ended job changes nothing.
+    let closed = close_scope(&job, body);
     let timed_out = job.reason() == Some(CancelReason::TimedOut);
-    match close_scope(&job, body) {
+    let _ = watchdog.join();
+    match closed {
         Ok(_) if timed_out => Err(TimedOut),
         Ok(v) => Ok(v),
         Err(_) => unreachable!("with_timeout has no fallible children"),

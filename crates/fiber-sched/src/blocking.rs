@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 /// How long a blocking-pool thread waits for work before it retires.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
-/// A queued call: `job(true)` runs it; `job(false)` drops its closure
-/// unrun (the runtime shut down before a thread took it) and tells the
-/// caller so.
+/// A queued call: `job(true)` runs it; `job(false)` hands its closure
+/// back to its caller unrun (the runtime shut down before a thread took
+/// it).
 type Job = Box<dyn FnOnce(bool) + Send + 'static>;
 
 #[derive(Default)]
@@ -105,10 +105,12 @@ fn pool_for(shared: &Shared) -> Arc<Pool> {
 /// Runtime `runtime_id` has shut down: its idle pool threads exit now, and
 /// busy ones once the queue is empty (a dropped runtime leaves no thread
 /// waiting out the keep-alive). Calls still queued (every thread was busy)
-/// never start: their closures are dropped here, unrun, as tokio's pool
-/// drops a `spawn_blocking` task that has not started, and their callers
-/// unwind when teardown resumes them. Run after the runtime's teardown, so
-/// those callers cannot be running user code meanwhile.
+/// never start on the pool: each closure goes back to its caller, unrun,
+/// and the caller (once teardown takes it back) drops it as it unwinds, as
+/// tokio's pool drops a `spawn_blocking` task that has not started; a
+/// caller that cannot unwind there (a destructor running after its fiber's
+/// body) runs it itself. Run after the runtime's teardown, so those callers
+/// cannot be running user code meanwhile.
 pub(crate) fn close(runtime_id: usize) {
     let pools: Vec<Arc<Pool>> = {
         let pools = POOLS.lock().unwrap_or_else(|p| p.into_inner());
@@ -125,7 +127,7 @@ pub(crate) fn close(runtime_id: usize) {
             std::mem::take(&mut state.queue)
         };
         pool.work.notify_all();
-        // Outside every lock: a closure's `Drop` is user code.
+        // Outside every lock: a completion wakes the caller.
         for job in unstarted {
             job(false);
         }
@@ -237,24 +239,28 @@ struct Done<R> {
 struct DoneState<R> {
     result: Option<std::thread::Result<R>>,
     finished: bool,
-    /// The closure ran (it was dropped unrun if the runtime shut down
-    /// while the call was queued).
-    ran: bool,
+    /// The call, handed back unrun: the runtime shut down while it was
+    /// queued. It may borrow the caller's frame (see `run`).
+    unrun: Option<Unrun<R>>,
     waiter: Option<Waiter>,
 }
+
+/// A call handed back to its caller unrun.
+type Unrun<R> = Box<dyn FnOnce() -> std::thread::Result<R> + Send + 'static>;
 
 impl<R> Done<R> {
     fn lock(&self) -> std::sync::MutexGuard<'_, DoneState<R>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The call ended: with the closure's result, or `None` if it never
-    /// ran.
-    fn complete(&self, result: Option<std::thread::Result<R>>) {
+    /// The call ended: with the closure's result, or handed back unrun.
+    fn complete(&self, result: Result<std::thread::Result<R>, Unrun<R>>) {
         let waiter = {
             let mut state = self.lock();
-            state.ran = result.is_some();
-            state.result = result;
+            match result {
+                Ok(result) => state.result = Some(result),
+                Err(unrun) => state.unrun = Some(unrun),
+            }
             state.finished = true;
             state.waiter.take()
         };
@@ -265,18 +271,16 @@ impl<R> Done<R> {
     }
 
     /// Block the thread (not the fiber) until the job finished, then take
-    /// the result (`None` if the closure never ran, or once taken).
-    fn wait_blocking(&self) -> Option<std::thread::Result<R>> {
+    /// the result, or the call handed back unrun (`None` once taken).
+    fn wait_blocking(&self) -> Option<Result<std::thread::Result<R>, Unrun<R>>> {
         let mut state = self.lock();
         while !state.finished {
             state = self.finished.wait(state).unwrap_or_else(|p| p.into_inner());
         }
-        state.result.take()
-    }
-
-    /// Did the closure run? (After `finished`.)
-    fn ran(&self) -> bool {
-        self.lock().ran
+        match state.result.take() {
+            Some(result) => Some(Ok(result)),
+            None => state.unrun.take().map(Err),
+        }
     }
 }
 
@@ -332,7 +336,7 @@ where
         state: std::sync::Mutex::new(DoneState {
             result: None,
             finished: false,
-            ran: false,
+            unrun: None,
             waiter: None,
         }),
         finished: Condvar::new(),
@@ -346,19 +350,21 @@ where
     let origin = fiber_core::OnBehalf::of_current();
     let job: Box<dyn FnOnce(bool) + Send + '_> = Box::new(move |run: bool| {
         // `f` (and everything it captured) is consumed and dropped inside
-        // `catch_unwind`, before completion is signalled: run, or dropped
-        // unrun at shutdown (a panic of its `Drop` then has nobody to go
-        // to; its payload is leaked rather than dropped, as it may panic
-        // again).
+        // `catch_unwind`, before completion is signalled; or, at shutdown,
+        // handed back to the caller unrun.
         let result = if run {
-            Some(fiber_core::run_on_behalf_of(origin, || {
+            Ok(fiber_core::run_on_behalf_of(origin, || {
                 catch_unwind(AssertUnwindSafe(f))
             }))
         } else {
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(f))) {
-                std::mem::forget(payload);
-            }
-            None
+            let unrun: Box<dyn FnOnce() -> std::thread::Result<R> + Send + '_> =
+                Box::new(move || catch_unwind(AssertUnwindSafe(f)));
+            // SAFETY: as for the job below: the caller's frame, which `f`
+            // may borrow, outlives it (the caller takes it back and runs or
+            // drops it before it returns or unwinds past this call).
+            Err(unsafe {
+                std::mem::transmute::<Box<dyn FnOnce() -> std::thread::Result<R> + Send + '_>, Unrun<R>>(unrun)
+            })
         };
         signal.complete(result);
         // After the wake: once a shut-down runtime's reaper sees no call in
@@ -366,14 +372,16 @@ where
         // (`Runtime::shutdown`).
         counted.in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     });
-    // SAFETY: the job may borrow from this frame. It is always run (the
-    // pool never drops a queued job; a job that cannot get a thread comes
-    // back and runs here), and this frame is not left before the job
-    // signalled completion: the park below ends only when `finished` is
-    // set, and `guard` blocks any unwind until then. The only things the
-    // job touches after signalling are its `Arc<Done>`, which owns its
-    // memory and whose result the guard takes out on this side, and its
-    // `Arc<Pool>` (the in-flight count).
+    // SAFETY: the job may borrow from this frame. It is always called (the
+    // pool never drops a queued job: it runs it, or at shutdown hands the
+    // closure back into `done`; a job that cannot get a thread comes back
+    // and runs here), and this frame is not left before the job signalled
+    // completion: the park below ends only when `finished` is set, and
+    // `guard` blocks any unwind until then. A closure handed back is taken
+    // out of `done` on this side (below, or by the guard) and run or
+    // dropped here. The only things the job touches after signalling are
+    // its `Arc<Done>`, which owns its memory, and its `Arc<Pool>` (the
+    // in-flight count).
     let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce(bool) + Send + '_>, Job>(job) };
     if let Err(job) = pool.submit(job) {
         job(true);
@@ -382,18 +390,22 @@ where
     let options = WaitOptions::new().interrupt(Interrupt::Never);
     while fiber_wait(&*done, &mut (), options) != WaitResult::Ok {}
     let result = done.wait_blocking();
-    let ran = done.ran();
     drop(guard);
     match result {
-        Some(Ok(value)) => value,
-        Some(Err(payload)) => resume_unwind(payload),
-        None if !ran => {
-            // The runtime shut down while the call was queued, and its
-            // closure was dropped unrun: there is no value to return. This
-            // fiber is being torn down: a cancellable wait unwinds it (the
-            // shutdown unwind, which the fiber's own clean-up lets through).
+        Some(Ok(Ok(value))) => value,
+        Some(Ok(Err(payload))) => resume_unwind(payload),
+        Some(Err(unrun)) => {
+            // The runtime shut down while the call was queued: it comes
+            // back unrun, and this fiber is being torn down. A cancellable
+            // wait unwinds it (the shutdown unwind), dropping the closure
+            // here, on its own stack. A fiber that cannot unwind here (a
+            // destructor running after its body, which teardown lets run
+            // to its end) runs the call itself instead.
             let _ = fiber_core::wait_until(Some(Instant::now()), Interrupt::Cancellable);
-            panic!("fiber::blocking: the runtime shut down before the call started; its closure was dropped unrun")
+            match unrun() {
+                Ok(value) => value,
+                Err(payload) => resume_unwind(payload),
+            }
         }
         None => unreachable!("blocking: the result was taken twice"),
     }

@@ -312,14 +312,20 @@ impl Condvar {
             unlocked: false,
             condvar: self,
         };
-        let result = if deadline.is_some_and(|d| d <= Instant::now()) {
-            // A zero (or passed) timeout: nothing to queue for, but std
-            // releases the mutex for the wait, and the wait is a yield
-            // point in a fiber: release it, give the others a turn (a
-            // notifier that needs the mutex included), take it back below.
-            // `io` still ends the wait's binding of the mutex on drop.
+        let passed = deadline.is_some_and(|d| d <= Instant::now());
+        let result = if passed || cancelled() {
+            // A zero (or passed) timeout, or a fiber already cancelled:
+            // nothing to queue for, but std releases the mutex for the
+            // wait, and the wait is a yield point in a fiber: release it,
+            // give the others a turn (a notifier that needs the mutex
+            // included), take it back below. (A cancelled fiber's wait
+            // would otherwise yield with the mutex held, and a cancelled
+            // `while !ready { g = cv.wait(g) }` loop kept the notifier out
+            // for ever.) `io` still ends the wait's binding of the mutex on
+            // drop.
             raw.unlock();
             io.unlocked = true;
+            let deadline = if passed { deadline } else { Some(Instant::now()) };
             fiber_core::wait_until(deadline, fiber_core::Interrupt::Cancellable)
         } else {
             fiber_wait(&CondWait(self), &mut io, WaitOptions::new().deadline(deadline))
@@ -424,4 +430,13 @@ impl<'a> Waitable for CondWait<'a> {
             _ => None,
         }
     }
+}
+
+/// Is the running fiber cancelled (its cancellable waits end at once)? The
+/// loom models have no cancellation scopes.
+fn cancelled() -> bool {
+    #[cfg(not(loom))]
+    return fiber_core::is_cancel_requested();
+    #[cfg(loom)]
+    false
 }

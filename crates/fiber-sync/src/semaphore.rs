@@ -103,9 +103,9 @@ impl Semaphore {
     ///
     /// [`Cancelled`] if the calling fiber's job was cancelled while it
     /// waited: no permit is taken, even if one was handed to it after the
-    /// cancel (it goes to the next waiter). A permit free at the call is
-    /// taken without a wait, cancelled or not (as Go's `Acquire` on a done
-    /// context may succeed).
+    /// cancel (it goes to the next waiter). A permit that is free when the
+    /// call looks is taken without a wait, cancelled or not (as Go's
+    /// `Acquire` on a done context may succeed).
     #[track_caller]
     pub fn acquire(&self) -> Result<SemaphorePermit<'_>, Cancelled> {
         self.acquire_many(1)
@@ -134,9 +134,13 @@ impl Semaphore {
             // permits go back, to the next waiter: a cancelled acquire takes
             // nothing, as Go's `Weighted.Acquire` and Kotlin's
             // `Semaphore.acquire` promise.
-            // (The loom models have no cancellation scopes.)
+            // Not in teardown: there a cancellation is an unwind, which
+            // this wait did not take (it was granted first), and a fiber
+            // inside `non_cancellable` reads as cancelled too; the grant
+            // stands, as it did before. (The loom models have no
+            // cancellation scopes.)
             #[cfg(not(loom))]
-            WaitResult::Ok if fiber_core::is_cancel_requested() => {
+            WaitResult::Ok if fiber_core::is_cancel_requested() && !fiber_core::is_tearing_down() => {
                 self.release(n as usize);
                 Err(Cancelled)
             }

@@ -98,3 +98,55 @@ fn a_cancelled_fibers_yield_now_yields() {
         let _ = fiber::yield_now();
     });
 }
+
+/// A cancelled fiber in the usual `while !ready { g = cv.wait(g) }` loop:
+/// its waits end at once (cancelled), and each yields with the mutex
+/// released (as std's wait releases it), so the notifier can take the
+/// mutex and set the flag. Before, the wait yielded holding the mutex, and
+/// the loop kept the notifier out on one worker and on two.
+fn condvar_scenario(rt: fiber::Runtime) {
+    let start = Instant::now();
+    within(30, move || {
+        rt.block_on(move || {
+            let pair = Arc::new((fiber::sync::Mutex::new(false), fiber::sync::Condvar::new()));
+            let (started_tx, started_rx) = fiber::chan::bounded::<()>(1);
+            let p = pair.clone();
+            let waiter = fiber::spawn(move || {
+                let (m, cv) = &*p;
+                let mut g = m.lock().unwrap();
+                started_tx.send(()).unwrap();
+                let t = Instant::now();
+                while !*g && t.elapsed() < GIVE_UP {
+                    g = cv.wait(g).unwrap();
+                }
+            });
+            started_rx.recv().unwrap();
+            // The waiter is parked in `wait` (mutex released) or about to.
+            let _ = fiber::sleep(ms(20));
+            waiter.cancel();
+            let _ = fiber::sleep(ms(20));
+            // The notifier: needs the mutex.
+            {
+                let (m, cv) = &*pair;
+                *m.lock().unwrap() = true;
+                cv.notify_all();
+            }
+            let _ = waiter.join();
+        })
+    });
+    assert!(
+        start.elapsed() < GIVE_UP,
+        "the cancelled waiter held the mutex through its yields until it gave up ({:?})",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_cancelled_condvar_wait_loop_lets_the_notifier_take_the_mutex_on_one_worker() {
+    condvar_scenario(rt1());
+}
+
+#[test]
+fn a_cancelled_condvar_wait_loop_lets_the_notifier_take_the_mutex_on_two_workers() {
+    condvar_scenario(rt2());
+}

@@ -13,6 +13,8 @@
 mod common;
 use common::*;
 use fiber::{CancelReason, Job, JobState, TimedOut};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn busy(d: Duration) {
@@ -175,4 +177,39 @@ fn cancel_reason_never_reports_timed_out_for_a_plain_cancel() {
         bad, 0,
         "cancel_reason() said TimedOut for a plain Job::cancel in {bad} of 2,000 rounds"
     );
+}
+
+/// A body that returns well before its deadline gives `Ok`, and its job
+/// ends COMPLETED, even when the deadline passes while `with_timeout`
+/// waits for its watchdog fiber (a detached spinner took the only worker
+/// first): the outcome is decided when the body returns.
+#[test]
+fn with_timeout_ok_means_its_job_did_not_time_out() {
+    within(30, || {
+        rt1().block_on(|| {
+            let spun = Arc::new(AtomicBool::new(false));
+            let s = spun.clone();
+            let result = fiber::with_timeout(ms(30), move || {
+                // Fills the runnext slot ahead of the watchdog: it runs
+                // when this fiber parks on the watchdog's join, and holds
+                // the only worker past the deadline.
+                fiber::spawn(move || {
+                    let t = Instant::now();
+                    while t.elapsed() < ms(80) {
+                        std::hint::spin_loop();
+                    }
+                    s.store(true, Ordering::SeqCst);
+                });
+                fiber::Job::current()
+            });
+            assert!(spun.load(Ordering::SeqCst), "the spinner did not run in the window");
+            let job = result.expect("f returned well before its deadline: Ok");
+            assert!(
+                !job.is_cancelled() && job.cancel_reason().is_none(),
+                "with_timeout returned Ok, but its job ended {:?} with reason {:?}",
+                job.state(),
+                job.cancel_reason()
+            );
+        })
+    });
 }

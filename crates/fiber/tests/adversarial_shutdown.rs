@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{in_child, ms, within};
+use common::{in_child, ms, rt_fixed_grace, stubborn_sleep, wait_parked, within};
 
 struct Counted(Arc<AtomicUsize>);
 impl Drop for Counted {
@@ -391,4 +391,65 @@ fn teardown_ends_when_a_destructor_opens_a_scope_next_to_a_fiber_looping_on_slee
             drop(rt);
         },
     );
+}
+
+/// A semaphore acquire inside `non_cancellable`, granted during teardown
+/// (the holder is unwound first): the grant stands. A cancelled acquire
+/// gives back a grant only outside teardown, where the wait itself would
+/// have returned `Cancelled`.
+#[test]
+fn a_non_cancellable_acquire_granted_in_teardown_is_not_err_cancelled() {
+    in_child(
+        "a_non_cancellable_acquire_granted_in_teardown_is_not_err_cancelled",
+        40,
+        || {
+            static SAW_ERR: AtomicBool = AtomicBool::new(false);
+            let rt = rt_fixed_grace(1, ms(100));
+            let sem = Arc::new(fiber::sync::Semaphore::new(1));
+            let seen = Arc::new(std::sync::Mutex::new(String::new()));
+            let (tx, rx) = std::sync::mpsc::channel();
+            // F (lower id): waits for the permit in a non-cancellable section.
+            {
+                let sem = sem.clone();
+                let seen = seen.clone();
+                let tx = tx.clone();
+                rt.spawn(move || {
+                    rx_ready(&tx);
+                    while sem.available_permits() > 0 {
+                        let _ = fiber::yield_now();
+                    }
+                    fiber::non_cancellable(|| {
+                        let r = sem.acquire();
+                        if r.is_err() {
+                            SAW_ERR.store(true, Ordering::SeqCst);
+                        }
+                        *seen.lock().unwrap() = format!("{:?}", r.map(|p| p.num_permits()));
+                    });
+                });
+            }
+            // G (higher id, unwound first at teardown): holds the permit and
+            // ignores its cancellation.
+            {
+                let sem = sem.clone();
+                rt.spawn(move || {
+                    let _permit = sem.try_acquire().expect("free");
+                    tx.send(()).unwrap();
+                    stubborn_sleep();
+                });
+            }
+            rx.recv().unwrap();
+            rx.recv().unwrap();
+            wait_parked(&rt, 2);
+            drop(rt);
+            let seen = seen.lock().unwrap().clone();
+            assert!(
+                !SAW_ERR.load(Ordering::SeqCst),
+                "non_cancellable acquire returned {seen} (granted in teardown, given back)"
+            );
+        },
+    );
+}
+
+fn rx_ready(tx: &std::sync::mpsc::Sender<()>) {
+    tx.send(()).unwrap();
 }

@@ -7,7 +7,7 @@
 //! joiners with a cancellation. Dropping a runtime from one of its own
 //! blocking-pool threads is refused like dropping it from its own fiber.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -487,18 +487,19 @@ fn a_call_still_queued_at_shutdown_is_dropped_unrun_and_its_fiber_unwound() {
             });
             common::wait_parked(&rt, 2);
             drop(rt);
-            assert!(
-                CLOSURE_DROPPED.load(Ordering::SeqCst),
-                "the queued call's closure was not dropped at shutdown"
-            );
-            release_tx.send(()).unwrap();
+            // The closure goes back to its fiber, which drops it as it
+            // unwinds: while the first call still holds the only thread.
             let until = Instant::now() + Duration::from_secs(20);
-            while !STACK_DROPPED.load(Ordering::SeqCst) {
-                assert!(Instant::now() < until, "the queued call's fiber was never unwound");
+            while !(CLOSURE_DROPPED.load(Ordering::SeqCst) && STACK_DROPPED.load(Ordering::SeqCst)) {
+                assert!(
+                    Instant::now() < until,
+                    "the queued call's fiber was never unwound (closure dropped: {})",
+                    CLOSURE_DROPPED.load(Ordering::SeqCst)
+                );
                 std::thread::sleep(ms(10));
             }
-            // (Had it run, it would have run before its fiber was revived:
-            // the reaper waits for every call of the runtime first.)
+            release_tx.send(()).unwrap();
+            // (It never reached a thread: the queue was emptied at shutdown.)
             assert!(
                 !RAN.load(Ordering::SeqCst),
                 "the queued call ran after the runtime was dropped"
@@ -562,6 +563,80 @@ fn a_running_call_waiting_on_a_queued_calls_fiber_ends_at_shutdown() {
                 );
                 std::thread::sleep(ms(10));
             }
+        },
+    );
+}
+
+/// A destructor that runs after its fiber's body (the fiber's value,
+/// dropped at teardown) and makes a blocking call that is still queued at
+/// shutdown: teardown lets such a destructor run to its end (its waits
+/// return `Cancelled` instead of unwinding), so the call, handed back
+/// unrun, runs on the fiber itself and the destructor finishes.
+static AFTER_BODY_DROP_FINISHED: AtomicBool = AtomicBool::new(false);
+static AFTER_BODY_PANICS: AtomicUsize = AtomicUsize::new(0);
+
+struct AfterBodyFlush;
+impl Drop for AfterBodyFlush {
+    fn drop(&mut self) {
+        fiber::blocking(|| ());
+        AFTER_BODY_DROP_FINISHED.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_value_destructors_blocking_call_queued_at_shutdown_does_not_panic() {
+    in_child(
+        "a_value_destructors_blocking_call_queued_at_shutdown_does_not_panic",
+        40,
+        || {
+            let hook = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                if info.to_string().contains("fiber::blocking") {
+                    AFTER_BODY_PANICS.fetch_add(1, Ordering::SeqCst);
+                }
+                hook(info)
+            }));
+            let rt = fiber::Runtime::builder()
+                .workers(1)
+                .max_workers(1)
+                .max_blocking_threads(1)
+                .shutdown_timeout(ms(100))
+                .build()
+                .unwrap();
+            // The pool's only thread: busy until released (after the drop).
+            let (started_tx, started_rx) = std::sync::mpsc::channel();
+            let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+            rt.spawn(move || {
+                fiber::blocking(move || {
+                    started_tx.send(()).unwrap();
+                    let _ = release_rx.recv();
+                })
+            });
+            started_rx.recv().unwrap();
+            // Returns a value after its cancellation: the fiber drops it after
+            // its body, and the value's destructor queues a blocking call.
+            rt.spawn(|| {
+                let _ = fiber::sleep(Duration::MAX);
+                AfterBodyFlush
+            });
+            common::wait_parked(&rt, 2);
+            drop(rt);
+            release_tx.send(()).unwrap();
+            let until = Instant::now() + Duration::from_secs(10);
+            while !AFTER_BODY_DROP_FINISHED.load(Ordering::SeqCst) && AFTER_BODY_PANICS.load(Ordering::SeqCst) == 0 {
+                assert!(Instant::now() < until, "the fiber was never taken back");
+                std::thread::sleep(ms(10));
+            }
+            assert_eq!(
+                AFTER_BODY_PANICS.load(Ordering::SeqCst),
+                0,
+                "fiber::blocking panicked in a destructor run after the body (cut short: finished={})",
+                AFTER_BODY_DROP_FINISHED.load(Ordering::SeqCst)
+            );
+            assert!(
+                AFTER_BODY_DROP_FINISHED.load(Ordering::SeqCst),
+                "the destructor did not run to its end"
+            );
         },
     );
 }
