@@ -123,7 +123,7 @@ macro_rules! port {
 fn tmp_path(tag: &str) -> std::path::PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "zz_port_may_{}_{}_{}",
+        "fiber_conformance_may_{}_{}_{}",
         std::process::id(),
         tag,
         N.fetch_add(1, Ordering::SeqCst)
