@@ -439,6 +439,26 @@ fn a_fiber_in_a_blocking_call_is_unwound_when_a_worker_is_stuck_too() {
     );
 }
 
+/// Sets its flag when dropped.
+struct Flag(&'static AtomicBool);
+
+impl Drop for Flag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// One fixed worker, a blocking pool of one thread, a short grace time.
+fn one_blocking_thread() -> fiber::Runtime {
+    fiber::Runtime::builder()
+        .workers(1)
+        .max_workers(1)
+        .max_blocking_threads(1)
+        .shutdown_timeout(ms(100))
+        .build()
+        .unwrap()
+}
+
 /// A call still queued when the runtime shuts down (every blocking thread
 /// busy) never starts: its closure is dropped unrun, as tokio's blocking
 /// pool drops a `spawn_blocking` task that has not started, and its fiber
@@ -453,19 +473,7 @@ fn a_call_still_queued_at_shutdown_is_dropped_unrun_and_its_fiber_unwound() {
             static RAN: AtomicBool = AtomicBool::new(false);
             static CLOSURE_DROPPED: AtomicBool = AtomicBool::new(false);
             static STACK_DROPPED: AtomicBool = AtomicBool::new(false);
-            struct Flag(&'static AtomicBool);
-            impl Drop for Flag {
-                fn drop(&mut self) {
-                    self.0.store(true, Ordering::SeqCst);
-                }
-            }
-            let rt = fiber::Runtime::builder()
-                .workers(1)
-                .max_workers(1)
-                .max_blocking_threads(1)
-                .shutdown_timeout(ms(100))
-                .build()
-                .unwrap();
+            let rt = one_blocking_thread();
             // The pool's one thread: busy until released.
             let (started_tx, started_rx) = std::sync::mpsc::channel();
             let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -522,19 +530,7 @@ fn a_running_call_waiting_on_a_queued_calls_fiber_ends_at_shutdown() {
         || {
             static A_RETURNED: AtomicBool = AtomicBool::new(false);
             static B_UNWOUND: AtomicBool = AtomicBool::new(false);
-            struct Flag(&'static AtomicBool);
-            impl Drop for Flag {
-                fn drop(&mut self) {
-                    self.0.store(true, Ordering::SeqCst);
-                }
-            }
-            let rt = fiber::Runtime::builder()
-                .workers(1)
-                .max_workers(1)
-                .max_blocking_threads(1)
-                .shutdown_timeout(ms(100))
-                .build()
-                .unwrap();
+            let rt = one_blocking_thread();
             let (tx, rx) = fiber::chan::bounded::<u8>(0);
             let (started_tx, started_rx) = std::sync::mpsc::channel();
             rt.spawn(move || {
@@ -596,13 +592,7 @@ fn a_value_destructors_blocking_call_queued_at_shutdown_does_not_panic() {
                 }
                 hook(info)
             }));
-            let rt = fiber::Runtime::builder()
-                .workers(1)
-                .max_workers(1)
-                .max_blocking_threads(1)
-                .shutdown_timeout(ms(100))
-                .build()
-                .unwrap();
+            let rt = one_blocking_thread();
             // The pool's only thread: busy until released (after the drop).
             let (started_tx, started_rx) = std::sync::mpsc::channel();
             let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
