@@ -775,7 +775,10 @@ fn sleep_deadline(deadline: Option<Instant>) -> Result<(), WaitResult> {
 /// fiber parks, so other fibers keep every worker. `f` may borrow from the
 /// caller (the call returns only after `f` ran and was dropped); a panic in
 /// `f` is re-raised here. The wait is not cancellable: a running `f` cannot
-/// be abandoned. Outside a runtime's fiber it just calls `f`.
+/// be abandoned. A call that is still waiting for a free pool thread
+/// (`max_blocking_threads` busy) when the runtime shuts down never starts:
+/// the calling fiber is unwound by the shutdown and drops `f` unrun.
+/// Outside a runtime's fiber it just calls `f`.
 ///
 /// Sockets do not need this (`fiber::net` parks on readiness); files do:
 /// Linux reports regular files as always ready, so a read from a slow disk
