@@ -660,25 +660,11 @@ impl FramePool {
                     continue;
                 }
                 if runnable.fiber_ref().is_abandoned() {
-                    if runnable.fiber_ref().last_park_kind() == crate::dump::WaitKind::Blocking {
-                        // Given up on inside a `blocking` call, and woken
-                        // since: by the call's end (the only wake such a
-                        // wait takes, besides a spurious interrupt, after
-                        // which it parks again without leaving the call),
-                        // so nothing borrows its stack any more. Taken back
-                        // and unwound now, as `revive_abandoned_in_blocking`
-                        // does once no call is in flight: what it holds (a
-                        // sender, a lock) may be what a call still running
-                        // waits for.
-                        runnable.fiber_ref().revive();
-                    } else {
-                        // Woken after an earlier teardown gave up on it
-                        // (what it waited for ended on a thread that was
-                        // still running): its task is already ended; never
-                        // resume it.
-                        runnable.abandon();
-                        continue;
-                    }
+                    // Woken after an earlier teardown gave up on it (what
+                    // it waited for ended on a thread that was still
+                    // running): its task is already ended; never resume it.
+                    runnable.abandon();
+                    continue;
                 }
                 let id = runnable.id();
                 let count = resumes.entry(id.0).or_insert(0);

@@ -537,7 +537,7 @@ impl Runtime {
 /// It keeps the runtime's memory alive meanwhile, and frees it unless a
 /// fiber was given up on for good.
 fn reap_later(shared: Arc<Shared>, stuck: Vec<std::thread::JoinHandle<()>>, first: &fiber_core::TeardownReport) {
-    let mut lost_for_good = first.abandoned > first.abandoned_in_blocking;
+    let lost_for_good = first.abandoned > first.abandoned_in_blocking;
     let reaper_shared = shared.clone();
     let reaper = std::thread::Builder::new()
         .name(format!("{}-reaper", shared.config.thread_name))
@@ -550,23 +550,6 @@ fn reap_later(shared: Arc<Shared>, stuck: Vec<std::thread::JoinHandle<()>>, firs
             while crate::blocking::in_flight(shared.id) > 0 {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(100));
-                // A fiber whose call returned meanwhile is queued (the
-                // call's wake): teardown takes it back and unwinds it now,
-                // not only once every call has returned, since what it
-                // holds (a sender, a lock) may be what a call still running
-                // waits for.
-                if has_queued(&shared) {
-                    // SAFETY: every worker thread of the runtime has been
-                    // joined; teardown resumes only fibers whose calls have
-                    // returned (a fiber still in a call is parked, or
-                    // parks again at once: its wait is `Interrupt::Never`).
-                    let report = unsafe { shared.pool.teardown(&mut || drain_queues(&shared)) };
-                    report_abandoned(&report);
-                    // A fiber given up on here outside a `blocking` call is
-                    // given up on for good (one in a call is taken back
-                    // later, like the first round's).
-                    lost_for_good |= report.abandoned > report.abandoned_in_blocking;
-                }
             }
             // SAFETY: every worker thread of the runtime has now been
             // joined (the others before this thread started), and no
@@ -586,19 +569,6 @@ fn reap_later(shared: Arc<Shared>, stuck: Vec<std::thread::JoinHandle<()>>, firs
         // it is, for good.
         std::mem::forget(shared);
     }
-}
-
-/// Does any of the scheduler's queues hold a fiber (after the workers
-/// stopped: a wake of a fiber given up on in a `blocking` call)?
-fn has_queued(shared: &Shared) -> bool {
-    !lock(&shared.orphans).is_empty()
-        || !shared.global.is_empty()
-        || shared.slots.iter().any(|slot| {
-            !slot.inbox.is_empty()
-                || lock(&slot.deque)
-                    .as_ref()
-                    .is_some_and(|(deque, yields)| !deque.is_empty() || !yields.is_empty())
-        })
 }
 
 /// Every runnable fiber the scheduler's queues still hold (shutdown step 5).

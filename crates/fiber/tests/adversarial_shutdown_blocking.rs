@@ -496,7 +496,8 @@ fn a_call_still_queued_at_shutdown_is_dropped_unrun_and_its_fiber_unwound() {
             common::wait_parked(&rt, 2);
             drop(rt);
             // The closure goes back to its fiber, which drops it as it
-            // unwinds: while the first call still holds the only thread.
+            // unwinds, once no call of the runtime is in flight any more.
+            release_tx.send(()).unwrap();
             let until = Instant::now() + Duration::from_secs(20);
             while !(CLOSURE_DROPPED.load(Ordering::SeqCst) && STACK_DROPPED.load(Ordering::SeqCst)) {
                 assert!(
@@ -506,59 +507,11 @@ fn a_call_still_queued_at_shutdown_is_dropped_unrun_and_its_fiber_unwound() {
                 );
                 std::thread::sleep(ms(10));
             }
-            release_tx.send(()).unwrap();
             // (It never reached a thread: the queue was emptied at shutdown.)
             assert!(
                 !RAN.load(Ordering::SeqCst),
                 "the queued call ran after the runtime was dropped"
             );
-        },
-    );
-}
-
-/// A user deadlock with the pool at its cap: a running call waits for a
-/// value that only a fiber whose own call is still queued would send. At
-/// shutdown the queued call is dropped unrun and its fiber unwound (its
-/// sender dropped), which ends the running call; that fiber is then taken
-/// back too. Before, the reaper took fibers back only once no call was in
-/// flight, so both fibers, their stacks and the pool thread leaked.
-#[test]
-fn a_running_call_waiting_on_a_queued_calls_fiber_ends_at_shutdown() {
-    in_child(
-        "a_running_call_waiting_on_a_queued_calls_fiber_ends_at_shutdown",
-        40,
-        || {
-            static A_RETURNED: AtomicBool = AtomicBool::new(false);
-            static B_UNWOUND: AtomicBool = AtomicBool::new(false);
-            let rt = one_blocking_thread();
-            let (tx, rx) = fiber::chan::bounded::<u8>(0);
-            let (started_tx, started_rx) = std::sync::mpsc::channel();
-            rt.spawn(move || {
-                let got = fiber::blocking(move || {
-                    started_tx.send(()).unwrap();
-                    rx.recv()
-                });
-                A_RETURNED.store(true, Ordering::SeqCst);
-                got
-            });
-            started_rx.recv().unwrap();
-            rt.spawn(move || {
-                let _unwound = Flag(&B_UNWOUND);
-                fiber::blocking(|| ());
-                tx.send(1).unwrap();
-            });
-            common::wait_parked(&rt, 2);
-            drop(rt);
-            let until = Instant::now() + Duration::from_secs(20);
-            while !(B_UNWOUND.load(Ordering::SeqCst) && A_RETURNED.load(Ordering::SeqCst)) {
-                assert!(
-                    Instant::now() < until,
-                    "left for good: queued call's fiber unwound: {}, running call's fiber returned: {}",
-                    B_UNWOUND.load(Ordering::SeqCst),
-                    A_RETURNED.load(Ordering::SeqCst)
-                );
-                std::thread::sleep(ms(10));
-            }
         },
     );
 }
@@ -626,6 +579,117 @@ fn a_value_destructors_blocking_call_queued_at_shutdown_does_not_panic() {
             assert!(
                 AFTER_BODY_DROP_FINISHED.load(Ordering::SeqCst),
                 "the destructor did not run to its end"
+            );
+        },
+    );
+}
+
+/// Waits until every flag is set, or `secs` pass; says which.
+fn wait_for(flags: &[&AtomicBool], secs: u64) -> bool {
+    let until = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < until {
+        if flags.iter().all(|f| f.load(Ordering::SeqCst)) {
+            return true;
+        }
+        std::thread::sleep(ms(10));
+    }
+    false
+}
+
+/// Fibers given up on in blocking calls are taken back only once no call
+/// of the runtime is in flight. Taking one back as soon as its own call
+/// returned let its destructor wait for a lock that a fiber still in its
+/// call held, and the unwinding wait's bound aborted the process.
+#[test]
+fn a_destructor_locking_what_a_later_fiber_holds_in_its_call_does_not_abort() {
+    in_child(
+        "a_destructor_locking_what_a_later_fiber_holds_in_its_call_does_not_abort",
+        30,
+        || {
+            static A_DONE: AtomicBool = AtomicBool::new(false);
+            static B_DONE: AtomicBool = AtomicBool::new(false);
+            struct LockOnDrop(std::sync::Arc<fiber::sync::Mutex<u32>>);
+            impl Drop for LockOnDrop {
+                fn drop(&mut self) {
+                    *self.0.lock().unwrap() += 1;
+                    B_DONE.store(true, Ordering::SeqCst);
+                }
+            }
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .max_workers(2)
+                .shutdown_timeout(ms(50))
+                .build()
+                .unwrap();
+            let m = std::sync::Arc::new(fiber::sync::Mutex::new(0u32));
+            let (locked_tx, locked_rx) = std::sync::mpsc::channel::<()>();
+            let mb = m.clone();
+            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+            rt.spawn(move || {
+                let _flush = LockOnDrop(mb);
+                // Wait (for real) until A holds the mutex.
+                fiber::blocking(move || {
+                    go_rx.recv().unwrap();
+                    std::thread::sleep(ms(300));
+                });
+                let _ = fiber::sleep(Duration::MAX);
+            });
+            rt.spawn(move || {
+                let g = m.lock().unwrap();
+                locked_tx.send(()).unwrap();
+                fiber::blocking(|| std::thread::sleep(ms(1500)));
+                drop(g);
+                A_DONE.store(true, Ordering::SeqCst);
+            });
+            locked_rx.recv().unwrap();
+            go_tx.send(()).unwrap();
+            common::wait_parked(&rt, 2);
+            drop(rt);
+            assert!(
+                wait_for(&[&A_DONE, &B_DONE], 10),
+                "A done {}, B done {}",
+                A_DONE.load(Ordering::SeqCst),
+                B_DONE.load(Ordering::SeqCst)
+            );
+        },
+    );
+}
+
+/// The same guard from the other side: a given-up fiber taken back early
+/// made its next blocking call inline on the reaper thread, which then
+/// waited for a sender that a fiber still in its call owned, for ever.
+#[test]
+fn a_second_blocking_call_of_a_given_up_fiber_does_not_hold_the_reaper() {
+    in_child(
+        "a_second_blocking_call_of_a_given_up_fiber_does_not_hold_the_reaper",
+        30,
+        || {
+            static A_DONE: AtomicBool = AtomicBool::new(false);
+            static B_DONE: AtomicBool = AtomicBool::new(false);
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .max_workers(2)
+                .shutdown_timeout(ms(50))
+                .build()
+                .unwrap();
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            rt.spawn(move || {
+                let _f = Flag(&A_DONE);
+                fiber::blocking(|| std::thread::sleep(ms(300)));
+                let _ = fiber::blocking(move || rx.recv());
+            });
+            rt.spawn(move || {
+                let _f = Flag(&B_DONE);
+                let _tx = tx;
+                fiber::blocking(|| std::thread::sleep(ms(1500)));
+            });
+            common::wait_parked(&rt, 2);
+            drop(rt);
+            assert!(
+                wait_for(&[&A_DONE, &B_DONE], 10),
+                "reaper stuck: A done {}, B done {}",
+                A_DONE.load(Ordering::SeqCst),
+                B_DONE.load(Ordering::SeqCst)
             );
         },
     );

@@ -352,9 +352,12 @@ fn trio_cancel_inheritance() {
     });
     let mut r = record.into_inner().unwrap();
     r.sort();
-    // A child of a cancelled scope never runs (documented), so cancel after
-    // the leaves are parked as well:
-    assert!(r.is_empty() || r.len() == 4, "{r:?}");
+    // A child of a cancelled scope never runs (documented): on two workers
+    // one subtree may have started its leaves before the cancel and the
+    // other not, so any leaf that ran saw the cancellation, once. The
+    // second half cancels after the leaves are parked, and checks all four.
+    assert!(r.len() <= 4, "{r:?}");
+    assert!(r.windows(2).all(|w| w[0] != w[1]), "a leaf recorded twice: {r:?}");
     let record = Mutex::new(Vec::<String>::new());
     let parked = WaitGroup::new();
     fiber::scope(|s| {
