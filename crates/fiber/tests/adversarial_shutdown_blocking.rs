@@ -459,6 +459,21 @@ fn one_blocking_thread() -> fiber::Runtime {
         .unwrap()
 }
 
+/// Spawn a fiber whose blocking call holds the pool's one thread until the
+/// returned sender sends (or is dropped); returns once the call runs.
+fn occupy_the_pool_thread(rt: &fiber::Runtime) -> std::sync::mpsc::Sender<()> {
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    rt.spawn(move || {
+        fiber::blocking(move || {
+            started_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+        })
+    });
+    started_rx.recv().unwrap();
+    release_tx
+}
+
 /// A call still queued when the runtime shuts down (every blocking thread
 /// busy) never starts: its closure is dropped unrun, as tokio's blocking
 /// pool drops a `spawn_blocking` task that has not started, and its fiber
@@ -475,15 +490,7 @@ fn a_call_still_queued_at_shutdown_is_dropped_unrun_and_its_fiber_unwound() {
             static STACK_DROPPED: AtomicBool = AtomicBool::new(false);
             let rt = one_blocking_thread();
             // The pool's one thread: busy until released.
-            let (started_tx, started_rx) = std::sync::mpsc::channel();
-            let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-            rt.spawn(move || {
-                fiber::blocking(move || {
-                    started_tx.send(()).unwrap();
-                    let _ = release_rx.recv();
-                })
-            });
-            started_rx.recv().unwrap();
+            let release_tx = occupy_the_pool_thread(&rt);
             // A second call, queued behind it.
             rt.spawn(|| {
                 let _on_stack = Flag(&STACK_DROPPED);
@@ -547,15 +554,7 @@ fn a_value_destructors_blocking_call_queued_at_shutdown_does_not_panic() {
             }));
             let rt = one_blocking_thread();
             // The pool's only thread: busy until released (after the drop).
-            let (started_tx, started_rx) = std::sync::mpsc::channel();
-            let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-            rt.spawn(move || {
-                fiber::blocking(move || {
-                    started_tx.send(()).unwrap();
-                    let _ = release_rx.recv();
-                })
-            });
-            started_rx.recv().unwrap();
+            let release_tx = occupy_the_pool_thread(&rt);
             // Returns a value after its cancellation: the fiber drops it after
             // its body, and the value's destructor queues a blocking call.
             rt.spawn(|| {
