@@ -154,6 +154,9 @@ struct Sync_ {
     /// `waiters`, which the last child then wakes too.
     child_waiters_in_set: bool,
     failure: Option<Failure>,
+    /// The failure was handed to the (non-supervisor) parent before this
+    /// job ended (`FinalStep::HandUp`): the job still ends FAILED.
+    failure_handed_up: bool,
     /// Panics of children that failed after `failure` was recorded (the
     /// first failure wins), kept so that a scope can still raise one whose
     /// payload no join took (almost always empty: no allocation).
@@ -285,6 +288,19 @@ impl fiber_core::UnjoinedTask for JobCore {
     }
 }
 
+/// What the locked half of a finalize leaves to do once the lock is
+/// released.
+enum FinalStep {
+    /// The job ended: count, wake, report (`after_finalize`).
+    Ended(Finalized),
+    /// The job will end FAILED and hands its failure to a non-supervisor
+    /// parent: the parent records it and starts cancelling first, then the
+    /// job ends (finalize again). Whoever sees the child ended sees its
+    /// parent already cancelling, as in Kotlin, where a failing child
+    /// cancels its parent before it completes.
+    HandUp(Failure),
+}
+
 /// What a finalize does after it releases the job lock.
 struct Finalized {
     /// The job passed its deadline while ACTIVE: ACTIVE -> CANCELLING
@@ -295,7 +311,6 @@ struct Finalized {
     reason: Option<CancelReason>,
     state: JobState,
     waiters: Taken,
-    failure_for_parent: Option<Failure>,
     /// A failure that ends here, dropped once the lock is released.
     discard: Option<Failure>,
     /// The ended children still listed, dropped once the lock is released.
@@ -413,6 +428,7 @@ impl JobCore {
                     child_waiter: None,
                     child_waiters_in_set: false,
                     failure: None,
+                    failure_handed_up: false,
                     later_panics: Vec::new(),
                     reason: None,
                     fibers: Default::default(),
@@ -637,7 +653,7 @@ impl JobCore {
     /// The body returned (successfully or not); finalize if no child is
     /// active.
     pub(crate) fn body_done(self: &Arc<Self>) {
-        let finalized = {
+        let step = {
             let mut sync = lock(&self.sync);
             sync.body_done = true;
             if sync.active_children == 0 {
@@ -646,19 +662,17 @@ impl JobCore {
                 None
             }
         };
-        if let Some(finalized) = finalized {
-            self.after_finalize(finalized);
-        }
+        self.finish_finalize(step);
     }
 
-    fn on_child_terminal(self: &Arc<Self>, state: JobState, failure: Option<Failure>) {
-        if state == JobState::Failed && !self.supervisor {
-            if let Some(failure) = failure {
-                self.fail(failure, CancelReason::ChildFailed);
-            } else {
-                self.cancel(CancelReason::ChildFailed);
-            }
-        }
+    /// A child ended in `state` (`Completed` for a child whose failure
+    /// does not travel through the tree). A failed child that fails this
+    /// job did so before it ended (`FinalStep::HandUp`).
+    fn on_child_terminal(self: &Arc<Self>, state: JobState) {
+        debug_assert!(
+            state != JobState::Failed || self.supervisor || self.state() != JobState::Active,
+            "a failed child cancelled its non-supervisor parent before it ended"
+        );
         let (finalize, waiters) = {
             let mut sync = lock(&self.sync);
             // The child stays in `children` until a sweep (see the field).
@@ -685,23 +699,58 @@ impl JobCore {
     }
 
     fn finalize(self: &Arc<Self>) {
-        let finalized = {
+        let step = {
             let mut sync = lock(&self.sync);
             self.finalize_locked(&mut sync)
         };
-        if let Some(finalized) = finalized {
-            self.after_finalize(finalized);
+        self.finish_finalize(step);
+    }
+
+    /// The unlocked half of a finalize: hand a failure up first if the
+    /// locked half asked for it (then finalize again), or report the end.
+    fn finish_finalize(self: &Arc<Self>, mut step: Option<FinalStep>) {
+        loop {
+            match step {
+                None => return,
+                Some(FinalStep::Ended(finalized)) => return self.after_finalize(finalized),
+                Some(FinalStep::HandUp(failure)) => {
+                    // Outside this job's lock: the parent's cancel takes
+                    // the parent's lock, then its children's.
+                    if let Some(parent) = &self.parent {
+                        parent.fail(failure, CancelReason::ChildFailed);
+                    }
+                    step = {
+                        let mut sync = lock(&self.sync);
+                        // Nothing attaches to a job whose body is done and
+                        // whose children have ended; if something did, its
+                        // end finalizes.
+                        if sync.active_children == 0 {
+                            self.finalize_locked(&mut sync)
+                        } else {
+                            None
+                        }
+                    };
+                }
+            }
         }
     }
 
     /// The locked half of [`finalize`](Self::finalize): the transition,
     /// and what to do once the lock is released. `None` if the job is
     /// already terminal.
-    fn finalize_locked(&self, sync: &mut Sync_) -> Option<Finalized> {
+    fn finalize_locked(&self, sync: &mut Sync_) -> Option<FinalStep> {
         {
             let mut current = self.state();
             if current.is_terminal() {
                 return None;
+            }
+            // A failure this job hands to its parent goes there before the
+            // job ends (`FinalStep::HandUp`). A job holding a failure is
+            // already CANCELLING (`fail` cancels it), so the parent's
+            // cancel finds nothing to do here.
+            if sync.failure.is_some() && self.propagates && self.parent.as_ref().is_some_and(|p| !p.supervisor) {
+                sync.failure_handed_up = true;
+                return sync.failure.take().map(FinalStep::HandUp);
             }
             // An ACTIVE job past its deadline has read as cancelling since
             // that instant (`observed_state`), whether or not the timer's
@@ -720,7 +769,7 @@ impl JobCore {
                 sync.active_children, 0,
                 "invariant 1: terminal jobs have no active children"
             );
-            let to = if sync.failure.is_some() {
+            let to = if sync.failure.is_some() || sync.failure_handed_up {
                 JobState::Failed
             } else if current == JobState::Cancelling {
                 JobState::Cancelled
@@ -730,11 +779,10 @@ impl JobCore {
             let moved = transition(&self.state, current, to, JobActor::Finalizer);
             debug_assert!(moved, "state changes only under the job lock");
             sync.fibers.clear();
-            // A failed child hands its failure to a non-supervisor parent
-            // (which re-raises or returns it); otherwise it stays here.
-            let hand_up =
-                to == JobState::Failed && self.propagates && self.parent.as_ref().is_some_and(|p| !p.supervisor);
-            let failure = if hand_up { sync.failure.take() } else { None };
+            // A failed child handed its failure to a non-supervisor parent
+            // (which re-raises or returns it) above; otherwise it stays
+            // here.
+            let hand_up = sync.failure_handed_up;
             // A child's failure that stays with it (a supervisor's child)
             // is not kept in the job: its panic payload would be dropped
             // with the job's last reference, which can be a frame being
@@ -745,7 +793,7 @@ impl JobCore {
             } else {
                 None
             };
-            Some(Finalized {
+            Some(FinalStep::Ended(Finalized {
                 timed_out,
                 from: current,
                 reason: sync.reason,
@@ -758,12 +806,11 @@ impl JobCore {
                     }
                     waiters
                 },
-                failure_for_parent: failure,
                 discard,
                 // Every child has ended: the list goes, so no child's
                 // `parent` link keeps a reference cycle alive.
                 children: std::mem::take(&mut sync.children),
-            })
+            }))
         }
     }
 
@@ -776,7 +823,6 @@ impl JobCore {
             reason,
             state: final_state,
             waiters,
-            failure_for_parent,
             discard,
             children,
         } = finalized;
@@ -815,7 +861,7 @@ impl JobCore {
             } else {
                 JobState::Completed
             };
-            parent.on_child_terminal(reported, failure_for_parent);
+            parent.on_child_terminal(reported);
         }
     }
 
@@ -858,9 +904,7 @@ impl JobCore {
                 None
             }
         };
-        if let Some(finalized) = finalize {
-            self.after_finalize(finalized);
-        }
+        self.finish_finalize(finalize);
         None
     }
 

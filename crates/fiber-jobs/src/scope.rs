@@ -105,8 +105,12 @@ impl Job {
     }
 
     /// Wait until the job has ended and return its final state. A
-    /// cancellable point: if the waiting fiber's own job is cancelled first,
-    /// returns `Err(Cancelled)`.
+    /// cancellable point that always checks, as Kotlin's `join`: a waiting
+    /// fiber that is cancelled (its own job, its task, or its runtime
+    /// shutting down) gets `Err(Cancelled)`, whether it was cancelled
+    /// before the call or while it waited, and even if this job has already
+    /// ended. Inside [`fiber::non_cancellable`](fiber_core::non_cancellable)
+    /// the join waits and returns the state, for clean-up code.
     ///
     /// # Panics
     ///
@@ -117,12 +121,13 @@ impl Job {
     /// instead (`cancel_and_join` of its own job).
     #[track_caller]
     pub fn join(&self) -> Result<JobState, Cancelled> {
+        if fiber_core::is_cancel_requested() {
+            // Kotlin's join "always checks for a cancellation of the
+            // invoking coroutine's Job", ended job or not (and a fiber
+            // cancelled by `cancel_and_join` of its own job ends here too).
+            return Err(Cancelled);
+        }
         if !self.core.state().is_terminal() && runs_inside(&self.core) {
-            if fiber_core::is_cancel_requested() {
-                // Cancelled (say by `cancel_and_join` of its own job): the
-                // join ends with that at once, as Kotlin's join throws.
-                return Err(Cancelled);
-            }
             panic!(
                 "fiber::Job::join: the calling fiber (or the fiber whose fiber::blocking call this is) runs \
                  inside the job it joins (its own job or an enclosing scope's), which ends only after that \
