@@ -56,7 +56,7 @@ struct Inner {
 }
 
 /// What [`Barrier::wait`] returns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct BarrierWaitResult {
     leader: bool,
     cancelled: bool,
@@ -129,8 +129,22 @@ impl Barrier {
 }
 
 impl fmt::Debug for Barrier {
+    /// `Barrier { .. }`, as std's.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Barrier").field("n", &self.n).finish_non_exhaustive()
+        f.debug_struct("Barrier").finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for BarrierWaitResult {
+    /// `BarrierWaitResult { is_leader: .. }`, as std's, with
+    /// `cancelled: true` added for a wait that a cancellation ended.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("BarrierWaitResult");
+        d.field("is_leader", &self.leader);
+        if self.cancelled {
+            d.field("cancelled", &true);
+        }
+        d.finish()
     }
 }
 
