@@ -58,8 +58,18 @@ use std::sync::OnceLock;
 
 /// Default usable stack size of a fiber: generous, because real code
 /// (DEFLATE, formatting, deep parsers) needs real stacks; demand paging keeps
-/// resident memory to the pages actually touched.
-pub const DEFAULT_STACK_SIZE: usize = 256 * 1024;
+/// resident memory to the pages actually touched. 256 KiB in an optimized
+/// build; 1 MiB when this crate is built with debug assertions (a `cargo
+/// test` or `cargo run` without `--release`), where unoptimized code gives
+/// every temporary its own stack slot and needs several times the stack:
+/// a 32 KiB message sent by value through a channel and received takes
+/// about 450 KiB there (the caller's own frame 128 to 192 KiB of it), and
+/// about 100 KiB in a release build.
+pub const DEFAULT_STACK_SIZE: usize = if cfg!(debug_assertions) {
+    1024 * 1024
+} else {
+    256 * 1024
+};
 
 /// Smallest accepted stack size: the fiber entry, a panic being caught and a
 /// formatted message need about this much.

@@ -50,7 +50,8 @@ impl Builder {
         self
     }
 
-    /// Usable bytes of each fiber stack (default 256 KiB, minimum 16 KiB).
+    /// Usable bytes of each fiber stack (default 256 KiB, 1 MiB in a build
+    /// with debug assertions; minimum 16 KiB).
     pub fn stack_size(&mut self, bytes: usize) -> &mut Self {
         self.overrides.stack_size = Some(bytes);
         self

@@ -23,7 +23,8 @@ use std::sync::Arc;
 /// # Stack size
 ///
 /// A fiber runs on a stack of the runtime's size
-/// (`fiber::runtime::Builder::stack_size`, 256 KiB by default) taken from
+/// (`fiber::runtime::Builder::stack_size`, 256 KiB by default, 1 MiB in a
+/// build with debug assertions) taken from
 /// its frame pool. A `stack_size` at or below it is satisfied by the pool's
 /// stack; a larger one (up to 1 GiB) gets a stack mapped for this fiber,
 /// guarded like the others. That stack stays with the fiber's frame when
@@ -33,7 +34,7 @@ use std::sync::Arc;
 ///
 /// ```
 /// fiber::run(|| {
-///     // 8 MiB of stack for deep recursion, on a runtime of 256 KiB stacks.
+///     // 8 MiB of stack for deep recursion, more than the runtime gives.
 ///     let deep = fiber::Builder::new()
 ///         .stack_size(8 << 20)
 ///         .spawn(|| {

@@ -187,13 +187,23 @@ fn failed_send(tx: &Tx, seed: u8) -> u64 {
     sum(&v)
 }
 
+/// `f` in a fiber of a runtime with 256 KiB stacks: the default of a
+/// release build, which a debug build (1 MiB by default) would otherwise
+/// not exercise.
+fn on_256_kib_stacks<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    common::within(30, move || {
+        let rt = fiber::Runtime::builder().stack_size(256 * 1024).build().unwrap();
+        rt.block_on(f)
+    })
+}
+
 #[test]
 fn eight_kib_messages_by_value_fit_the_default_stack_in_every_path() {
     in_child(
         "eight_kib_messages_by_value_fit_the_default_stack_in_every_path",
         60,
         || {
-            on_runtime(|| {
+            on_256_kib_stacks(|| {
                 for cap in [Some(0), Some(1), Some(4), None] {
                     let (tx, rx) = match cap {
                         Some(c) => fiber::chan::bounded::<[u8; BIG]>(c),
@@ -232,8 +242,8 @@ fn eight_kib_messages_by_value_fit_the_default_stack_in_every_path() {
     );
 }
 
-/// A fiber's return value of 16 KiB, joined, on the default stack in a
-/// test (debug) build. The value travelled by value through the fiber's
+/// A fiber's return value of 16 KiB, joined, on a 256 KiB stack (the
+/// release default) in a test (debug) build. The value travelled by value through the fiber's
 /// completion (`Completion::finish`, `Task::complete`, each frame holding
 /// copies): about 12 KiB already overflowed the 256 KiB stack in a debug
 /// build. It now moves into the join slot in place.
@@ -256,7 +266,7 @@ fn join_sum(h: fiber::JoinHandle<[u8; RESULT]>) -> u64 {
 #[test]
 fn a_16_kib_return_value_fits_the_default_stack() {
     in_child("a_16_kib_return_value_fits_the_default_stack", 60, || {
-        on_runtime(|| {
+        on_256_kib_stacks(|| {
             let want = sum(&big_result(7));
             let h = fiber::spawn(|| big_result(7));
             assert_eq!(join_sum(h), want);
