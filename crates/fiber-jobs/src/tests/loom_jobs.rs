@@ -53,6 +53,40 @@ fn loom_child_failure_racing_external_cancel() {
     });
 }
 
+/// A failed child cancels its non-supervisor parent before it reads as
+/// ended (Kotlin's order): a thread that sees the child terminal sees the
+/// parent no longer ACTIVE. Handing the failure up after the child's final
+/// state is stored (the order before) lets the observer read the child
+/// FAILED and the parent ACTIVE.
+#[test]
+fn loom_failed_child_cancels_its_parent_before_it_ends() {
+    loom::model(|| {
+        let parent = JobCore::new(None, false, false);
+        let child = JobCore::new(Some(parent.clone()), false, true);
+        let observer = {
+            let (parent, child) = (parent.clone(), child.clone());
+            thread::spawn(move || {
+                if child.state().is_terminal() {
+                    assert_eq!(child.state(), JobState::Failed);
+                    assert_ne!(
+                        parent.state(),
+                        JobState::Active,
+                        "the child ended before its parent was told"
+                    );
+                }
+            })
+        };
+        child.fail(
+            Failure::Panic(Arc::new(crate::sync::Mutex::new(None))),
+            CancelReason::ChildFailed,
+        );
+        child.body_done();
+        observer.join().unwrap();
+        parent.body_done();
+        assert_eq!(parent.state(), JobState::Failed);
+    });
+}
+
 /// Join registration racing finalize: the joiner always wakes (no lost
 /// wake). Checking "terminal" outside the lock that finalize holds while it
 /// takes the waiters loses the wake (loom reports the joiner stuck).
