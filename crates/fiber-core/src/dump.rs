@@ -21,8 +21,10 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-/// Milliseconds since the process epoch, as last advanced.
-static TICK: AtomicU64 = AtomicU64::new(0);
+/// Milliseconds since the process epoch, as last advanced. Padded: every
+/// worker reads it on each look for work, and a static written on hot
+/// paths next to it would make each read a miss.
+static TICK: crossbeam_utils::CachePadded<AtomicU64> = crossbeam_utils::CachePadded::new(AtomicU64::new(0));
 
 /// Advance the coarse clock that parks are stamped with. Schedulers call
 /// this from a thread that wakes regularly (fiber-sched's monitor).
@@ -33,8 +35,18 @@ pub fn advance_coarse_clock() {
 }
 
 /// The coarse clock now (milliseconds since the process epoch).
+#[inline]
 pub(crate) fn coarse_now() -> u64 {
     TICK.load(Ordering::Relaxed)
+}
+
+/// The coarse clock as last advanced ([`advance_coarse_clock`]):
+/// milliseconds since the process epoch, one plain load. For decisions
+/// that need a time bound but not a clock read on every call (a worker's
+/// fairness looks).
+#[inline]
+pub fn coarse_clock_ms() -> u64 {
+    coarse_now()
 }
 
 /// One live fiber in a [`Dump`].

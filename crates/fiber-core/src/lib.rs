@@ -104,7 +104,7 @@ mod wait;
 
 pub use block::{trim_join_blocks, trim_join_blocks_at};
 #[cfg(not(loom))]
-pub use dump::{advance_coarse_clock, Dump, FiberInfo};
+pub use dump::{advance_coarse_clock, coarse_clock_ms, Dump, FiberInfo};
 #[cfg(not(loom))]
 pub use fiber::{
     accepts_root_scope, behalf_cancel_scope, behalf_fiber_id, cancellation_held_off, current_cancel_scope,

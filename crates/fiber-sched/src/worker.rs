@@ -50,6 +50,13 @@ pub const RUNNEXT_STREAK: u32 = 16;
 /// fiber of the LIFO local deque runs first: a bound on how long a fiber
 /// at its bottom can wait while the top keeps being refilled.
 pub const OLDEST_LOCAL_EVERY: u64 = 16;
+
+/// Milliseconds (coarse clock) after which a worker's next look is a
+/// fairness look anyway, the oldest local fiber included, however few
+/// looks it made: a worker whose fibers compute for milliseconds between
+/// parks makes its 61st (or 976th) look seconds late (Go shares time the
+/// same way, with a 10 ms slice).
+pub const FAIR_LOOK_MS: u64 = 10;
 /// Inbox length past which wakes divert to the global queue.
 pub const INBOX_LIMIT: usize = 256;
 /// Fibers moved from the global queue to the local deque in one grab.
@@ -500,6 +507,8 @@ pub(crate) struct WorkerCtx {
     pub(crate) index: usize,
     local: Deque<Runnable>,
     runnext_streak: Cell<u32>,
+    /// The coarse clock at the last fairness look (`FAIR_LOOK_MS`).
+    fair_look_ms: Cell<u64>,
     /// Fibers that yielded, in order, behind everything else (stealable).
     yielded: Deque<Runnable>,
     tick: Cell<u64>,
@@ -795,6 +804,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         index,
         local: deque,
         runnext_streak: Cell::new(0),
+        fair_look_ms: Cell::new(fiber_core::coarse_clock_ms()),
         yielded: yields,
         tick: Cell::new(0),
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
@@ -1193,7 +1203,19 @@ fn wait_notified(slot: &Slot, deadline: Option<Instant>) -> bool {
 fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     let tick = ctx.tick.get().wrapping_add(1);
     ctx.tick.set(tick);
-    if tick % GLOBAL_CHECK_INTERVAL == 0 {
+    // A look counts in time as well as in looks: a worker whose fibers run
+    // long between parks (a ping-pong pair computing 10 ms a turn) made its
+    // 976th look, the one that reaches the bottom of the LIFO deque, tens
+    // of seconds late, and a timer-woken fiber there waited that long
+    // (`conformance_go_runtime.rs::a_sleeper_wakes_beside_a_compute_heavy_ping_pong_pair`).
+    // (Read on every 4th look: a look of a yield loop costs about 20 ns,
+    // and reading the clock on each one showed.)
+    let late = tick % 4 == 0 && {
+        let now_ms = fiber_core::coarse_clock_ms();
+        now_ms >= ctx.fair_look_ms.get() + FAIR_LOOK_MS
+    };
+    if tick % GLOBAL_CHECK_INTERVAL == 0 || late {
+        ctx.fair_look_ms.set(fiber_core::coarse_clock_ms());
         // A busy worker takes the I/O readiness that is ready now itself
         // (tokio's `event_interval`): the fibers it wakes land on this
         // worker's queues, and below they compete with the rest.
@@ -1230,7 +1252,7 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         // on every 61st look: in a fan-out tree the oldest entry is the
         // largest subtree, and taking it that often made W2 skynet 30%
         // slower, by breaking the depth-first walk.)
-        if tick % (GLOBAL_CHECK_INTERVAL * OLDEST_LOCAL_EVERY) == 0 {
+        if tick % (GLOBAL_CHECK_INTERVAL * OLDEST_LOCAL_EVERY) == 0 || late {
             loop {
                 match shared.slots[ctx.index].stealer.steal() {
                     Steal::Success(fiber) => return Some(fiber),

@@ -285,3 +285,50 @@ fn yield_loops_do_not_starve_the_global_queue() {
         "a 100 ms sleep woke {max_late:?} late (median {median:?})"
     );
 }
+
+/// A tree of fibers that each compute `TURN` and then spawn two children,
+/// `budget` fibers in all.
+fn compute_tree(budget: Arc<std::sync::atomic::AtomicUsize>) {
+    const TURN: Duration = Duration::from_millis(5);
+    spin(TURN);
+    for _ in 0..2 {
+        if budget
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            let budget = budget.clone();
+            fiber::spawn(move || compute_tree(budget));
+        }
+    }
+}
+
+/// On one worker, a fiber that became runnable first sits at the bottom of
+/// the LIFO local deque while a tree of fibers computing 5 ms each keeps
+/// pushing onto its top. The worker's fairness looks were counted in looks
+/// only (the oldest local fiber every 976th look): the fiber at the bottom
+/// waited for the whole tree, about 200 x 5 ms here (Go's run queue is
+/// FIFO, and its scheduler shares time in 10 ms slices). A look that comes
+/// 10 ms after the previous fairness look is one too, the oldest local
+/// fiber included, so it runs within a few turns.
+#[test]
+fn the_oldest_fiber_of_a_refilled_lifo_deque_runs_within_a_time_bound() {
+    within(60, || {
+        let rt = rt(1, 1);
+        let waited = rt.block_on(|| {
+            let spawned = Instant::now();
+            let first = fiber::spawn(move || spawned.elapsed());
+            let budget = Arc::new(std::sync::atomic::AtomicUsize::new(200));
+            let tree = {
+                let budget = budget.clone();
+                fiber::spawn(move || compute_tree(budget))
+            };
+            let waited = first.join().unwrap();
+            tree.join().unwrap();
+            waited
+        });
+        assert!(
+            waited < ms(400),
+            "the first runnable fiber waited {waited:?} behind a tree of 200 fibers of 5 ms"
+        );
+    })
+}
