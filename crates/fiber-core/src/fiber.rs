@@ -705,15 +705,18 @@ impl Fiber {
             .with(|s| unsafe { (*s).as_ref().map_or(Phase::Open, |s| s.frames().phase()) })
     }
 
-    /// Does this fiber run on the scheduler that owns `pool`?
+    /// Is `sched` this fiber's scheduler (the same allocation)?
     ///
     /// # Safety
     ///
     /// Called by the running fiber itself.
-    pub(crate) unsafe fn scheduler_is(&self, pool: &crate::pool::FramePool) -> bool {
+    #[inline]
+    pub(crate) unsafe fn scheduler_ptr_is(&self, sched: &Arc<dyn Schedule>) -> bool {
         // SAFETY: see the function's contract.
-        self.sched
-            .with(|s| unsafe { (*s).as_ref().is_some_and(|s| std::ptr::eq(s.frames(), pool)) })
+        self.sched.with(|s| unsafe {
+            (*s).as_ref()
+                .is_some_and(|s| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(sched)))
+        })
     }
 
     /// The body has returned or unwound: cleanup follows.

@@ -78,6 +78,7 @@ pub mod state;
 mod dump;
 #[cfg(not(loom))]
 mod fiber;
+mod gate;
 mod kind;
 #[cfg(loom)]
 pub mod model;

@@ -100,6 +100,8 @@ pub struct FramePool {
     stacks: StackAllocator,
     /// [`Phase`] as a byte (SeqCst writes; see `begin_cancel`).
     phase: AtomicU8,
+    /// Spawns from outside the runtime in flight (`SpawnGate`).
+    gate: crate::gate::SpawnGate,
 }
 
 thread_local! {
@@ -164,7 +166,20 @@ impl FramePool {
             unguarded: AtomicUsize::new(0),
             stacks: StackAllocator::new(config),
             phase: AtomicU8::new(Phase::Open as u8),
+            gate: crate::gate::SpawnGate::new(),
         }
+    }
+
+    /// Admit a spawn from outside the runtime: `false` once the runtime is
+    /// shutting down. An admitted spawn calls [`spawn_done`](Self::spawn_done)
+    /// once its fiber is scheduled (see `SpawnGate`).
+    pub(crate) fn admit_spawn(&self) -> bool {
+        self.gate.enter(&self.phase, Phase::Open as u8)
+    }
+
+    /// An admitted spawn scheduled its fiber (or gave up).
+    pub(crate) fn spawn_done(&self) {
+        self.gate.leave();
     }
 
     /// Let this thread cache frames of `pool` (workers call this once at
@@ -623,6 +638,9 @@ impl FramePool {
     fn teardown_rounds_inner(&self, drain: &mut dyn FnMut() -> Vec<Runnable>, last: bool) -> TeardownReport {
         self.begin_cancel();
         self.phase.store(Phase::Teardown as u8, Ordering::SeqCst);
+        // Spawns from outside that were admitted before the store put their
+        // fibers in a queue before the first drain (`SpawnGate`).
+        self.gate.wait_for_admitted();
         let mut report = TeardownReport::default();
         let mut idle_rounds = 0;
         let mut resumes: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();

@@ -41,6 +41,16 @@ mod imp {
 
 pub(crate) use imp::*;
 
+/// Let other threads run while waiting for one of them (a short wait that
+/// loom must see as a yield, or its model of the wait never ends).
+#[inline]
+pub(crate) fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}
+
 /// Lock a mutex, treating poisoning as impossible: no code in this crate
 /// panics while holding one of its locks.
 #[inline]

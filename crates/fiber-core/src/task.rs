@@ -722,13 +722,11 @@ where
     T: Send + 'static,
 {
     let location = Location::caller();
-    if sched.frames().phase() != crate::pool::Phase::Open && !runs_on(sched.frames()) {
-        // Fibers of the runtime may still spawn while it shuts down (their
-        // children are cancelled before they start); nobody else may.
-        return Err(io::Error::other(
-            "fiber spawn refused: the runtime is shutting down (or was dropped)",
-        ));
-    }
+    // Fibers of the runtime may still spawn while it shuts down (their
+    // children are cancelled before they start); nobody else may, and a
+    // spawn from outside holds the pool's gate until its fiber is in a
+    // queue, so that teardown's drain finds it (`SpawnGate`).
+    let _admitted = admit(sched)?;
     let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
     let id = crate::fiber::next_fiber_id();
     // Three owners: the handle, the completion and the frame.
@@ -918,11 +916,8 @@ where
     F: FnOnce() + Send + 'a,
 {
     let location = Location::caller();
-    if sched.frames().phase() != crate::pool::Phase::Open && !runs_on(sched.frames()) {
-        return Err(io::Error::other(
-            "fiber spawn refused: the runtime is shutting down (or was dropped)",
-        ));
-    }
+    // As in `try_spawn_with`.
+    let _admitted = admit(sched)?;
     let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
     let id = crate::fiber::next_fiber_id();
     let body = move || -> Exit {
@@ -985,11 +980,35 @@ fn fiber_span(id: FiberId, name: Option<&str>) -> tracing::Span {
     span
 }
 
-/// Is the caller a fiber whose runtime owns `pool`?
-fn runs_on(pool: &crate::pool::FramePool) -> bool {
+/// A spawn's admission: a fiber of the runtime (on one of its workers, or
+/// its teardown) always; anyone else only while the pool is open, holding
+/// the pool's gate until dropped (after the fiber is scheduled: the
+/// guard is the spawn's last local to go).
+struct Admitted<'a>(Option<&'a crate::pool::FramePool>);
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if let Some(pool) = self.0 {
+            pool.spawn_done();
+        }
+    }
+}
+
+fn admit(sched: &Arc<dyn Schedule>) -> io::Result<Admitted<'_>> {
     let fiber = current::get();
-    // SAFETY: the running fiber reads its own scheduler slot.
-    !fiber.is_null() && unsafe { (*fiber).scheduler_is(pool) }
+    // SAFETY: the running fiber reads its own scheduler slot. (A pointer
+    // comparison: this is on every spawn.)
+    if !fiber.is_null() && unsafe { (*fiber).scheduler_ptr_is(sched) } {
+        return Ok(Admitted(None));
+    }
+    let pool = sched.frames();
+    if pool.admit_spawn() {
+        Ok(Admitted(Some(pool)))
+    } else {
+        Err(io::Error::other(
+            "fiber spawn refused: the runtime is shutting down (or was dropped)",
+        ))
+    }
 }
 
 /// Spawn `f` as a fiber of `sched`, panicking if no stack can be mapped or

@@ -453,3 +453,59 @@ fn a_non_cancellable_acquire_granted_in_teardown_is_not_err_cancelled() {
 fn rx_ready(tx: &std::sync::mpsc::Sender<()>) {
     tx.send(()).unwrap();
 }
+
+/// Two plain threads spawn as fast as they can while the runtime is
+/// dropped, 200 times: every spawn is refused or its join returns. A spawn
+/// that found the runtime open could schedule its fiber after teardown's
+/// last drain; nobody ran it and its join never returned (a hang within a
+/// few dozen rounds). Teardown now waits for spawns admitted
+/// before it started (`fiber-core/src/gate.rs`).
+#[test]
+fn spawns_admitted_just_before_teardown_are_run_or_cancelled() {
+    within(120, || {
+        for round in 0..200 {
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .shutdown_timeout(Duration::ZERO)
+                .build()
+                .unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let spawners: Vec<_> = (0..2)
+                .map(|_| {
+                    let (handle, stop) = (rt.handle(), stop.clone());
+                    std::thread::spawn(move || {
+                        let mut handles = Vec::new();
+                        let mut refused = 0;
+                        while !stop.load(Ordering::Acquire) && refused <= 10 {
+                            match handle.try_spawn(|| fiber::sleep(ms(1))) {
+                                Ok(h) => handles.push(h),
+                                Err(_) => refused += 1,
+                            }
+                        }
+                        handles
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_micros(500));
+            drop(rt);
+            stop.store(true, Ordering::Release);
+            for spawner in spawners {
+                let handles = spawner.join().unwrap();
+                let n = handles.len();
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    for h in handles {
+                        if let Err(e) = h.join() {
+                            assert!(e.is_cancelled(), "{e:?}");
+                        }
+                    }
+                    let _ = tx.send(());
+                });
+                assert!(
+                    rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+                    "round {round}: a join of {n} spawns admitted around the drop never returned"
+                );
+            }
+        }
+    })
+}

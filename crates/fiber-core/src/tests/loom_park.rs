@@ -383,3 +383,42 @@ fn loom_value_handed_across_a_park_is_visible() {
         waker.join().unwrap();
     });
 }
+
+/// A spawn from outside the runtime racing teardown (`pool::SpawnGate`):
+/// an admitted spawn's fiber is in the queue before teardown drains it, and
+/// nothing is enqueued after the drain. Without teardown's wait for
+/// admitted spawns, an admitted spawn enqueues after the drain (its join
+/// then never returned).
+#[test]
+fn loom_spawn_admission_racing_teardown() {
+    use crate::gate::SpawnGate;
+    use crate::sync::AtomicU8;
+    const OPEN: u8 = 0;
+    const TEARDOWN: u8 = 2;
+    loom::model(|| {
+        let phase = Arc::new(AtomicU8::new(OPEN));
+        let gate = Arc::new(SpawnGate::new());
+        let queue = Arc::new(Mutex::new(Vec::new()));
+        let spawner = {
+            let (phase, gate, queue) = (phase.clone(), gate.clone(), queue.clone());
+            thread::spawn(move || {
+                if !gate.enter(&phase, OPEN) {
+                    return false;
+                }
+                lock(&queue).push(1);
+                gate.leave();
+                true
+            })
+        };
+        phase.store(TEARDOWN, Ordering::SeqCst);
+        gate.wait_for_admitted();
+        let drained = std::mem::take(&mut *lock(&queue));
+        let admitted = spawner.join().unwrap();
+        assert_eq!(
+            admitted,
+            drained.len() == 1,
+            "an admitted spawn's fiber is drained by teardown"
+        );
+        assert!(lock(&queue).is_empty(), "nothing is enqueued after teardown's drain");
+    });
+}
