@@ -59,7 +59,8 @@
 //! - `select!` and `Select`'s blocking waits (a cancelled select runs its first
 //!   channel arm with a failed result; the timed forms report a timeout);
 //! - `JoinHandle::join`, `ScopedJoinHandle::join` and `Job::join` (the joined
-//!   fiber runs on);
+//!   fiber runs on; `Job::join` checks even a job that has already ended, as
+//!   Kotlin's `join`, while a finished fiber's handle still gives its result);
 //! - `fiber::park` / `park_timeout` (return without parking);
 //! - `fiber::sync`: `Semaphore::acquire`, `Condvar` waits, `Barrier::wait`,
 //!   `WaitGroup::wait` (not `Mutex::lock` or `RwLock`, as in std);
