@@ -725,10 +725,14 @@ where
     // Fibers of the runtime may still spawn while it shuts down (their
     // children are cancelled before they start); nobody else may, and a
     // spawn from outside holds the pool's gate until its fiber is in a
-    // queue, so that teardown's drain finds it (`SpawnGate`).
-    let _admitted = admit(sched)?;
-    let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
+    // queue, so that teardown's drain finds it (`SpawnGate`). The id and
+    // the span come first: a span's creation runs a subscriber's code,
+    // which must not run while the gate is held (teardown waits on it).
+    let outside = outside_spawn(sched)?;
     let id = crate::fiber::next_fiber_id();
+    let span = crate::kind::fiber_spans().then(|| fiber_span(id, options.name.as_deref()));
+    let _admitted = enter_gate(sched, outside)?;
+    let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
     // Three owners: the handle, the completion and the frame.
     let [task, completion_task, frame_task] = BlockArc::new_owners(Task {
         id,
@@ -844,8 +848,7 @@ where
             body,
         );
     }
-    if crate::kind::fiber_spans() {
-        let span = fiber_span(id, options.name.as_deref());
+    if let Some(span) = span {
         // SAFETY: the frame is still INIT and ours (not scheduled yet).
         unsafe { frame.set_span(span) };
     }
@@ -917,9 +920,11 @@ where
 {
     let location = Location::caller();
     // As in `try_spawn_with`.
-    let _admitted = admit(sched)?;
-    let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
+    let outside = outside_spawn(sched)?;
     let id = crate::fiber::next_fiber_id();
+    let span = crate::kind::fiber_spans().then(|| fiber_span(id, options.name.as_deref()));
+    let _admitted = enter_gate(sched, outside)?;
+    let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
     let body = move || -> Exit {
         let fiber = current::get();
         // SAFETY: this body runs on the fiber's own stack, so `current` is
@@ -957,8 +962,7 @@ where
     unsafe {
         Fiber::prepare(&frame, id, crate::counts::acquire(sched), task, location, stack, body);
     }
-    if crate::kind::fiber_spans() {
-        let span = fiber_span(id, options.name.as_deref());
+    if let Some(span) = span {
         // SAFETY: the frame is still INIT and ours (not scheduled yet).
         unsafe { frame.set_span(span) };
     }
@@ -994,21 +998,40 @@ impl Drop for Admitted<'_> {
     }
 }
 
-fn admit(sched: &Arc<dyn Schedule>) -> io::Result<Admitted<'_>> {
+/// Is this a spawn from outside `sched`'s runtime (a plain thread, or a
+/// fiber of another runtime)? Refused at once if the runtime is no longer
+/// open: such a spawn never touches the gate.
+fn outside_spawn(sched: &Arc<dyn Schedule>) -> io::Result<bool> {
     let fiber = current::get();
     // SAFETY: the running fiber reads its own scheduler slot. (A pointer
     // comparison: this is on every spawn.)
     if !fiber.is_null() && unsafe { (*fiber).scheduler_ptr_is(sched) } {
+        return Ok(false);
+    }
+    if sched.frames().phase() != crate::pool::Phase::Open {
+        return Err(refused());
+    }
+    Ok(true)
+}
+
+/// Take the pool's gate for a spawn from outside (`SpawnGate`): held until
+/// the returned guard drops, after the fiber is scheduled. Nothing that
+/// runs user code (a tracing subscriber, a destructor) may run while it is
+/// held.
+fn enter_gate(sched: &Arc<dyn Schedule>, outside: bool) -> io::Result<Admitted<'_>> {
+    if !outside {
         return Ok(Admitted(None));
     }
     let pool = sched.frames();
     if pool.admit_spawn() {
         Ok(Admitted(Some(pool)))
     } else {
-        Err(io::Error::other(
-            "fiber spawn refused: the runtime is shutting down (or was dropped)",
-        ))
+        Err(refused())
     }
+}
+
+fn refused() -> io::Error {
+    io::Error::other("fiber spawn refused: the runtime is shutting down (or was dropped)")
 }
 
 /// Spawn `f` as a fiber of `sched`, panicking if no stack can be mapped or

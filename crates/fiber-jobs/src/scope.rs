@@ -110,7 +110,8 @@ impl Job {
     /// shutting down) gets `Err(Cancelled)`, whether it was cancelled
     /// before the call or while it waited, and even if this job has already
     /// ended. Inside [`fiber::non_cancellable`](fiber_core::non_cancellable)
-    /// the join waits and returns the state, for clean-up code.
+    /// the join waits and returns the state, for clean-up code (except once
+    /// the runtime's shutdown grace time is over: then nothing waits).
     ///
     /// # Panics
     ///
