@@ -705,6 +705,17 @@ impl Fiber {
             .with(|s| unsafe { (*s).as_ref().map_or(Phase::Open, |s| s.frames().phase()) })
     }
 
+    /// Does this fiber run on the scheduler that owns `pool`?
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn scheduler_is(&self, pool: &crate::pool::FramePool) -> bool {
+        // SAFETY: see the function's contract.
+        self.sched
+            .with(|s| unsafe { (*s).as_ref().is_some_and(|s| std::ptr::eq(s.frames(), pool)) })
+    }
+
     /// Is `sched` this fiber's scheduler (the same allocation)?
     ///
     /// # Safety

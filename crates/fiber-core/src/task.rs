@@ -1004,8 +1004,10 @@ impl Drop for Admitted<'_> {
 fn outside_spawn(sched: &Arc<dyn Schedule>) -> io::Result<bool> {
     let fiber = current::get();
     // SAFETY: the running fiber reads its own scheduler slot. (A pointer
-    // comparison: this is on every spawn.)
-    if !fiber.is_null() && unsafe { (*fiber).scheduler_ptr_is(sched) } {
+    // comparison first: this is on every spawn. Then the pool, for a
+    // scheduler that hands its fibers another object than the one spawned
+    // on: a fiber of the runtime is one whose scheduler owns this pool.)
+    if !fiber.is_null() && unsafe { (*fiber).scheduler_ptr_is(sched) || (*fiber).scheduler_is(sched.frames()) } {
         return Ok(false);
     }
     if sched.frames().phase() != crate::pool::Phase::Open {
