@@ -40,100 +40,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{rt1, rt2, within};
 
 // ---------------------------------------------------------------------------
 // Harness.
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Mode {
-    Threads,
-    Fibers1,
-    Fibers2,
-}
-
-fn run(mode: Mode, body: fn()) {
-    within(60, move || match mode {
-        Mode::Threads => body(),
-        Mode::Fibers1 => rt1().block_on(body),
-        Mode::Fibers2 => rt2().block_on(body),
-    })
-}
-
-/// One `#[test]` per mode for each named body.
-macro_rules! port {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn threads() {
-                crate::run(crate::Mode::Threads, super::$name)
-            }
-            #[test]
-            fn fibers_1w() {
-                crate::run(crate::Mode::Fibers1, super::$name)
-            }
-            #[test]
-            fn fibers_2w() {
-                crate::run(crate::Mode::Fibers2, super::$name)
-            }
-        }
-    )*};
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn in_fiber() -> bool {
-    fiber::core::in_fiber()
-}
-
-/// `thread::sleep` of the upstream tests: parks a fiber, sleeps a thread.
-fn sleep(d: Duration) {
-    if in_fiber() {
-        fiber::sleep(d).unwrap();
-    } else {
-        std::thread::sleep(d);
-    }
-}
-
-/// A yield inside a polling loop.
-fn relax() {
-    if in_fiber() {
-        let _ = fiber::yield_now();
-    } else {
-        std::thread::yield_now();
-    }
-}
-
-/// A peer: a fiber in a runtime, a thread outside one.
-enum Peer<T> {
-    Fiber(fiber::JoinHandle<T>),
-    Thread(std::thread::JoinHandle<T>),
-}
-
-impl<T: Send + 'static> Peer<T> {
-    fn join(self) -> T {
-        match self {
-            Peer::Fiber(h) => h.join().unwrap_or_else(|e| {
-                if e.is_panic() {
-                    resume_unwind(e.into_panic())
-                } else {
-                    panic!("peer fiber failed: {e}")
-                }
-            }),
-            Peer::Thread(h) => h.join().unwrap_or_else(|p| resume_unwind(p)),
-        }
-    }
-}
-
-fn go<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Peer<T> {
-    if in_fiber() {
-        Peer::Fiber(fiber::spawn(f))
-    } else {
-        Peer::Thread(std::thread::spawn(f))
-    }
-}
+#[path = "common/three_ways.rs"]
+#[macro_use]
+mod three_ways;
+use three_ways::*;
 
 /// crossbeam_utils' scope: fibers of a `fiber::scope`, or scoped threads.
 #[derive(Clone, Copy)]

@@ -45,114 +45,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{rt1, rt2, within};
+use common::rt1;
 
 // ---------------------------------------------------------------------------
-// Harness (the style of `conformance_crossbeam.rs`).
+// Harness: `common/three_ways.rs`, and what only this suite needs.
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Mode {
-    Threads,
-    Fibers1,
-    Fibers2,
-}
-
-fn run(mode: Mode, body: fn()) {
-    within(60, move || match mode {
-        Mode::Threads => body(),
-        Mode::Fibers1 => rt1().block_on(body),
-        Mode::Fibers2 => rt2().block_on(body),
-    })
-}
-
-/// One `#[test]` per mode for each named body.
-macro_rules! port {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn threads() {
-                crate::run(crate::Mode::Threads, super::$name)
-            }
-            #[test]
-            fn fibers_1w() {
-                crate::run(crate::Mode::Fibers1, super::$name)
-            }
-            #[test]
-            fn fibers_2w() {
-                crate::run(crate::Mode::Fibers2, super::$name)
-            }
-        }
-    )*};
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn in_fiber() -> bool {
-    fiber::core::in_fiber()
-}
-
-/// `thread::sleep` of the upstream tests: parks a fiber, sleeps a thread.
-fn sleep(d: Duration) {
-    if in_fiber() {
-        fiber::sleep(d).unwrap();
-    } else {
-        std::thread::sleep(d);
-    }
-}
-
-/// `thread::yield_now` of the upstream tests, and the yield inside a loop
-/// that never blocks.
-fn relax() {
-    if in_fiber() {
-        let _ = fiber::yield_now();
-    } else {
-        std::thread::yield_now();
-    }
-}
+#[path = "common/three_ways.rs"]
+#[macro_use]
+mod three_ways;
+use three_ways::*;
 
 /// Upstream's `RUST_TEST_STRESS` factor (1 there by default): a few rounds
 /// here, so the `*_stress` tests race something.
 const STRESS: usize = 20;
-
-/// A peer: a fiber in a runtime, a thread outside one.
-enum Peer<T> {
-    Fiber(fiber::JoinHandle<T>),
-    Thread(std::thread::JoinHandle<T>),
-}
-
-impl<T: Send + 'static> Peer<T> {
-    /// Join; re-raise the peer's panic.
-    fn join(self) -> T {
-        match self.outcome() {
-            Ok(v) => v,
-            Err(p) => resume_unwind(p),
-        }
-    }
-
-    /// Join; `Err` with the payload if the peer panicked.
-    fn outcome(self) -> Result<T, Box<dyn std::any::Any + Send>> {
-        match self {
-            Peer::Fiber(h) => h.join().map_err(|e| {
-                if e.is_panic() {
-                    e.into_panic()
-                } else {
-                    panic!("peer fiber failed: {e}")
-                }
-            }),
-            Peer::Thread(h) => h.join(),
-        }
-    }
-}
-
-fn go<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Peer<T> {
-    if in_fiber() {
-        Peer::Fiber(fiber::spawn(f))
-    } else {
-        Peer::Thread(std::thread::spawn(f))
-    }
-}
 
 /// Wait (with a deadline) until `cond` holds.
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
