@@ -185,8 +185,13 @@ pub(crate) struct Fiber {
     has_name: std::sync::atomic::AtomicBool,
     wait_kind: std::sync::atomic::AtomicU8,
     has_park_extra: std::sync::atomic::AtomicBool,
-    /// The stack kept between incarnations.
+    /// A stack of its own size that a spawn mapped for this incarnation,
+    /// from the spawn to the first run (empty otherwise: the first run
+    /// takes a stack from the pool, and the finish gives it back).
     stack: UnsafeCell<Option<FiberStack>>,
+    /// The body, from the spawn to the first run, which makes its
+    /// coroutine (see [`PendingBody`]); owner-only.
+    pending: UnsafeCell<PendingBody>,
     /// The incarnation's name, if it was given one (written at prepare,
     /// read by the fiber and by the dump; locked only when a name is or was
     /// set, see `has_name`).
@@ -435,6 +440,7 @@ impl Fiber {
             sched: UnsafeCell::new(None),
             coroutine: UnsafeCell::new(None),
             stack: UnsafeCell::new(None),
+            pending: UnsafeCell::new(PendingBody::empty()),
             yielder: UnsafeCell::new(std::ptr::null()),
             bounds: UnsafeCell::new(StackBounds::default()),
             task: UnsafeCell::new(None),
@@ -498,30 +504,25 @@ impl Fiber {
         sched: Arc<dyn Schedule>,
         task: TaskRef,
         spawned_at: &'static Location<'static>,
-        stack: FiberStack,
+        stack: Option<FiberStack>,
         body: impl FnOnce() -> Exit + Send + 'a,
     ) {
-        let fiber_ptr: *const Fiber = Arc::as_ptr(this);
-        let bounds = stack.bounds();
-        // The fiber's first frames go to the top of a stack that is cold
-        // when the pool holds many: start loading those lines now.
-        let top = corosensei::stack::Stack::base(&stack).get();
-        prefetch::range(top.saturating_sub(PREFETCH_STACK_BYTES), top);
-        // Where the first resume starts, for `prefetch_stack` (a hint;
-        // Relaxed).
-        this.parked_sp
-            .store(top.saturating_sub(PREFETCH_STACK_BYTES), Ordering::Relaxed);
-        // corosensei moves the entry closure onto the new stack and refuses
-        // (panics on) one over 1 KiB; a body that captured a big array by
-        // value goes to the heap instead, and only its box is moved.
-        let coroutine = if std::mem::size_of_val(&body) <= INLINE_BODY_MAX {
-            // SAFETY: this function's contract.
-            unsafe { Self::coroutine(fiber_ptr, stack, body) }
-        } else {
-            let body = Box::new(body);
-            // SAFETY: this function's contract.
-            unsafe { Self::coroutine(fiber_ptr, stack, body) }
-        };
+        // No stack yet: nothing for `prefetch_stack` until the first run
+        // (a hint; Relaxed).
+        this.parked_sp.store(0, Ordering::Relaxed);
+        // The body waits in the frame and its coroutine is made by the
+        // first resume, on the worker that runs it, on a stack that worker
+        // takes then (its warmest: the last one a fiber ended on there):
+        // the spawner writes no line of any stack, and a fiber that has
+        // not started holds none (`start_pending`). A body too big for the
+        // frame is boxed, and only its box waits there.
+        // SAFETY: the caller owns the INIT frame (contract above), whose
+        // slot is empty (its last body started or was never put); the
+        // first resume takes both back.
+        unsafe {
+            this.stack.with_mut(|s| *s = stack);
+            this.pending.with_mut(|p| (*p).put(body));
+        }
         this.id.store(id.0, std::sync::atomic::Ordering::Relaxed);
         this.last_worker.store(NO_WORKER, Ordering::Relaxed);
         this.spawned_at
@@ -530,8 +531,6 @@ impl Fiber {
         unsafe {
             this.sched.with_mut(|s| *s = Some(sched));
             this.task.with_mut(|t| *t = Some(task));
-            this.coroutine.with_mut(|c| *c = Some(coroutine));
-            this.bounds.with_mut(|b| *b = bounds);
             this.cancel_seen.with_mut(|c| *c = false);
             this.teardown_raises.with_mut(|c| *c = 0);
             this.cancel_mask.with_mut(|c| *c = 0);
@@ -567,16 +566,6 @@ impl Fiber {
         // caller's contract); everything else the coroutine holds is
         // `'static`.
         unsafe { Coroutine::with_stack_unchecked(stack, entry) }
-    }
-
-    /// Take the stack kept from the previous incarnation, if any.
-    ///
-    /// # Safety
-    ///
-    /// The caller owns the frame (INIT).
-    pub(crate) unsafe fn take_stack(&self) -> Option<FiberStack> {
-        // SAFETY: owner-only field; the caller owns the frame.
-        self.stack.with_mut(|s| unsafe { (*s).take() })
     }
 
     /// The scheduler this fiber runs on.
@@ -1195,9 +1184,13 @@ impl Fiber {
             let previous = current::replace(Arc::as_ptr(&fiber));
             // SAFETY: as above for the coroutine slot; the fiber never
             // touches it.
-            let result = fiber
-                .coroutine
-                .with_mut(|c| unsafe { (*c).as_mut().expect("a RUNNING fiber has a coroutine").resume(()) });
+            let result = fiber.coroutine.with_mut(|c| unsafe {
+                let coroutine = match &mut *c {
+                    Some(coroutine) => coroutine,
+                    none => none.insert(fiber.start_pending()),
+                };
+                coroutine.resume(())
+            });
             current::replace(previous);
             if let Some(entered) = entered {
                 if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(entered))) {
@@ -1244,26 +1237,62 @@ impl Fiber {
         }
     }
 
+    /// Make the coroutine of a body that waited in the frame for its first
+    /// run (`prepare`), on the stack kept with it.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the fiber (the worker holding `Running`) and it has
+    /// no coroutine yet.
+    unsafe fn start_pending(&self) -> FiberCoroutine {
+        // SAFETY: owner-only slot (the contract); `prepare` filled it for
+        // a stack of its own size.
+        let stack = match unsafe { self.stack.with_mut(|s| (*s).take()) } {
+            Some(stack) => stack,
+            None => {
+                // SAFETY: the owner reads its scheduler slot, set at prepare.
+                let sched = unsafe { self.scheduler_ref() }.expect("a live fiber has a scheduler");
+                match sched.frames().start_stack() {
+                    Ok(stack) => stack,
+                    Err(e) => stack_unavailable_abort(self, &e),
+                }
+            }
+        };
+        let top = corosensei::stack::Stack::base(&stack).get();
+        // Where the first frames go, for `prefetch_stack` (a hint;
+        // Relaxed).
+        self.parked_sp
+            .store(top.saturating_sub(PREFETCH_STACK_BYTES), Ordering::Relaxed);
+        // SAFETY: owner-only slots (the contract). This frame owns the
+        // coroutine and outlives it, and the body's borrows outlive its run
+        // or drop (`prepare`'s contract).
+        unsafe {
+            self.bounds.with_mut(|b| *b = stack.bounds());
+            self.pending.with_mut(|p| (*p).start(self, stack))
+        }
+        .unwrap_or_else(|_| panic!("a RUNNING fiber has a coroutine or a body to start"))
+    }
+
     /// After the body returned: keep the stack, publish the final state and
     /// give the frame back to its pool.
     fn finish(fiber: Arc<Fiber>, exit: Exit) {
         // SAFETY: the body returned, so the worker holding `Running` is the
         // only owner of every slot.
         let sched = unsafe {
-            fiber.coroutine.with_mut(|c| {
+            let stack = fiber.coroutine.with_mut(|c| {
                 let coroutine = (*c).take().expect("a finished fiber has a coroutine");
-                let stack = coroutine.into_stack();
-                fiber.stack.with_mut(|s| *s = Some(stack));
+                coroutine.into_stack()
             });
-            fiber.clear_for_recycle()
+            (stack, fiber.clear_for_recycle())
         };
+        let (stack, sched) = sched;
         let sched = sched.expect("a live fiber has a scheduler");
         let to = match exit {
             Exit::Done => FiberState::Done,
             Exit::Cancelled => FiberState::Cancelled,
         };
         fiber.state.transition_to_final(FiberState::Running, to);
-        sched.frames().release(fiber);
+        sched.frames().release(fiber, stack);
         crate::counts::release(sched);
     }
 
@@ -1333,6 +1362,19 @@ impl Fiber {
     }
 }
 
+/// A fiber about to run for the first time finds no stack and cannot map
+/// one: as when memory runs out for any allocation, the process aborts with
+/// the reason (the spawn had succeeded; its fiber cannot run).
+#[cold]
+#[inline(never)]
+fn stack_unavailable_abort(fiber: &Fiber, e: &std::io::Error) -> ! {
+    eprintln!(
+        "\nfiber {} cannot start: no stack could be mapped for it ({e})\nfatal runtime error: out of fiber stacks",
+        fiber.id().0
+    );
+    std::process::abort()
+}
+
 #[cold]
 #[inline(never)]
 fn stack_overflow_abort(fiber: &Fiber) -> ! {
@@ -1349,10 +1391,124 @@ fn stack_overflow_abort(fiber: &Fiber) -> ! {
 /// wake prefetches (the switch frame and the frames of a typical park).
 const PREFETCH_STACK_BYTES: usize = 768;
 
-/// The largest fiber body (closure with its captures) placed on the new
-/// stack as is; a bigger one is boxed. corosensei accepts at most 1 KiB for
-/// the entry closure (the body plus the frame pointer).
-const INLINE_BODY_MAX: usize = 512;
+/// The largest body (closure with its captures) kept in the frame until its
+/// first run; a bigger one (or one aligned above 16) gets its coroutine at
+/// the spawn. A spawn's body (the caller's closure with the join block and
+/// the fiber's bookkeeping) is under 100 bytes when the closure captures a
+/// few words.
+const PENDING_BODY_MAX: usize = 128;
+
+/// The bytes of a pending body.
+#[repr(C, align(16))]
+struct BodyBytes([std::mem::MaybeUninit<u8>; PENDING_BODY_MAX]);
+
+/// What starts or drops the body in a [`PendingBody`]'s bytes.
+#[derive(Clone, Copy)]
+struct BodyFns {
+    /// Moves the body out of the bytes into a new coroutine on the stack.
+    start: unsafe fn(*const Fiber, FiberStack, *const u8) -> FiberCoroutine,
+    /// Drops the body in the bytes in place.
+    drop: unsafe fn(*mut u8),
+}
+
+/// A frame's slot for a fiber body, moved in type-erased at the spawn and
+/// out by the first resume, which makes its coroutine
+/// ([`Fiber::start_pending`]); the body is written and read in place (one
+/// move each way). Dropping the slot with a body in it drops the body unrun
+/// (a frame dropped before its fiber first ran).
+struct PendingBody {
+    fns: Option<BodyFns>,
+    bytes: BodyBytes,
+}
+
+impl PendingBody {
+    const fn empty() -> PendingBody {
+        PendingBody {
+            fns: None,
+            bytes: BodyBytes([std::mem::MaybeUninit::uninit(); PENDING_BODY_MAX]),
+        }
+    }
+
+    /// Move `body` in, boxed when it does not fit.
+    ///
+    /// # Safety
+    ///
+    /// The slot is empty.
+    unsafe fn put<B: FnOnce() -> Exit + Send>(&mut self, body: B) {
+        debug_assert!(
+            self.fns.is_none(),
+            "a pending body is started or dropped before the next"
+        );
+        if std::mem::size_of::<B>() > PENDING_BODY_MAX || std::mem::align_of::<B>() > 16 {
+            // SAFETY: the caller's contract; a box fits.
+            unsafe { self.put_fitting(Box::new(body)) }
+        } else {
+            // SAFETY: the caller's contract; `B` fits (checked).
+            unsafe { self.put_fitting(body) }
+        }
+    }
+
+    /// Move `body` in.
+    ///
+    /// # Safety
+    ///
+    /// The slot is empty and `B` fits in it (size and alignment).
+    unsafe fn put_fitting<B: FnOnce() -> Exit + Send>(&mut self, body: B) {
+        assert!(std::mem::size_of::<B>() <= PENDING_BODY_MAX && std::mem::align_of::<B>() <= 16);
+        /// # Safety
+        ///
+        /// `bytes` holds a `B` that is not used again; as [`Fiber::prepare`]
+        /// for `fiber` and the body's borrows.
+        unsafe fn start<B: FnOnce() -> Exit + Send>(
+            fiber: *const Fiber,
+            stack: FiberStack,
+            bytes: *const u8,
+        ) -> FiberCoroutine {
+            // SAFETY: `bytes` holds a valid `B`, read once (the contract).
+            let body = unsafe { std::ptr::read(bytes.cast::<B>()) };
+            // SAFETY: the contract.
+            unsafe { Fiber::coroutine(fiber, stack, body) }
+        }
+        /// # Safety
+        ///
+        /// `bytes` holds a `B` that is not used again.
+        unsafe fn drop_body<B>(bytes: *mut u8) {
+            // SAFETY: the contract.
+            unsafe { std::ptr::drop_in_place(bytes.cast::<B>()) }
+        }
+        // SAFETY: `bytes` is 16-aligned and `PENDING_BODY_MAX` long, which
+        // holds a `B` (checked above), and holds no body now.
+        unsafe { std::ptr::write(self.bytes.0.as_mut_ptr().cast::<B>(), body) };
+        self.fns = Some(BodyFns {
+            start: start::<B>,
+            drop: drop_body::<B>,
+        });
+    }
+
+    /// Move the body out into the coroutine that runs it; `None` when the
+    /// slot is empty.
+    ///
+    /// # Safety
+    ///
+    /// As [`Fiber::prepare`]: `fiber` owns the coroutine and outlives it,
+    /// and the body's borrows outlive its run or its drop.
+    unsafe fn start(&mut self, fiber: *const Fiber, stack: FiberStack) -> Result<FiberCoroutine, FiberStack> {
+        let Some(fns) = self.fns.take() else { return Err(stack) };
+        // SAFETY: the bytes hold the body that `fns` belongs to, moved out
+        // once here (`fns` is cleared, so `drop` does not see it again).
+        Ok(unsafe { (fns.start)(fiber, stack, self.bytes.0.as_ptr().cast()) })
+    }
+}
+
+impl Drop for PendingBody {
+    fn drop(&mut self) {
+        if let Some(fns) = self.fns.take() {
+            // SAFETY: the bytes hold the body `fns` belongs to, never
+            // started.
+            unsafe { (fns.drop)(self.bytes.0.as_mut_ptr().cast()) }
+        }
+    }
+}
 
 /// Software prefetch: a hint to the CPU, never a memory access in the
 /// language's sense.

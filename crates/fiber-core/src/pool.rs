@@ -1,15 +1,20 @@
-//! The frame pool: fiber frames (and the stacks they keep) are recycled;
-//! only [`FramePool::trim`] gives idle stacks' pages and idle frames beyond a
-//! cap back before the pool itself is dropped at runtime shutdown (spec 1.1).
+//! The frame pool: fiber frames and stacks are recycled, apart: a spawn
+//! takes a frame, and the fiber takes a stack when it first runs, on the
+//! worker that runs it (so a fiber that has not started holds no stack, and
+//! the stack a worker's last fiber ended on, warm in that core's cache, is
+//! the next one it starts on). Only [`FramePool::trim`] gives idle stacks'
+//! pages and idle frames beyond a cap back before the pool itself is
+//! dropped at runtime shutdown (spec 1.1).
 //!
-//! A per-thread cache of [`LOCAL_CACHE`] frames sits in front of a global
-//! lock-free queue (crossbeam-queue's `SegQueue`): a worker that finishes a
-//! fiber and then spawns one reuses the frame without touching shared state.
-//! Frames move between a thread's cache and the global side in batches of
-//! [`TRANSFER_BATCH`]: when one worker spawns and another runs and finishes
-//! the fibers (spawn-join, fan-out), the frames flow from the finishing
-//! worker to the spawning one with one queue operation per batch instead
-//! of a push and a pop per frame.
+//! A per-thread cache of [`LOCAL_CACHE`] frames and as many stacks sits in
+//! front of global lock-free queues (crossbeam-queue's `SegQueue`): a worker
+//! that finishes a fiber and then spawns one reuses the frame without
+//! touching shared state. Frames move between a thread's cache and the
+//! global side in batches of [`TRANSFER_BATCH`]: when one worker spawns and
+//! another runs and finishes the fibers (spawn-join, fan-out), the frames
+//! flow from the finishing worker to the spawning one with one queue
+//! operation per batch instead of a push and a pop per frame, and the
+//! stacks stay with the finishing worker.
 
 use crate::fiber::Fiber;
 use crate::fiber::RunOutcome;
@@ -77,6 +82,9 @@ pub struct ParkedFiber {
 pub struct FramePool {
     pub(crate) id: usize,
     idle: crossbeam_queue::SegQueue<Arc<Fiber>>,
+    /// Stacks no fiber runs on, beyond the threads' caches: a fiber takes
+    /// its stack when it first runs and gives it back when it ends.
+    idle_stacks: crossbeam_queue::SegQueue<FiberStack>,
     /// Batches of `TRANSFER_BATCH` idle frames handed over by full thread
     /// caches, taken whole by empty ones.
     batches: crossbeam_queue::SegQueue<Vec<Arc<Fiber>>>,
@@ -106,7 +114,7 @@ pub struct FramePool {
 
 thread_local! {
     /// This thread's frame cache: (pool id, frames).
-    static CACHE: RefCell<LocalCache> = const { RefCell::new(LocalCache { pool: 0, shard: 0, frames: Vec::new(), owner: None }) };
+    static CACHE: RefCell<LocalCache> = const { RefCell::new(LocalCache { pool: 0, shard: 0, frames: Vec::new(), stacks: Vec::new(), owner: None }) };
 }
 
 struct LocalCache {
@@ -114,39 +122,43 @@ struct LocalCache {
     /// This thread's shard of `pool`'s `in_use` count.
     shard: usize,
     frames: Vec<Arc<Fiber>>,
+    /// Stacks of `pool` that fibers finished on this thread left, for the
+    /// next fibers that start here (most recent last: the warmest).
+    stacks: Vec<FiberStack>,
     /// Where to return the frames when the thread exits.
     owner: Option<std::sync::Weak<FramePool>>,
 }
 
+impl LocalCache {
+    /// Give the frames and stacks back to the pool they came from (if it
+    /// still exists) and forget it.
+    fn hand_back(&mut self) {
+        let frames: Vec<_> = self.frames.drain(..).collect();
+        let stacks: Vec<_> = self.stacks.drain(..).collect();
+        if let Some(pool) = self.owner.take().and_then(|w| w.upgrade()) {
+            frames.into_iter().for_each(|frame| pool.idle.push(frame));
+            stacks.into_iter().for_each(|stack| pool.idle_stacks.push(stack));
+        }
+        self.pool = 0;
+        self.shard = 0;
+    }
+}
+
 impl Drop for LocalCache {
     fn drop(&mut self) {
-        if let Some(pool) = self.owner.take().and_then(|w| w.upgrade()) {
-            for frame in self.frames.drain(..) {
-                pool.idle.push(frame);
-            }
-        }
+        self.hand_back();
     }
 }
 
 impl Drop for FramePool {
     fn drop(&mut self) {
-        // A finished fiber's `JoinHandle` (or `FiberHandle`, `Canceller`)
-        // holds its frame, and an idle frame keeps its stack for the next
-        // incarnation: handles kept after their runtime was dropped kept
-        // every such stack, and the slabs they were carved from, mapped
-        // (5,000 handles: 1.6 GiB of address space,
-        // `adversarial_handles_after_runtime.rs`). No frame of a dropped
-        // pool runs again: give the stacks back now.
-        let frames = std::mem::take(self.all.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()));
-        for frame in frames {
-            if frame.state.load(Ordering::Acquire).state() == FiberState::Init {
-                // SAFETY: the frame is idle (INIT) and its pool is being
-                // dropped, so nothing prepares or runs it again; `frames`
-                // still holds a count of it, so no other holder's drop (the
-                // last count) touches its stack slot meanwhile.
-                drop(unsafe { frame.take_stack() });
-            }
-        }
+        // No fiber of a dropped pool runs again: its idle stacks go now
+        // (each holds its slab mapped; a frame holds no stack between
+        // incarnations, so the handles a program keeps after its runtime
+        // hold none: `adversarial_handles_after_runtime.rs`). Stacks in the
+        // caches of threads still alive go when those threads exit or
+        // register with another pool.
+        while self.idle_stacks.pop().is_some() {}
     }
 }
 
@@ -156,6 +168,7 @@ impl FramePool {
         FramePool {
             id: next_pool_id(),
             idle: crossbeam_queue::SegQueue::new(),
+            idle_stacks: crossbeam_queue::SegQueue::new(),
             batches: crossbeam_queue::SegQueue::new(),
             batched: AtomicUsize::new(0),
             all: Mutex::new(Vec::new()),
@@ -191,12 +204,7 @@ impl FramePool {
         crate::counts::enable(pool.id);
         CACHE.with(|c| {
             let mut cache = c.borrow_mut();
-            let old: Vec<_> = cache.frames.drain(..).collect();
-            if let Some(prev) = cache.owner.take().and_then(|w| w.upgrade()) {
-                for frame in old {
-                    prev.idle.push(frame);
-                }
-            }
+            cache.hand_back();
             cache.pool = pool.id;
             // Relaxed: a spread of threads over shards, nothing more.
             cache.shard = 1 + pool.next_shard.fetch_add(1, Ordering::Relaxed) % (IN_USE_SHARDS - 1);
@@ -209,17 +217,7 @@ impl FramePool {
     /// they exit).
     pub fn unregister_thread() {
         crate::counts::disable();
-        CACHE.with(|c| {
-            let mut cache = c.borrow_mut();
-            let frames: Vec<_> = cache.frames.drain(..).collect();
-            if let Some(pool) = cache.owner.take().and_then(|w| w.upgrade()) {
-                for frame in frames {
-                    pool.idle.push(frame);
-                }
-            }
-            cache.pool = 0;
-            cache.shard = 0;
-        });
+        CACHE.with(|c| c.borrow_mut().hand_back());
     }
 
     /// Add `delta` to the in-use count, on this thread's shard.
@@ -244,8 +242,10 @@ impl FramePool {
         self.stacks.stack_size()
     }
 
-    /// A frame in INIT with a stack, ready for `Fiber::prepare`.
-    pub(crate) fn acquire(&self) -> io::Result<(Arc<Fiber>, FiberStack)> {
+    /// A frame in INIT, ready for `Fiber::prepare`. Its stack comes when
+    /// the fiber first runs ([`start_stack`](Self::start_stack)).
+    #[inline]
+    pub(crate) fn acquire(&self) -> Arc<Fiber> {
         let frame = self
             .pop_local()
             .or_else(|| self.idle.pop())
@@ -259,85 +259,128 @@ impl FramePool {
                 frame
             }
         };
-        // SAFETY: a frame popped from the pool (or just made) is INIT and
-        // owned by us alone.
-        let stack = match unsafe { frame.take_stack() } {
-            Some(stack) => stack,
-            None => match self.stacks.allocate() {
-                Ok(stack) if stack.was_recycled() => stack,
-                Ok(stack) => {
-                    let counter = if stack.is_guarded() {
-                        &self.guarded
-                    } else {
-                        &self.unguarded
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    stack
-                }
-                Err(e) => {
-                    self.idle.push(frame);
-                    return Err(e);
-                }
-            },
-        };
         self.count_in_use(1);
-        Ok((frame, stack))
+        frame
     }
 
-    /// As [`acquire`](Self::acquire), with a stack of at least `min_stack`
-    /// usable bytes: a request above the pool's size gets a dedicated
-    /// stack (mapped for it; it stays with its frame for reuse, and
-    /// [`trim`](Self::trim) gives its pages back like any other).
-    pub(crate) fn acquire_with(&self, min_stack: Option<usize>) -> io::Result<(Arc<Fiber>, FiberStack)> {
-        let (frame, stack) = self.acquire()?;
-        let Some(wanted) = min_stack.filter(|&wanted| wanted > stack.size()) else {
-            return Ok((frame, stack));
+    /// As [`acquire`](Self::acquire), with a stack of its own when the
+    /// spawn asks for more than the pool's size (`min_stack`): mapped now,
+    /// so that a size that cannot be mapped is the spawn's error; it
+    /// joins the pool's stacks when its fiber ends.
+    pub(crate) fn acquire_with(&self, min_stack: Option<usize>) -> io::Result<(Arc<Fiber>, Option<FiberStack>)> {
+        let Some(wanted) = min_stack.filter(|&wanted| wanted > self.stacks.stack_size()) else {
+            if self.stacks.may_refuse() {
+                // A stack the allocator may refuse is taken now, so that the
+                // refusal is the spawn's error (`try_spawn`), not the
+                // fiber's when it first runs.
+                let stack = self.start_stack()?;
+                return Ok((self.acquire(), Some(stack)));
+            }
+            return Ok((self.acquire(), None));
         };
-        self.stacks.recycle(stack);
-        match self.stacks.allocate_dedicated(wanted) {
-            Ok(stack) => {
-                self.guarded
-                    .fetch_add(usize::from(stack.is_guarded()), Ordering::Relaxed);
-                Ok((frame, stack))
-            }
-            Err(e) => {
-                self.count_in_use(-1);
-                self.idle.push(frame);
-                Err(e)
-            }
-        }
+        let stack = self.stacks.allocate_dedicated(wanted)?;
+        self.count_new_stack(&stack);
+        Ok((self.acquire(), Some(stack)))
     }
 
-    /// Take back a frame whose fiber finished (DONE or CANCELLED).
-    pub(crate) fn release(&self, frame: Arc<Fiber>) {
+    fn count_new_stack(&self, stack: &FiberStack) {
+        let counter = if stack.is_guarded() {
+            &self.guarded
+        } else {
+            &self.unguarded
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A stack for a fiber's first run: the warmest one this thread's
+    /// fibers left, else one from the global side, else a new one.
+    pub(crate) fn start_stack(&self) -> io::Result<FiberStack> {
+        let local = CACHE
+            .try_with(|c| {
+                let mut cache = c.borrow_mut();
+                if cache.pool != self.id {
+                    return None;
+                }
+                cache.stacks.pop()
+            })
+            .ok()
+            .flatten();
+        if let Some(stack) = local.or_else(|| self.idle_stacks.pop()) {
+            return Ok(stack);
+        }
+        let stack = self.stacks.allocate()?;
+        if !stack.was_recycled() {
+            self.count_new_stack(&stack);
+        }
+        Ok(stack)
+    }
+
+    /// Take back a frame whose fiber finished (DONE or CANCELLED), and
+    /// the stack it ran on: this thread's next fiber to start takes that
+    /// stack (warm in this core's cache), the next spawn the frame.
+    pub(crate) fn release(&self, frame: Arc<Fiber>, stack: FiberStack) {
         frame.state.transition_to_init();
-        self.count_in_use(-1);
-        if let Some(frame) = self.push_local(frame) {
+        self.put_back(frame, Some(stack));
+    }
+
+    /// The pool's side of [`release`](Self::release): the frame (INIT)
+    /// and the stack go to this thread's caches, or to the global side.
+    fn put_back(&self, frame: Arc<Fiber>, stack: Option<FiberStack>) {
+        let mut rest = Some((frame, stack));
+        let _ = CACHE.try_with(|c| {
+            let mut cache = c.borrow_mut();
+            if cache.pool != self.id {
+                return;
+            }
+            // Relaxed: as in `count_in_use`.
+            self.in_use[cache.shard].fetch_sub(1, Ordering::Relaxed);
+            let (frame, stack) = rest.take().expect("frame and stack are present");
+            if cache.stacks.len() >= LOCAL_CACHE {
+                // The older (colder) half goes to the global side.
+                cache
+                    .stacks
+                    .drain(..TRANSFER_BATCH)
+                    .for_each(|old| self.idle_stacks.push(old));
+            }
+            cache.stacks.extend(stack);
+            if cache.frames.len() >= LOCAL_CACHE {
+                // Hand the older (colder) half over as one batch; the
+                // warmest frames stay here for this thread's next spawns.
+                let batch: Vec<_> = cache.frames.drain(..TRANSFER_BATCH).collect();
+                self.batched.fetch_add(batch.len(), Ordering::Relaxed);
+                self.batches.push(batch);
+            }
+            cache.frames.push(frame);
+        });
+        if let Some((frame, stack)) = rest {
+            self.count_in_use(-1);
+            stack.into_iter().for_each(|stack| self.idle_stacks.push(stack));
             self.idle.push(frame);
         }
     }
 
-    /// Give idle memory back: idle frames in the global queue beyond
-    /// `IDLE_WATERMARK` (32) hand their stack's pages to the kernel
-    /// (`MADV_DONTNEED`, guards stay), and frames beyond `IDLE_CAP` (1,024) are
-    /// freed. Returns how many stacks gave their pages back. Safe at any
-    /// time (it touches only idle frames). Not on the spawn or release
+    /// Give idle memory back: idle stacks in the global queue beyond
+    /// `IDLE_WATERMARK` (32) hand their pages to the kernel
+    /// (`MADV_DONTNEED`, guards stay), and idle frames beyond `IDLE_CAP`
+    /// (1,024) are freed. Returns how many stacks gave their pages back.
+    /// Safe at any time (it touches only idle frames and stacks). Not on the spawn or release
     /// path, so that a burst that repeats keeps its warm stacks: it is
     /// meant for a caller that knows the pool has gone quiet (the program
     /// after a burst). A periodic caller that cannot know that uses
     /// [`trim_surplus`](Self::trim_surplus).
     pub fn trim(&self) -> usize {
-        self.trim_surplus(usize::MAX)
+        self.trim_surplus(usize::MAX, usize::MAX)
     }
 
-    /// As [`trim`](Self::trim), for at most `surplus` idle frames: the
-    /// others, and always `IDLE_WATERMARK` of them, stay as they are (warm,
-    /// with their pages). The monitor passes the frames that stayed idle
-    /// for a whole trim interval (the lowest idle count it saw), so that a
-    /// program whose bursts come back within the interval keeps the frames
-    /// they take: trimming them only made the next burst fault their pages
-    /// in again and map new stacks.
-    pub fn trim_surplus(&self, surplus: usize) -> usize {
+    /// As [`trim`](Self::trim), for at most `surplus` idle frames and
+    /// `stack_surplus` idle stacks: the others, and always
+    /// `IDLE_WATERMARK` of each, stay as they are (warm, with their pages).
+    /// The monitor passes the frames and stacks that stayed idle for a
+    /// whole trim interval (the lowest idle counts it saw), so that a
+    /// program whose bursts come back within the interval keeps what they
+    /// take: trimming it only made the next burst fault the pages in again
+    /// and map new stacks.
+    pub fn trim_surplus(&self, surplus: usize, stack_surplus: usize) -> usize {
         // Batches count as idle frames like any other.
         while let Some(batch) = self.batches.pop() {
             self.batched.fetch_sub(batch.len(), Ordering::Relaxed);
@@ -345,19 +388,13 @@ impl FramePool {
         }
         let idle = self.idle.len();
         let untouched = idle.saturating_sub(surplus).max(IDLE_WATERMARK);
-        // Only the surplus leaves the queue, from its front (the frames
-        // idle longest): the others stay where spawns running meanwhile
-        // find them, instead of sitting in a vector while those spawns map
-        // new stacks.
+        // Only the surplus leaves the queues, from their fronts (idle
+        // longest): the others stay where spawns running meanwhile find
+        // them.
         let mut kept = Vec::new();
         let mut retired = Vec::new();
-        let mut stacks = Vec::new();
         for _ in untouched..idle {
             let Some(frame) = self.idle.pop() else { break };
-            // SAFETY: an idle frame is INIT and, popped, owned by us alone.
-            if let Some(stack) = unsafe { frame.take_stack() } {
-                stacks.push(stack);
-            }
             if untouched + kept.len() < IDLE_CAP {
                 kept.push(frame);
             } else {
@@ -365,12 +402,15 @@ impl FramePool {
             }
         }
         kept.into_iter().for_each(|frame| self.idle.push(frame));
-        let released = stacks.len();
-        self.stacks.recycle_many(stacks);
         if !retired.is_empty() {
             let gone: std::collections::HashSet<*const Fiber> = retired.iter().map(Arc::as_ptr).collect();
             lock(&self.all).retain(|frame| !gone.contains(&Arc::as_ptr(frame)));
         }
+        let idle_stacks = self.idle_stacks.len();
+        let untouched = idle_stacks.saturating_sub(stack_surplus).max(IDLE_WATERMARK);
+        let stacks: Vec<_> = (untouched..idle_stacks).map_while(|_| self.idle_stacks.pop()).collect();
+        let released = stacks.len();
+        self.stacks.recycle_many(stacks);
         released
     }
 
@@ -410,25 +450,6 @@ impl FramePool {
             .flatten()
     }
 
-    fn push_local(&self, frame: Arc<Fiber>) -> Option<Arc<Fiber>> {
-        let mut frame = Some(frame);
-        let _ = CACHE.try_with(|c| {
-            let mut cache = c.borrow_mut();
-            if cache.pool != self.id {
-                return;
-            }
-            if cache.frames.len() >= LOCAL_CACHE {
-                // Hand the older (colder) half over as one batch; the
-                // warmest frames stay here for this thread's next spawns.
-                let batch: Vec<_> = cache.frames.drain(..TRANSFER_BATCH).collect();
-                self.batched.fetch_add(batch.len(), Ordering::Relaxed);
-                self.batches.push(batch);
-            }
-            cache.frames.push(frame.take().expect("frame is present"));
-        });
-        frame
-    }
-
     /// Counters at this instant.
     pub fn stats(&self) -> PoolStats {
         PoolStats {
@@ -448,6 +469,12 @@ impl FramePool {
     /// caches not counted).
     pub fn idle_in_global(&self) -> usize {
         self.idle.len() + self.batched.load(Ordering::Relaxed)
+    }
+
+    /// Stacks no fiber runs on, in the global queue (thread caches not
+    /// counted).
+    pub fn idle_stacks_in_global(&self) -> usize {
+        self.idle_stacks.len()
     }
 
     /// The fibers parked right now (a racy snapshot, for diagnostics such
@@ -848,10 +875,7 @@ mod tests {
 
     /// `release` without the state step (these frames never ran).
     fn give_back(pool: &FramePool, frame: Arc<Fiber>) {
-        pool.count_in_use(-1);
-        if let Some(frame) = pool.push_local(frame) {
-            pool.idle.push(frame);
-        }
+        pool.put_back(frame, None);
     }
 
     /// Frames a finishing thread gives back reach a spawning thread in
@@ -863,7 +887,7 @@ mod tests {
         let pool = pool.clone();
         std::thread::spawn(move || {
             FramePool::register_thread(&pool);
-            let taken: Vec<_> = (0..n).map(|_| pool.acquire().expect("a frame").0).collect();
+            let taken: Vec<_> = (0..n).map(|_| pool.acquire()).collect();
             FramePool::unregister_thread();
             taken
         })
@@ -928,7 +952,7 @@ mod tests {
             let pool = pool.clone();
             std::thread::spawn(move || {
                 FramePool::register_thread(&pool);
-                let got: Vec<_> = (0..global).map(|_| pool.acquire().expect("a frame").0).collect();
+                let got: Vec<_> = (0..global).map(|_| pool.acquire()).collect();
                 let n = got.len();
                 got.into_iter().for_each(|frame| give_back(&pool, frame));
                 FramePool::unregister_thread();

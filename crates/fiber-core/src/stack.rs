@@ -395,6 +395,8 @@ pub struct StackAllocator {
     carver: Mutex<Carver>,
     /// Recycled stacks (pages given back), served before carving.
     free: crossbeam_queue::SegQueue<FiberStack>,
+    /// See [`may_refuse`](Self::may_refuse) (fixed at creation).
+    may_refuse: bool,
 }
 
 impl StackAllocator {
@@ -408,12 +410,22 @@ impl StackAllocator {
             policy: config.unguarded,
             carver: Mutex::new(Carver::default()),
             free: crossbeam_queue::SegQueue::new(),
+            may_refuse: config.unguarded == UnguardedPolicy::Refuse
+                && (config.max_guarded.is_some() || !page_table_guards_supported()),
         }
     }
 
     /// Usable bytes per stack.
     pub fn stack_size(&self) -> usize {
         self.size
+    }
+
+    /// Can [`allocate`](Self::allocate) refuse a stack for want of a guard
+    /// (a cap on guarded stacks, or a kernel without `MADV_GUARD_INSTALL`
+    /// whose `mprotect` budget can run out), under the refusing policy?
+    /// Otherwise only the kernel's refusal of memory fails it.
+    pub fn may_refuse(&self) -> bool {
+        self.may_refuse
     }
 
     /// A stack: a recycled one if any, else a new one with a page-table

@@ -9,6 +9,9 @@ use fiber_core::{spawn, StackConfig};
 /// number and each node the sum of its children.
 fn skynet(num: u64, size: u64) -> u64 {
     if size == 1 {
+        // A fiber takes its stack when it first runs: a leaf that yields
+        // holds its stack until every leaf queued before it has started.
+        let _ = fiber_core::yield_now();
         return num;
     }
     let div = size / 10;
@@ -43,4 +46,56 @@ fn skynet_scale_spawns_are_all_guarded() {
     assert!(stats.allocated > 100_000, "the peak was past the old budget: {stats:?}");
     assert_eq!(stats.unguarded_stacks, 0, "every stack guarded: {stats:?}");
     assert!(stats.guarded_stacks > 100_000, "{stats:?}");
+}
+
+#[test]
+fn a_fiber_takes_its_stack_when_it_first_runs() {
+    let sched = TestScheduler::with_stacks(StackConfig {
+        size: 32 * 1024,
+        ..StackConfig::default()
+    });
+    // Spawned, not yet run: frames, no stacks.
+    let handles: Vec<_> = (0..1_000u64).map(|i| sched.spawn(move || i)).collect();
+    let stats = sched.pool_stats();
+    assert_eq!(stats.in_use, 1_000, "{stats:?}");
+    assert_eq!(
+        stats.guarded_stacks + stats.unguarded_stacks,
+        0,
+        "a fiber that has not started holds no stack: {stats:?}"
+    );
+    // Each runs to its end before the next starts: they share a stack.
+    sched.run();
+    let sum: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(sum, 999 * 1_000 / 2);
+    let stats = sched.pool_stats();
+    assert_eq!(stats.in_use, 0, "{stats:?}");
+    assert_eq!(
+        stats.guarded_stacks + stats.unguarded_stacks,
+        1,
+        "one stack, reused: {stats:?}"
+    );
+}
+
+#[test]
+fn a_stack_the_allocator_may_refuse_is_taken_at_the_spawn() {
+    // A cap on guarded stacks with the refusing policy: the third spawn
+    // finds no stack and says so itself, instead of its fiber failing
+    // later when it first runs.
+    let sched = TestScheduler::with_stacks(StackConfig {
+        size: 32 * 1024,
+        max_guarded: Some(2),
+        unguarded: fiber_core::stack::UnguardedPolicy::Refuse,
+    });
+    let on = sched.scheduler();
+    let a = fiber_core::try_spawn_on(&on, || 1).expect("first stack");
+    let b = fiber_core::try_spawn_on(&on, || 2).expect("second stack");
+    let err = fiber_core::try_spawn_on(&on, || 3).map(drop).unwrap_err();
+    assert!(err.to_string().contains("fiber stack refused"), "{err}");
+    sched.run();
+    assert_eq!(a.join().unwrap() + b.join().unwrap(), 3);
+    // Their stacks came back: a spawn gets one again.
+    let c = fiber_core::try_spawn_on(&on, || 4).expect("a stack came back");
+    sched.run();
+    assert_eq!(c.join().unwrap(), 4);
+    assert_eq!(sched.pool_stats().guarded_stacks, 2);
 }

@@ -84,6 +84,7 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
     let mut deadlock_reported = false;
     let mut trim_check = Instant::now();
     let mut idle_low = usize::MAX;
+    let mut idle_stacks_low = usize::MAX;
     let mut dump_requests = crate::dumpsig::DumpRequests::new(shared.config.dump_signal);
     let mut busy_tick = TICK;
     loop {
@@ -95,18 +96,22 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
         // Awake: armers need not unpark us until we plan the next sleep.
         shared.timers.monitor_awake();
         let fired = shared.fire_timers_from_monitor(now);
-        // Give back the memory of the frames that stayed idle for a whole
-        // interval: the lowest idle count seen on this loop's ticks (at
-        // most `IDLE_TICK` apart) since the last check. A pool whose bursts
-        // come back within the interval keeps the frames they take.
+        // Give back the memory of the frames and stacks that stayed idle
+        // for a whole interval: the lowest idle counts seen on this loop's
+        // ticks (at most `IDLE_TICK` apart) since the last check. A pool
+        // whose bursts come back within the interval keeps the frames and
+        // stacks they take.
         idle_low = idle_low.min(shared.pool.idle_in_global());
+        idle_stacks_low = idle_stacks_low.min(shared.pool.idle_stacks_in_global());
         if now.duration_since(trim_check) >= TRIM_INTERVAL {
             trim_check = now;
             let surplus = idle_low.saturating_sub(fiber_core::IDLE_WATERMARK);
-            if surplus > 0 {
-                shared.pool.trim_surplus(surplus);
+            let stack_surplus = idle_stacks_low.saturating_sub(fiber_core::IDLE_WATERMARK);
+            if surplus > 0 || stack_surplus > 0 {
+                shared.pool.trim_surplus(surplus, stack_surplus);
             }
             idle_low = usize::MAX;
+            idle_stacks_low = usize::MAX;
             // Join blocks idle since the last check go back too.
             fiber_core::trim_join_blocks();
             // Dead timer entries (waits that ended early) of big wheels go
