@@ -1391,11 +1391,11 @@ fn stack_overflow_abort(fiber: &Fiber) -> ! {
 /// wake prefetches (the switch frame and the frames of a typical park).
 const PREFETCH_STACK_BYTES: usize = 768;
 
-/// The largest body (closure with its captures) kept in the frame until its
-/// first run; a bigger one (or one aligned above 16) gets its coroutine at
-/// the spawn. A spawn's body (the caller's closure with the join block and
-/// the fiber's bookkeeping) is under 100 bytes when the closure captures a
-/// few words.
+/// The largest body (closure with its captures) kept in the frame as is
+/// until its first run; a bigger one (or one aligned above 16) is boxed and
+/// the frame keeps the box. A spawn's body (the caller's closure with the
+/// join block and the fiber's bookkeeping) is 40 to 64 bytes when the
+/// closure captures a few words.
 const PENDING_BODY_MAX: usize = 128;
 
 /// The bytes of a pending body.
@@ -1435,7 +1435,7 @@ impl PendingBody {
     ///
     /// The slot is empty.
     unsafe fn put<B: FnOnce() -> Exit + Send>(&mut self, body: B) {
-        debug_assert!(
+        assert!(
             self.fns.is_none(),
             "a pending body is started or dropped before the next"
         );

@@ -39,9 +39,14 @@ const IN_USE_SHARDS: usize = 8;
 /// full cache hands its older half over, an empty one takes a batch back.
 pub const TRANSFER_BATCH: usize = LOCAL_CACHE / 2;
 
-/// Idle frames in the global queue that keep their stack's pages through a
-/// [`FramePool::trim`]; beyond them, stacks give their pages back.
+/// Idle stacks in the global queue that keep their pages through a
+/// [`FramePool::trim`] (beyond them, stacks give their pages back), and
+/// idle frames the monitor's trim always leaves alone.
 pub const IDLE_WATERMARK: usize = 32;
+
+/// Stacks above the pool's size (a spawn's `stack_size`) kept for reuse by
+/// later such spawns; beyond them, one that comes back is unmapped.
+const BIG_STACKS_CAP: usize = 64;
 
 /// Idle frames in the global queue kept through a [`FramePool::trim`];
 /// beyond them, frames are freed.
@@ -85,6 +90,9 @@ pub struct FramePool {
     /// Stacks no fiber runs on, beyond the threads' caches: a fiber takes
     /// its stack when it first runs and gives it back when it ends.
     idle_stacks: crossbeam_queue::SegQueue<FiberStack>,
+    /// Stacks above the pool's size that came back (at most
+    /// `BIG_STACKS_CAP`), for later spawns that ask for as much.
+    big_stacks: crossbeam_queue::SegQueue<FiberStack>,
     /// Batches of `TRANSFER_BATCH` idle frames handed over by full thread
     /// caches, taken whole by empty ones.
     batches: crossbeam_queue::SegQueue<Vec<Arc<Fiber>>>,
@@ -159,6 +167,7 @@ impl Drop for FramePool {
         // caches of threads still alive go when those threads exit or
         // register with another pool.
         while self.idle_stacks.pop().is_some() {}
+        while self.big_stacks.pop().is_some() {}
     }
 }
 
@@ -169,6 +178,7 @@ impl FramePool {
             id: next_pool_id(),
             idle: crossbeam_queue::SegQueue::new(),
             idle_stacks: crossbeam_queue::SegQueue::new(),
+            big_stacks: crossbeam_queue::SegQueue::new(),
             batches: crossbeam_queue::SegQueue::new(),
             batched: AtomicUsize::new(0),
             all: Mutex::new(Vec::new()),
@@ -278,9 +288,28 @@ impl FramePool {
             }
             return Ok((self.acquire(), None));
         };
-        let stack = self.stacks.allocate_dedicated(wanted)?;
-        self.count_new_stack(&stack);
+        // A big stack that came back, if it is big enough (one look: the
+        // queue holds stacks of whatever sizes spawns asked for).
+        let stack = match self.big_stacks.pop() {
+            Some(stack) if stack.size() >= wanted => stack,
+            other => {
+                if let Some(smaller) = other {
+                    self.put_back_big(smaller);
+                }
+                let stack = self.stacks.allocate_dedicated(wanted)?;
+                self.count_new_stack(&stack);
+                stack
+            }
+        };
         Ok((self.acquire(), Some(stack)))
+    }
+
+    /// Keep a stack above the pool's size for a later spawn that asks for
+    /// as much, or unmap it when `BIG_STACKS_CAP` are kept already.
+    fn put_back_big(&self, stack: FiberStack) {
+        if self.big_stacks.len() < BIG_STACKS_CAP {
+            self.big_stacks.push(stack);
+        }
     }
 
     fn count_new_stack(&self, stack: &FiberStack) {
@@ -325,7 +354,12 @@ impl FramePool {
 
     /// The pool's side of [`release`](Self::release): the frame (INIT)
     /// and the stack go to this thread's caches, or to the global side.
-    fn put_back(&self, frame: Arc<Fiber>, stack: Option<FiberStack>) {
+    fn put_back(&self, frame: Arc<Fiber>, mut stack: Option<FiberStack>) {
+        // A stack above the pool's size goes where only spawns that ask
+        // for one look: a fiber's first run takes any stack.
+        if stack.as_ref().is_some_and(|s| s.size() > self.stacks.stack_size()) {
+            self.put_back_big(stack.take().expect("checked above"));
+        }
         let mut rest = Some((frame, stack));
         let _ = CACHE.try_with(|c| {
             let mut cache = c.borrow_mut();
@@ -409,7 +443,12 @@ impl FramePool {
         let idle_stacks = self.idle_stacks.len();
         let untouched = idle_stacks.saturating_sub(stack_surplus).max(IDLE_WATERMARK);
         let stacks: Vec<_> = (untouched..idle_stacks).map_while(|_| self.idle_stacks.pop()).collect();
-        let released = stacks.len();
+        // Stacks above the pool's size are unmapped (their own mappings).
+        let big = self.big_stacks.len();
+        let big_kept = big.saturating_sub(stack_surplus);
+        let big_gone: Vec<_> = (big_kept..big).map_while(|_| self.big_stacks.pop()).collect();
+        let released = stacks.len() + big_gone.len();
+        drop(big_gone);
         self.stacks.recycle_many(stacks);
         released
     }
@@ -471,10 +510,10 @@ impl FramePool {
         self.idle.len() + self.batched.load(Ordering::Relaxed)
     }
 
-    /// Stacks no fiber runs on, in the global queue (thread caches not
+    /// Stacks no fiber runs on, in the global queues (thread caches not
     /// counted).
     pub fn idle_stacks_in_global(&self) -> usize {
-        self.idle_stacks.len()
+        self.idle_stacks.len() + self.big_stacks.len()
     }
 
     /// The fibers parked right now (a racy snapshot, for diagnostics such

@@ -703,8 +703,13 @@ pub struct SpawnOptions {
     pub stack_size: Option<usize>,
 }
 
-/// Spawn `f` as a fiber of `sched`. Fails if a stack cannot be mapped or
-/// the runtime is shutting down.
+/// Spawn `f` as a fiber of `sched`. Fails if the runtime is shutting down,
+/// or if the stack allocator refuses a stack (see [`SpawnOptions`] and
+/// `spec/lifecycle.md` section 8: a fiber takes its stack when it first
+/// runs, except where the allocator may refuse one for want of a guard,
+/// and for a `stack_size` above the pool's, which are taken at the spawn
+/// so that a refusal is this error; a first run whose stack the kernel
+/// refuses aborts the process, as a failed allocation does).
 #[track_caller]
 pub fn try_spawn_on<F, T>(sched: &Arc<dyn Schedule>, f: F) -> io::Result<JoinHandle<T>>
 where
@@ -1036,8 +1041,8 @@ fn refused() -> io::Error {
     io::Error::other("fiber spawn refused: the runtime is shutting down (or was dropped)")
 }
 
-/// Spawn `f` as a fiber of `sched`, panicking if no stack can be mapped or
-/// the runtime is shutting down.
+/// Spawn `f` as a fiber of `sched`, panicking where [`try_spawn_on`]
+/// returns an error.
 #[track_caller]
 pub fn spawn_on<F, T>(sched: &Arc<dyn Schedule>, f: F) -> JoinHandle<T>
 where

@@ -34,14 +34,31 @@ const MIB: usize = 1024 * 1024;
 fn stack_pages_and_frames_go_back_after_a_burst() {
     let sched = TestScheduler::with_stacks(StackConfig::default());
     // Warm up: more idle frames than the pool keeps warm, each with a touched stack.
-    let warm: Vec<_> = (0..300).map(|_| sched.spawn(|| touch_stack(16 * 1024))).collect();
+    // (A fiber takes its stack when it first runs: each yields first, so
+    // that all of them have started, on stacks of their own, before any
+    // ends.)
+    let warm: Vec<_> = (0..300)
+        .map(|_| {
+            sched.spawn(|| {
+                let _ = fiber_core::yield_now();
+                touch_stack(16 * 1024)
+            })
+        })
+        .collect();
     sched.run();
     warm.into_iter().for_each(|h| drop(h.join()));
     sched.scheduler().frames().trim();
     let baseline = rss();
 
     // 200 fibers that each touch 200 KiB of stack: 40 MiB while they run.
-    let deep: Vec<_> = (0..200).map(|_| sched.spawn(|| touch_stack(200 * 1024))).collect();
+    let deep: Vec<_> = (0..200)
+        .map(|_| {
+            sched.spawn(|| {
+                let _ = fiber_core::yield_now();
+                touch_stack(200 * 1024)
+            })
+        })
+        .collect();
     sched.run();
     deep.into_iter().for_each(|h| drop(h.join()));
     let before_deep_trim = rss();
@@ -90,6 +107,10 @@ fn stack_pages_and_frames_go_back_after_a_burst() {
     assert!(released > 90_000, "{released}");
     assert!(blocks_freed > 90_000, "{blocks_freed} join blocks freed");
     assert_eq!(stats.in_use, 0);
+    assert!(
+        before_deep_trim > baseline + 30 * MIB,
+        "200 fibers held 200 KiB of stack each at once: baseline {baseline}, before the trim {before_deep_trim}"
+    );
     assert!(
         after_deep < baseline + 8 * MIB,
         "200 x 200 KiB of stack went back: baseline {baseline}, after {after_deep}"

@@ -50,6 +50,13 @@ fn skynet_scale_spawns_are_all_guarded() {
 
 #[test]
 fn a_fiber_takes_its_stack_when_it_first_runs() {
+    if !fiber_core::stack::page_table_guards_supported() {
+        // Without page-table guards the default policy may refuse a stack
+        // (the `mprotect` budget), so every spawn takes its stack at once
+        // (`a_stack_the_allocator_may_refuse_is_taken_at_the_spawn`).
+        eprintln!("skipped: this kernel has no MADV_GUARD_INSTALL");
+        return;
+    }
     let sched = TestScheduler::with_stacks(StackConfig {
         size: 32 * 1024,
         ..StackConfig::default()
@@ -98,4 +105,36 @@ fn a_stack_the_allocator_may_refuse_is_taken_at_the_spawn() {
     sched.run();
     assert_eq!(c.join().unwrap(), 4);
     assert_eq!(sched.pool_stats().guarded_stacks, 2);
+}
+
+#[test]
+fn stacks_above_the_pools_size_are_kept_for_spawns_that_ask_for_as_much() {
+    let sched = TestScheduler::with_stacks(StackConfig {
+        size: 32 * 1024,
+        ..StackConfig::default()
+    });
+    let on = sched.scheduler();
+    let big = || fiber_core::SpawnOptions {
+        stack_size: Some(1 << 20),
+        ..Default::default()
+    };
+    // One after another: each big-stack fiber ends before the next spawn,
+    // which finds the stack it left (and normal fibers never take it).
+    for i in 0..200u64 {
+        let h = fiber_core::try_spawn_with(&on, big(), move || i).expect("a big stack");
+        let small = fiber_core::try_spawn_on(&on, move || i + 1).expect("a pool stack");
+        sched.run();
+        assert_eq!(h.join().unwrap() + 1, small.join().unwrap());
+    }
+    let stats = sched.pool_stats();
+    assert!(
+        stats.guarded_stacks <= 2,
+        "one big stack and one pool stack, reused 200 times: {stats:?}"
+    );
+    // A trim unmaps the kept big stack; the next big spawn maps one again.
+    assert!(sched.scheduler().frames().trim() >= 1);
+    let h = fiber_core::try_spawn_with(&on, big(), || 7).expect("a new big stack");
+    sched.run();
+    assert_eq!(h.join().unwrap(), 7);
+    assert_eq!(sched.pool_stats().guarded_stacks, stats.guarded_stacks + 1);
 }

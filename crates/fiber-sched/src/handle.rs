@@ -78,8 +78,8 @@ impl Handle {
     ///
     /// # Panics
     ///
-    /// Panics if the runtime is shut down or no stack can be mapped (use
-    /// [`Handle::try_spawn`] to get the error).
+    /// Panics if the runtime is shut down or a stack taken at the spawn is
+    /// refused (use [`Handle::try_spawn`] to get the error).
     #[track_caller]
     pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
     where
@@ -92,8 +92,10 @@ impl Handle {
         }
     }
 
-    /// Spawn a fiber, returning an error if the runtime is shut down or no
-    /// stack can be mapped.
+    /// Spawn a fiber, returning an error if the runtime is shut down or a
+    /// stack taken at the spawn is refused (see
+    /// [`fiber_core::try_spawn_on`]: a fiber of the runtime's stack size
+    /// takes its stack when it first runs).
     #[track_caller]
     pub fn try_spawn<F, T>(&self, f: F) -> io::Result<JoinHandle<T>>
     where

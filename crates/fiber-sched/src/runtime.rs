@@ -269,8 +269,9 @@ impl Runtime {
         spawn_on(&self.scheduler(), f)
     }
 
-    /// Spawn, returning an error instead of panicking when no stack can be
-    /// mapped.
+    /// Spawn, returning an error instead of panicking when the runtime is
+    /// shut down or a stack taken at the spawn is refused (see
+    /// [`fiber_core::try_spawn_on`]).
     #[track_caller]
     pub fn try_spawn<F, T>(&self, f: F) -> io::Result<JoinHandle<T>>
     where

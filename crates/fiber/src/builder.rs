@@ -27,10 +27,11 @@ use std::sync::Arc;
 /// build with debug assertions) taken from
 /// its frame pool. A `stack_size` at or below it is satisfied by the pool's
 /// stack; a larger one (up to 1 GiB) gets a stack mapped for this fiber,
-/// guarded like the others. That stack stays with the fiber's frame when
-/// it ends, so later fibers may reuse it, and the pool gives its pages back
-/// to the kernel when it trims idle memory. Above 1 GiB the spawn fails
-/// with [`io::ErrorKind::InvalidInput`].
+/// guarded like the others, at the spawn (a fiber of the runtime's size
+/// takes its stack when it first runs). When the fiber ends the pool keeps
+/// that stack (up to 64 such) for a later spawn that asks for as much, and
+/// unmaps it when it trims idle memory. Above 1 GiB the spawn fails with
+/// [`io::ErrorKind::InvalidInput`].
 ///
 /// ```
 /// fiber::run(|| {
@@ -86,7 +87,9 @@ impl Builder {
     /// # Errors
     ///
     /// Fails if the stack size is above 1 GiB (kind `InvalidInput`), or if
-    /// no stack can be mapped. While the runtime shuts down, a spawn from
+    /// a stack that is taken at the spawn cannot be mapped (one above the
+    /// runtime's size, or any where the allocator may refuse a stack for
+    /// want of a guard: `FIBER_UNGUARDED`, `spec/lifecycle.md` section 8). While the runtime shuts down, a spawn from
     /// one of its own fibers succeeds, but the child is cancelled before it
     /// starts (its closure is dropped, its join reports `Cancelled`); spawns
     /// from outside the runtime are refused then
