@@ -256,10 +256,8 @@ impl FramePool {
     /// the fiber first runs ([`start_stack`](Self::start_stack)).
     #[inline]
     pub(crate) fn acquire(&self) -> Arc<Fiber> {
-        let frame = self
-            .pop_local()
-            .or_else(|| self.idle.pop())
-            .or_else(|| self.pop_batch());
+        let (local, shard) = self.pop_local();
+        let frame = local.or_else(|| self.idle.pop()).or_else(|| self.pop_batch());
         let frame = match frame {
             Some(frame) => frame,
             None => {
@@ -269,7 +267,9 @@ impl FramePool {
                 frame
             }
         };
-        self.count_in_use(1);
+        // Relaxed: as in `count_in_use` (the shard found with the cache,
+        // one thread-local access instead of two).
+        self.in_use[shard].fetch_add(1, Ordering::Relaxed);
         frame
     }
 
@@ -323,6 +323,7 @@ impl FramePool {
 
     /// A stack for a fiber's first run: the warmest one this thread's
     /// fibers left, else one from the global side, else a new one.
+    #[inline]
     pub(crate) fn start_stack(&self) -> io::Result<FiberStack> {
         let local = CACHE
             .try_with(|c| {
@@ -334,7 +335,18 @@ impl FramePool {
             })
             .ok()
             .flatten();
-        if let Some(stack) = local.or_else(|| self.idle_stacks.pop()) {
+        match local {
+            Some(stack) => Ok(stack),
+            None => self.start_stack_slow(),
+        }
+    }
+
+    /// [`start_stack`](Self::start_stack) when this thread's cache has
+    /// none: the global side, else a new stack.
+    #[cold]
+    #[inline(never)]
+    fn start_stack_slow(&self) -> io::Result<FiberStack> {
+        if let Some(stack) = self.idle_stacks.pop() {
             return Ok(stack);
         }
         let stack = self.stacks.allocate()?;
@@ -470,23 +482,26 @@ impl FramePool {
         frame
     }
 
-    fn pop_local(&self) -> Option<Arc<Fiber>> {
+    /// A frame from this thread's cache, and this thread's `in_use` shard
+    /// (0 for a thread without a cache of this pool).
+    fn pop_local(&self) -> (Option<Arc<Fiber>>, usize) {
         CACHE
             .try_with(|c| {
                 let mut cache = c.borrow_mut();
                 if cache.pool != self.id {
-                    return None;
+                    return (None, 0);
                 }
                 if cache.frames.is_empty() {
                     // Refill with a whole batch another thread handed over.
-                    let batch = self.batches.pop()?;
+                    let Some(batch) = self.batches.pop() else {
+                        return (None, cache.shard);
+                    };
                     self.batched.fetch_sub(batch.len(), Ordering::Relaxed);
                     cache.frames.extend(batch);
                 }
-                cache.frames.pop()
+                (cache.frames.pop(), cache.shard)
             })
-            .ok()
-            .flatten()
+            .unwrap_or((None, 0))
     }
 
     /// Counters at this instant.
