@@ -1157,6 +1157,16 @@ impl Fiber {
     /// The worker side: resume the coroutine until it yields, parks or ends.
     pub(crate) fn run(mut fiber: Arc<Fiber>, worker: usize) -> RunOutcome {
         fiber.last_worker.store(worker, Ordering::Relaxed);
+        // SAFETY: we hold execution ownership (the `Running` token): the
+        // coroutine slot and the start's slots are ours.
+        if fiber.coroutine.with(|c| unsafe { (*c).is_none() }) {
+            // SAFETY: as above; the fiber has no coroutine yet.
+            match unsafe { fiber.start_pending() } {
+                // SAFETY: as above.
+                Ok(coroutine) => fiber.coroutine.with_mut(|c| unsafe { *c = Some(coroutine) }),
+                Err(e) => return Fiber::fail_start(fiber, &e),
+            }
+        }
         loop {
             // The span is entered and exited on the worker's stack, with
             // the worker's `current` (not the fiber's): a subscriber's
@@ -1184,13 +1194,9 @@ impl Fiber {
             let previous = current::replace(Arc::as_ptr(&fiber));
             // SAFETY: as above for the coroutine slot; the fiber never
             // touches it.
-            let result = fiber.coroutine.with_mut(|c| unsafe {
-                let coroutine = match &mut *c {
-                    Some(coroutine) => coroutine,
-                    none => none.insert(fiber.start_pending()),
-                };
-                coroutine.resume(())
-            });
+            let result = fiber
+                .coroutine
+                .with_mut(|c| unsafe { (*c).as_mut().expect("a RUNNING fiber has a coroutine").resume(()) });
             current::replace(previous);
             if let Some(entered) = entered {
                 if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(entered))) {
@@ -1244,7 +1250,7 @@ impl Fiber {
     ///
     /// The caller owns the fiber (the worker holding `Running`) and it has
     /// no coroutine yet.
-    unsafe fn start_pending(&self) -> FiberCoroutine {
+    unsafe fn start_pending(&self) -> std::io::Result<FiberCoroutine> {
         // SAFETY: owner-only slot (the contract); `prepare` filled it for
         // a stack of its own size.
         let stack = match unsafe { self.stack.with_mut(|s| (*s).take()) } {
@@ -1252,10 +1258,7 @@ impl Fiber {
             None => {
                 // SAFETY: the owner reads its scheduler slot, set at prepare.
                 let sched = unsafe { self.scheduler_ref() }.expect("a live fiber has a scheduler");
-                match sched.frames().start_stack() {
-                    Ok(stack) => stack,
-                    Err(e) => stack_unavailable_abort(self, &e),
-                }
+                sched.frames().start_stack()?
             }
         };
         let top = corosensei::stack::Stack::base(&stack).get();
@@ -1266,11 +1269,45 @@ impl Fiber {
         // SAFETY: owner-only slots (the contract). This frame owns the
         // coroutine and outlives it, and the body's borrows outlive its run
         // or drop (`prepare`'s contract).
-        unsafe {
+        let started = unsafe {
             self.bounds.with_mut(|b| *b = stack.bounds());
             self.pending.with_mut(|p| (*p).start(self, stack))
+        };
+        match started {
+            Ok(coroutine) => Ok(coroutine),
+            Err(_) => panic!("a RUNNING fiber has a coroutine or a body to start"),
         }
-        .unwrap_or_else(|_| panic!("a RUNNING fiber has a coroutine or a body to start"))
+    }
+
+    /// A fiber whose first run found no stack (the kernel refused to map
+    /// one): it ends CANCELLED without running. Its body is dropped unrun
+    /// here, on the worker (as a frame dropped before its fiber ran drops
+    /// it): a joined fiber's join then reports `Cancelled`, a layer's
+    /// fiber signals its layer from the body's destructor, as at shutdown.
+    /// A notice on stderr says why.
+    #[cold]
+    #[inline(never)]
+    fn fail_start(fiber: Arc<Fiber>, e: &std::io::Error) -> RunOutcome {
+        eprintln!(
+            "fiber: fiber {} cannot start: no stack could be mapped for it ({e}); it ends cancelled without running",
+            fiber.id().0
+        );
+        // SAFETY: the worker holding `Running` owns every slot; the body
+        // never started.
+        let pending = unsafe {
+            fiber
+                .pending
+                .with_mut(|p| std::mem::replace(&mut *p, PendingBody::empty()))
+        };
+        crate::task::drop_quietly(pending);
+        // SAFETY: as above; the body is gone.
+        let sched = unsafe { fiber.clear_for_recycle() }.expect("a live fiber has a scheduler");
+        fiber
+            .state
+            .transition_to_final(FiberState::Running, FiberState::Cancelled);
+        sched.frames().release_frame(fiber);
+        crate::counts::release(sched);
+        RunOutcome::Finished
     }
 
     /// After the body returned: keep the stack, publish the final state and
@@ -1360,19 +1397,6 @@ impl Fiber {
             self.sched.with_mut(|s| (*s).take())
         }
     }
-}
-
-/// A fiber about to run for the first time finds no stack and cannot map
-/// one: as when memory runs out for any allocation, the process aborts with
-/// the reason (the spawn had succeeded; its fiber cannot run).
-#[cold]
-#[inline(never)]
-fn stack_unavailable_abort(fiber: &Fiber, e: &std::io::Error) -> ! {
-    eprintln!(
-        "\nfiber {} cannot start: no stack could be mapped for it ({e})\nfatal runtime error: out of fiber stacks",
-        fiber.id().0
-    );
-    std::process::abort()
 }
 
 #[cold]

@@ -364,6 +364,13 @@ impl FramePool {
         self.put_back(frame, Some(stack));
     }
 
+    /// Take back the frame of a fiber that ended without a stack (its first
+    /// run found none, `Fiber::fail_start`).
+    pub(crate) fn release_frame(&self, frame: Arc<Fiber>) {
+        frame.state.transition_to_init();
+        self.put_back(frame, None);
+    }
+
     /// The pool's side of [`release`](Self::release): the frame (INIT)
     /// and the stack go to this thread's caches, or to the global side.
     fn put_back(&self, frame: Arc<Fiber>, mut stack: Option<FiberStack>) {

@@ -183,6 +183,29 @@ fn running_under_valgrind() -> bool {
     std::env::var_os("LD_PRELOAD").is_some_and(|v| v.to_string_lossy().contains("vgpreload"))
 }
 
+/// Tests: make the next stack allocations of this thread fail.
+#[cfg(test)]
+pub(crate) mod tests_hook {
+    use std::cell::Cell;
+
+    thread_local! {
+        static FAIL_NEXT: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Fail the next `n` calls of `StackAllocator::allocate` on this thread.
+    pub(crate) fn fail_next_allocations(n: usize) {
+        FAIL_NEXT.with(|f| f.set(n));
+    }
+
+    pub(super) fn take_injected_failure() -> bool {
+        FAIL_NEXT.with(|f| {
+            let n = f.get();
+            f.set(n.saturating_sub(1));
+            n > 0
+        })
+    }
+}
+
 /// Tests: behave as on a kernel without `MADV_GUARD_INSTALL` from now on
 /// (the `mprotect` and unguarded regimes). Affects stacks carved later.
 #[cfg(test)]
@@ -433,6 +456,10 @@ impl StackAllocator {
     /// else what the [`UnguardedPolicy`] says (an error, or an unguarded
     /// stack after a one-time notice).
     pub fn allocate(&self) -> io::Result<FiberStack> {
+        #[cfg(test)]
+        if tests_hook::take_injected_failure() {
+            return Err(io::Error::other("injected stack mapping failure (test)"));
+        }
         if let Some(mut stack) = self.free.pop() {
             stack.recycled = true;
             return Ok(stack);

@@ -708,8 +708,9 @@ pub struct SpawnOptions {
 /// `spec/lifecycle.md` section 8: a fiber takes its stack when it first
 /// runs, except where the allocator may refuse one for want of a guard,
 /// and for a `stack_size` above the pool's, which are taken at the spawn
-/// so that a refusal is this error; a first run whose stack the kernel
-/// refuses aborts the process, as a failed allocation does).
+/// so that a refusal is this error; a fiber whose first run finds no stack
+/// because the kernel refuses to map one ends cancelled without running,
+/// its closure dropped unrun, and stderr says so).
 #[track_caller]
 pub fn try_spawn_on<F, T>(sched: &Arc<dyn Schedule>, f: F) -> io::Result<JoinHandle<T>>
 where

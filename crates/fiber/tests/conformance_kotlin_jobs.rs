@@ -881,22 +881,35 @@ kotlin_test! {
 }
 
 /// A scope at `depth` with a sleeping sibling and, at the bottom, a child
-/// that throws `Io`; every level records its job.
-fn nested_failure(depth: usize, jobs: &Mutex<Vec<Job>>, cancelled: &AtomicUsize) {
+/// that throws `Io` once every sibling is asleep (`asleep` counts them; a
+/// sibling cancelled before it started would never run its body, as in
+/// Kotlin, and on two workers the bottom child may get there first);
+/// every level records its job.
+fn nested_failure(
+    depth: usize,
+    jobs: &Mutex<Vec<Job>>,
+    cancelled: &AtomicUsize,
+    asleep: &AtomicUsize,
+    siblings: usize,
+) {
     fiber::scope(|s| {
         jobs.lock().unwrap().push(s.job());
         s.spawn(move || {
+            asleep.fetch_add(1, SeqCst);
             if fiber::sleep(Duration::from_secs(3600)).is_err() {
                 cancelled.fetch_add(1, SeqCst);
             }
         });
         if depth == 0 {
-            s.spawn(|| {
+            s.spawn(move || {
+                while asleep.load(SeqCst) < siblings {
+                    let _ = fiber::yield_now();
+                }
                 let _ = fiber::yield_now();
                 panic_any(Io)
             });
         } else {
-            s.spawn(move || nested_failure(depth - 1, jobs, cancelled));
+            s.spawn(move || nested_failure(depth - 1, jobs, cancelled, asleep, siblings));
         }
     })
 }
@@ -909,7 +922,8 @@ kotlin_test! {
     fn a_failure_deep_in_nested_scopes_reaches_the_root_unwrapped() {
         let jobs = Mutex::new(Vec::new());
         let cancelled = AtomicUsize::new(0);
-        let p = panic_of("the root", || nested_failure(3, &jobs, &cancelled));
+        let asleep = AtomicUsize::new(0);
+        let p = panic_of("the root", || nested_failure(3, &jobs, &cancelled, &asleep, 4));
         assert_is::<Io>(&*p, "the root");
         let jobs = jobs.into_inner().unwrap();
         assert_eq!(jobs.len(), 4);

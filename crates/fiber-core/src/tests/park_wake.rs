@@ -404,3 +404,43 @@ fn hundred_thousand_parked_fibers_fit_the_default_map_count() {
         FIBERS * (FIBERS - 1) / 2
     );
 }
+
+#[test]
+fn a_fiber_whose_first_run_finds_no_stack_ends_cancelled_without_running() {
+    if !crate::stack::page_table_guards_supported() {
+        // There every spawn takes its stack at once (a refusal is the
+        // spawn's error): no first run looks for one.
+        eprintln!("skipped: this kernel has no MADV_GUARD_INSTALL");
+        return;
+    }
+    struct Dropped(Arc<AtomicUsize>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let sched = TestScheduler::new();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let captured = Dropped(dropped.clone());
+    let flag = ran.clone();
+    let handle = sched.spawn(move || {
+        let _captured = captured;
+        flag.fetch_add(1, Ordering::SeqCst);
+        5
+    });
+    // The kernel refuses the stack the first run asks for.
+    crate::stack::tests_hook::fail_next_allocations(1);
+    sched.run();
+    let err = handle.join().unwrap_err();
+    assert!(err.is_cancelled(), "{err:?}");
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "the body never ran");
+    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the body was dropped unrun, once");
+    // The runtime goes on: the next fiber gets a stack.
+    let handle = sched.spawn(|| 6);
+    sched.run();
+    assert_eq!(handle.join().unwrap(), 6);
+    let stats = sched.pool_stats();
+    assert_eq!(stats.in_use, 0, "{stats:?}");
+    assert_eq!(stats.guarded_stacks, 1, "{stats:?}");
+}
