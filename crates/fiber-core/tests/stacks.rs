@@ -19,18 +19,26 @@ fn skynet(num: u64, size: u64) -> u64 {
     children.into_iter().map(|c| c.join().unwrap()).sum()
 }
 
-#[test]
-fn skynet_scale_spawns_are_all_guarded() {
+/// A test scheduler with 32 KiB stacks, or `None` (the test is skipped)
+/// on a kernel without `MADV_GUARD_INSTALL`.
+fn small_stacks_with_page_table_guards() -> Option<TestScheduler> {
     if !fiber_core::stack::page_table_guards_supported() {
-        // Before Linux 6.13 the default policy refuses stacks past the
-        // mapping budget, so a run this large cannot be all guarded.
         eprintln!("skipped: this kernel has no MADV_GUARD_INSTALL");
-        return;
+        return None;
     }
-    let sched = TestScheduler::with_stacks(StackConfig {
+    Some(TestScheduler::with_stacks(StackConfig {
         size: 32 * 1024,
         ..StackConfig::default()
-    });
+    }))
+}
+
+#[test]
+fn skynet_scale_spawns_are_all_guarded() {
+    // Before Linux 6.13 the default policy refuses stacks past the mapping
+    // budget, so a run this large cannot be all guarded.
+    let Some(sched) = small_stacks_with_page_table_guards() else {
+        return;
+    };
     // The root (1) runs its ten subtrees (111,111 fibers each) one after the
     // other: 1,111,111 fibers in all, about 111,000 live at the peak (the
     // scheduler runs breadth-first), well past the 28,600 stacks the
@@ -50,17 +58,12 @@ fn skynet_scale_spawns_are_all_guarded() {
 
 #[test]
 fn a_fiber_takes_its_stack_when_it_first_runs() {
-    if !fiber_core::stack::page_table_guards_supported() {
-        // Without page-table guards the default policy may refuse a stack
-        // (the `mprotect` budget), so every spawn takes its stack at once
-        // (`a_stack_the_allocator_may_refuse_is_taken_at_the_spawn`).
-        eprintln!("skipped: this kernel has no MADV_GUARD_INSTALL");
+    // Without page-table guards the default policy may refuse a stack (the
+    // `mprotect` budget), so every spawn takes its stack at once
+    // (`a_stack_the_allocator_may_refuse_is_taken_at_the_spawn`).
+    let Some(sched) = small_stacks_with_page_table_guards() else {
         return;
-    }
-    let sched = TestScheduler::with_stacks(StackConfig {
-        size: 32 * 1024,
-        ..StackConfig::default()
-    });
+    };
     // Spawned, not yet run: frames, no stacks.
     let handles: Vec<_> = (0..1_000u64).map(|i| sched.spawn(move || i)).collect();
     let stats = sched.pool_stats();
