@@ -1151,6 +1151,13 @@ impl Fiber {
         let sp = self.parked_sp.load(Ordering::Relaxed);
         if sp != 0 {
             prefetch::range(sp.wrapping_sub(64), sp.wrapping_add(PREFETCH_STACK_BYTES));
+        } else {
+            // Not started (no stack yet): its first run reads the body the
+            // spawner wrote into the frame, on another core as often as
+            // not.
+            let start = std::ptr::addr_of!(self.stack) as usize;
+            let end = std::ptr::addr_of!(self.pending) as usize + std::mem::size_of::<PendingBody>();
+            prefetch::range(start, end);
         }
     }
 
