@@ -444,3 +444,31 @@ fn a_fiber_whose_first_run_finds_no_stack_ends_cancelled_without_running() {
     assert_eq!(stats.in_use, 0, "{stats:?}");
     assert_eq!(stats.guarded_stacks, 1, "{stats:?}");
 }
+
+#[test]
+fn a_panicking_destructor_of_a_body_that_found_no_stack_stays_with_that_fiber() {
+    if !crate::stack::page_table_guards_supported() {
+        eprintln!("skipped: this kernel has no MADV_GUARD_INSTALL");
+        return;
+    }
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("a capture's destructor panics");
+        }
+    }
+    let sched = TestScheduler::new();
+    let captured = PanicsOnDrop;
+    let handle = sched.spawn(move || {
+        let _captured = captured;
+        1
+    });
+    let next = sched.spawn(|| 2);
+    crate::stack::tests_hook::fail_next_allocations(1);
+    // The panic is contained where the body is dropped: the scheduler's
+    // loop goes on and runs the next fiber.
+    sched.run();
+    assert!(handle.join().unwrap_err().is_cancelled());
+    assert_eq!(next.join().unwrap(), 2);
+    assert_eq!(sched.pool_stats().in_use, 0);
+}
