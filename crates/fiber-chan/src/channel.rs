@@ -184,19 +184,27 @@ impl<T> Sender<T> {
         let mut value = Some(value);
         match self.chan.send(&mut value, None) {
             Ok(()) => Ok(()),
-            Err(_) => Err(SendError(unsent(value))),
+            Err(_) => {
+                // Disconnected or cancelled: such a send returns at once,
+                // so a loop that retries it is polling (see `failed_wait`).
+                failed_wait();
+                Err(SendError(unsent(value)))
+            }
         }
     }
 
-    /// Send without blocking (never parks; in a fiber, a call that finds
-    /// the channel full counts toward the poll budget, and every
+    /// Send without blocking (never parks; in a fiber, a call that fails
+    /// (the channel full or disconnected) counts toward the poll budget, and every
     /// `fiber_core::POLL_BUDGET` (128) such misses the fiber yields, so a
     /// loop that polls lets other fibers run.)
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
         let mut value = Some(value);
         match self.chan.try_send(&mut value) {
             Ok(()) => Ok(()),
-            Err(true) => Err(TrySendError::Disconnected(unsent(value))),
+            Err(true) => {
+                failed_wait();
+                Err(TrySendError::Disconnected(unsent(value)))
+            }
             Err(false) => {
                 // A poll that found no room: counts toward the fiber's
                 // budget yield (a fiber polling in a loop lets others run).
@@ -228,8 +236,16 @@ impl<T> Sender<T> {
         let mut value = Some(value);
         match self.chan.send(&mut value, deadline) {
             Ok(()) => Ok(()),
-            Err(WaitResult::Closed) => Err(SendTimeoutError::Disconnected(unsent(value))),
-            Err(_) => Err(SendTimeoutError::Timeout(unsent(value))),
+            Err(result) => {
+                if result != WaitResult::TimedOut {
+                    failed_wait();
+                }
+                if result == WaitResult::Closed {
+                    Err(SendTimeoutError::Disconnected(unsent(value)))
+                } else {
+                    Err(SendTimeoutError::Timeout(unsent(value)))
+                }
+            }
         }
     }
 
@@ -323,7 +339,10 @@ impl<T> Receiver<T> {
                 let mut out = None;
                 match chan.recv(None, &mut out) {
                     Ok(()) => Ok(received(out)),
-                    Err(_) => Err(RecvError),
+                    Err(_) => {
+                        failed_wait();
+                        Err(RecvError)
+                    }
                 }
             }
             Flavor::Timer(timer, convert) => loop {
@@ -331,6 +350,7 @@ impl<T> Receiver<T> {
                 // Wait for the due instant (forever when exhausted); a
                 // cancellation ends the receive.
                 if !sleep_until(timer.due()) {
+                    failed_wait();
                     return Err(RecvError);
                 }
                 if let Some(at) = timer.try_take_since(Instant::now(), since) {
@@ -340,18 +360,19 @@ impl<T> Receiver<T> {
             Flavor::Never => {
                 let cancelled = !sleep_until(None);
                 debug_assert!(cancelled, "a wait without a deadline ends only by cancellation");
+                failed_wait();
                 Err(RecvError)
             }
         }
     }
 
-    /// Receive without blocking (never parks; in a fiber, a call that finds
-    /// the channel empty counts toward the poll budget, and every
+    /// Receive without blocking (never parks; in a fiber, a call that fails
+    /// (the channel empty or disconnected) counts toward the poll budget, and every
     /// `fiber_core::POLL_BUDGET` (128) such misses the fiber yields, so a
     /// loop that polls lets other fibers run.)
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         let result = self.try_recv_quiet();
-        if matches!(result, Err(TryRecvError::Empty)) {
+        if result.is_err() {
             // A poll that found nothing: counts toward the fiber's budget
             // yield (a fiber polling in a loop lets others run).
             fiber_core::poll_missed();
@@ -641,6 +662,16 @@ impl<T> IntoIterator for Receiver<T> {
     }
 }
 
+/// A blocking operation failed without waiting its time out: the channel
+/// is disconnected, or the fiber is cancelled. Either holds for every
+/// later try as well, so a loop that retries is polling: it counts toward
+/// the fiber's budget yield as a `try_recv` miss does
+/// (`fiber_core::poll_missed`), and a retry loop lets the fibers queued
+/// behind it run, the one that would end the loop included.
+fn failed_wait() {
+    fiber_core::poll_missed();
+}
+
 /// The value a failed send left in its slot.
 fn unsent<T>(value: Option<T>) -> T {
     value.expect("a failed send keeps its value")
@@ -660,7 +691,15 @@ fn recv_timed<T>(chan: &Chan<T>, deadline: Option<Instant>) -> Result<T, RecvTim
     let mut out = None;
     match chan.recv(deadline, &mut out) {
         Ok(()) => Ok(received(out)),
-        Err(WaitResult::Closed) => Err(RecvTimeoutError::Disconnected),
-        Err(_) => Err(RecvTimeoutError::Timeout),
+        Err(result) => {
+            if result != WaitResult::TimedOut {
+                failed_wait();
+            }
+            if result == WaitResult::Closed {
+                Err(RecvTimeoutError::Disconnected)
+            } else {
+                Err(RecvTimeoutError::Timeout)
+            }
+        }
     }
 }

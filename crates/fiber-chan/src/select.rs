@@ -1219,6 +1219,12 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
         // Completed: the outcome is consumed, nothing for `Drop` to give
         // back.
         std::mem::forget(self);
+        if result.is_err() {
+            // A failed arm (disconnected, or the select was cancelled)
+            // returns at once: a loop that selects again is polling, and
+            // counts toward the fiber's budget yield like `try_recv`.
+            fiber_core::poll_missed();
+        }
         result
     }
 
@@ -1265,6 +1271,10 @@ impl<'s, 'a> SelectedOperation<'s, 'a> {
         let result = self.give_send(sender, value);
         // Completed: as in `recv`.
         std::mem::forget(self);
+        if result.is_err() {
+            // As in `recv`.
+            fiber_core::poll_missed();
+        }
         result
     }
 

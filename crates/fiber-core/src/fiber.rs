@@ -1662,7 +1662,9 @@ pub const POLL_BUDGET: u32 = 128;
 
 /// A layer's non-blocking operation found nothing to do: an empty
 /// `try_recv`, a full `try_send`, a `try_select` or `select!` `default`
-/// with nothing ready, a failed `try_lock`. Every [`POLL_BUDGET`] such
+/// with nothing ready, a failed `try_lock`; or a blocking one failed at
+/// once (a channel operation on a disconnected channel, or in a cancelled
+/// fiber), which a retry loop calls again. Every [`POLL_BUDGET`] such
 /// misses the running fiber yields (to the back of its worker's queue), so
 /// a fiber that polls in a loop lets the fibers queued behind it run, the
 /// one that would end the loop included (Go preempts such a loop; tokio's

@@ -32,7 +32,11 @@ use std::time::{Duration, Instant};
 /// also check for cancellation (for example `fiber::is_cancelled()`).
 /// [`Condvar::wait_while`] and [`Condvar::wait_timeout_while`] stop looping
 /// when cancelled and return the guard with the condition possibly still
-/// true.
+/// true. A cancelled timed wait reports a timeout
+/// ([`WaitTimeoutResult::timed_out`] is `true`; for `wait_timeout_while`,
+/// when the condition still holds), as the channels' timed operations do,
+/// so that std's idiom, a loop that ends when `timed_out()` says so, ends
+/// in a cancelled fiber instead of returning at once until its deadline.
 ///
 /// Using one condvar with two different mutexes panics.
 ///
@@ -160,7 +164,8 @@ impl Condvar {
         }
     }
 
-    /// As [`Condvar::wait`], giving up after `timeout`.
+    /// As [`Condvar::wait`], giving up after `timeout`. In a cancelled
+    /// fiber it returns at once, reporting a timeout.
     ///
     /// # Errors
     ///
@@ -177,7 +182,8 @@ impl Condvar {
     ) -> LockResult<(MutexGuard<'a, T>, WaitTimeoutResult)> {
         let deadline = Instant::now().checked_add(timeout);
         let (result, woke) = self.wait_inner(guard, deadline);
-        let timed_out = WaitTimeoutResult(woke == Woke::TimedOut);
+        // A cancelled wait reads as timed out (see the type docs).
+        let timed_out = WaitTimeoutResult(matches!(woke, Woke::TimedOut | Woke::Cancelled));
         match result {
             Ok(guard) => Ok((guard, timed_out)),
             Err(e) => Err(std::sync::PoisonError::new((e.into_inner(), timed_out))),
@@ -217,7 +223,8 @@ impl Condvar {
             let (result, woke) = self.wait_inner(guard, deadline);
             let poisoned = result.is_err();
             guard = result.unwrap_or_else(|e| e.into_inner());
-            let timed_out = woke == Woke::TimedOut && condition(&mut *guard);
+            // A cancelled wait reads as timed out (see the type docs).
+            let timed_out = matches!(woke, Woke::TimedOut | Woke::Cancelled) && condition(&mut *guard);
             if poisoned {
                 return Err(std::sync::PoisonError::new((guard, WaitTimeoutResult(timed_out))));
             }
