@@ -1289,16 +1289,19 @@ impl Fiber {
     /// A fiber whose first run found no stack (the kernel refused to map
     /// one): it ends CANCELLED without running. Its body is dropped unrun
     /// here, on the worker (as a frame dropped before its fiber ran drops
-    /// it): a joined fiber's join then reports `Cancelled`, a layer's
-    /// fiber signals its layer from the body's destructor, as at shutdown.
-    /// A notice on stderr says why.
+    /// it), with [`start_failure`] saying why while it drops: a joined
+    /// fiber's join then reports a panic whose payload is that message (a
+    /// `String`), and a layer's fiber reports the same to its layer from
+    /// the body's destructor (a scoped child fails its scope). A notice on
+    /// stderr says why too.
     #[cold]
     #[inline(never)]
     fn fail_start(fiber: Arc<Fiber>, e: &std::io::Error) -> RunOutcome {
-        eprintln!(
-            "fiber: fiber {} cannot start: no stack could be mapped for it ({e}); it ends cancelled without running",
+        let why = format!(
+            "fiber {} could not start: no stack could be mapped for it ({e})",
             fiber.id().0
         );
+        eprintln!("fiber: fiber {} cannot start: no stack could be mapped for it ({e}); it ends without running, and its join reports this as its panic", fiber.id().0);
         // SAFETY: the worker holding `Running` owns every slot; the body
         // never started.
         let pending = unsafe {
@@ -1306,7 +1309,9 @@ impl Fiber {
                 .pending
                 .with_mut(|p| std::mem::replace(&mut *p, PendingBody::empty()))
         };
+        let previous = START_FAILURE.with(|f| f.replace(Some(why)));
         crate::task::drop_quietly(pending);
+        START_FAILURE.with(|f| f.replace(previous));
         // SAFETY: as above; the body is gone.
         let sched = unsafe { fiber.clear_for_recycle() }.expect("a live fiber has a scheduler");
         fiber
@@ -1539,6 +1544,23 @@ impl Drop for PendingBody {
             unsafe { (fns.drop)(self.bytes.0.as_mut_ptr().cast()) }
         }
     }
+}
+
+thread_local! {
+    /// Why the body being dropped on this thread never ran, while
+    /// `Fiber::fail_start` drops it (see [`start_failure`]).
+    static START_FAILURE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Inside the drop of a fiber's body that never ran because its first run
+/// found no stack (the kernel refused to map one): why, as a message
+/// naming the fiber and the error. `None` anywhere else (a body dropped
+/// unrun because its fiber was cancelled first, or at shutdown). A layer
+/// whose body reports its own outcome from its destructor (fiber-jobs'
+/// scoped child) reads it to report a failure, not a cancellation; the
+/// join of a spawned fiber reports it as the fiber's panic.
+pub fn start_failure() -> Option<String> {
+    START_FAILURE.try_with(|f| f.borrow().clone()).ok().flatten()
 }
 
 /// Software prefetch: a hint to the CPU, never a memory access in the

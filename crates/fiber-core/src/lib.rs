@@ -111,9 +111,9 @@ pub use fiber::{
     accepts_root_scope, behalf_cancel_scope, behalf_fiber_id, cancellation_held_off, current_cancel_scope,
     current_cancel_scope_is, current_fiber, current_id, current_name, current_spawn_location, current_worker,
     drop_fiber_locals, in_fiber, install_root_scope, is_cancel_requested, is_shutdown_unwind, is_shutting_down,
-    is_tearing_down, layer_panicked, non_cancellable, panicking, poll_missed, run_on_behalf_of, swap_cancel_scope,
-    take_unwind_pin_delta, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, OnBehalf, RootScopeCall,
-    RunOutcome, POLL_BUDGET,
+    is_tearing_down, layer_panicked, non_cancellable, panicking, poll_missed, run_on_behalf_of, start_failure,
+    swap_cancel_scope, take_unwind_pin_delta, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, OnBehalf,
+    RootScopeCall, RunOutcome, POLL_BUDGET,
 };
 /// Under loom there are no fibers: a failed poll costs nothing.
 #[cfg(loom)]

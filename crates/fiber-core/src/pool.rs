@@ -277,11 +277,16 @@ impl FramePool {
     /// spawn asks for more than the pool's size (`min_stack`): mapped now,
     /// so that a size that cannot be mapped is the spawn's error; it
     /// joins the pool's stacks when its fiber ends.
-    pub(crate) fn acquire_with(&self, min_stack: Option<usize>) -> io::Result<(Arc<Fiber>, Option<FiberStack>)> {
+    pub(crate) fn acquire_with(
+        &self,
+        min_stack: Option<usize>,
+        stack_now: bool,
+    ) -> io::Result<(Arc<Fiber>, Option<FiberStack>)> {
         let Some(wanted) = min_stack.filter(|&wanted| wanted > self.stacks.stack_size()) else {
-            if self.stacks.may_refuse() {
-                // A stack the allocator may refuse is taken now, so that the
-                // refusal is the spawn's error (`try_spawn`), not the
+            if stack_now || self.stacks.may_refuse() {
+                // A stack the allocator may refuse (or one the spawn asks
+                // for now, `SpawnOptions::stack_now`) is taken now, so that
+                // a refusal is the spawn's error (`try_spawn`), not the
                 // fiber's when it first runs.
                 let stack = self.start_stack()?;
                 return Ok((self.acquire(), Some(stack)));

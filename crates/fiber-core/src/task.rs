@@ -485,7 +485,14 @@ impl<T: Send> Completion<T> {
 impl<T: Send> Drop for Completion<T> {
     fn drop(&mut self) {
         if self.armed {
-            self.fail(JoinError::cancelled(self.id));
+            // Dropped unrun: cancelled before it started (or at shutdown),
+            // or its first run found no stack, which the join reports as
+            // a panic naming the cause (`Fiber::fail_start`).
+            let error = match crate::fiber::start_failure() {
+                Some(why) => JoinError::panicked(self.id, Box::new(why)),
+                None => JoinError::cancelled(self.id),
+            };
+            self.fail(error);
         }
     }
 }
@@ -701,6 +708,12 @@ pub struct SpawnOptions {
     /// gets a stack mapped for it (up to 1 GiB; above that the spawn fails
     /// with `io::ErrorKind::InvalidInput`).
     pub stack_size: Option<usize>,
+    /// Take the fiber's stack at the spawn instead of at its first run,
+    /// so that a kernel refusing to map one is this spawn's error (as
+    /// `std::thread::Builder::spawn` reports a thread it cannot create).
+    /// Otherwise a fiber whose first run finds no stack never runs, and
+    /// its join reports the failure as a panic (see [`try_spawn_with`]).
+    pub stack_now: bool,
 }
 
 /// Spawn `f` as a fiber of `sched`. Fails if the runtime is shutting down,
@@ -708,9 +721,11 @@ pub struct SpawnOptions {
 /// `spec/lifecycle.md` section 8: a fiber takes its stack when it first
 /// runs, except where the allocator may refuse one for want of a guard,
 /// and for a `stack_size` above the pool's, which are taken at the spawn
-/// so that a refusal is this error; a fiber whose first run finds no stack
-/// because the kernel refuses to map one ends cancelled without running,
-/// its closure dropped unrun, and stderr says so).
+/// so that a refusal is this error (as is any with
+/// [`SpawnOptions::stack_now`]); a fiber whose first run finds no stack
+/// because the kernel refuses to map one never runs: its closure is
+/// dropped unrun, its join reports a panic whose payload (a `String`)
+/// names the cause, and stderr says so).
 #[track_caller]
 pub fn try_spawn_on<F, T>(sched: &Arc<dyn Schedule>, f: F) -> io::Result<JoinHandle<T>>
 where
@@ -738,7 +753,7 @@ where
     let id = crate::fiber::next_fiber_id();
     let span = crate::kind::fiber_spans().then(|| fiber_span(id, options.name.as_deref()));
     let _admitted = enter_gate(sched, outside)?;
-    let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
+    let (frame, stack) = sched.frames().acquire_with(options.stack_size, options.stack_now)?;
     // Three owners: the handle, the completion and the frame.
     let [task, completion_task, frame_task] = BlockArc::new_owners(Task {
         id,
@@ -930,7 +945,7 @@ where
     let id = crate::fiber::next_fiber_id();
     let span = crate::kind::fiber_spans().then(|| fiber_span(id, options.name.as_deref()));
     let _admitted = enter_gate(sched, outside)?;
-    let (frame, stack) = sched.frames().acquire_with(options.stack_size)?;
+    let (frame, stack) = sched.frames().acquire_with(options.stack_size, options.stack_now)?;
     let body = move || -> Exit {
         let fiber = current::get();
         // SAFETY: this body runs on the fiber's own stack, so `current` is

@@ -411,8 +411,16 @@ impl<F, T, E> Drop for ChildBody<F, T, E> {
         // child's fiber (at shutdown) inside its job, as in `run`.
         let previous = fiber_core::swap_cancel_scope(Some(self.job.clone() as Arc<dyn CancelScope>));
         let f = self.f.take();
+        // Why the child never ran, if its first run found no stack: it
+        // fails (as a panic with that message), so that its scope does not
+        // return as if its work were done, as `std::thread::Scope::spawn`
+        // panics when it cannot create a thread.
+        let start_failure = fiber_core::start_failure();
         let outcome = match catch_unwind(AssertUnwindSafe(move || drop(f))) {
-            Ok(()) => Outcome::Cancelled,
+            Ok(()) => match start_failure {
+                Some(why) => self.panicked(Box::new(why)),
+                None => Outcome::Cancelled,
+            },
             Err(payload) => self.panicked(payload),
         };
         self.finish(outcome);
@@ -946,6 +954,13 @@ impl fiber_core::Waitable for Done {
 /// (`Receiver::recv_timeout`, `select!` with an `after` arm,
 /// `TcpStream::set_read_timeout`): it either takes the data or times out,
 /// never both.
+///
+/// # Panics
+///
+/// Panics outside a fiber, and if the fiber that enforces the deadline
+/// cannot be given a stack (the kernel refuses to map one; as
+/// `std::thread::spawn` panics when it cannot create a thread), before
+/// `f` runs.
 #[track_caller]
 pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, TimedOut> {
     require_fiber("with_timeout");
@@ -957,9 +972,17 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
     let done = Arc::new(Done(Mutex::new((false, None))));
     // The dump shows the watchdog parked at the user's `with_timeout` call.
     let site = std::panic::Location::caller();
-    let watchdog = {
+    // The watchdog takes its stack at the spawn: one that could not start
+    // later would leave the deadline unenforced, and a body parked past
+    // it would wait for ever.
+    let spawned = {
         let (job, done) = (job.clone(), done.clone());
-        fiber_core::spawn(move || {
+        let sched = fiber_core::current_scheduler().expect("with_timeout runs in a fiber (checked above)");
+        let options = fiber_core::SpawnOptions {
+            stack_now: true,
+            ..Default::default()
+        };
+        fiber_core::try_spawn_with(&sched, options, move || {
             let options = fiber_core::WaitOptions::new()
                 .deadline(deadline)
                 .interrupt(fiber_core::Interrupt::NotCancellable);
@@ -967,6 +990,16 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
                 job.cancel(CancelReason::TimedOut);
             }
         })
+    };
+    let watchdog = match spawned {
+        Ok(watchdog) => watchdog,
+        Err(e) => {
+            // The job ends at once (it has no child and no body ran), so
+            // that its parent does not wait for it, and the call fails
+            // loudly, as `std::thread::spawn` does without a thread.
+            let _ = close_scope(&job, Ok(()));
+            panic!("fiber::with_timeout: cannot start the fiber that enforces the deadline: {e}");
+        }
     };
     let body = run_in_job(&job, f);
     // Did the deadline pass before `f` returned? Decided here, not by the

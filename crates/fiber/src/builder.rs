@@ -27,8 +27,10 @@ use std::sync::Arc;
 /// build with debug assertions) taken from
 /// its frame pool. A `stack_size` at or below it is satisfied by the pool's
 /// stack; a larger one (up to 1 GiB) gets a stack mapped for this fiber,
-/// guarded like the others, at the spawn (a fiber of the runtime's size
-/// takes its stack when it first runs). When the fiber ends the pool keeps
+/// guarded like the others, at the spawn. A `Builder` takes a pool stack at
+/// the spawn as well, so that a stack that cannot be mapped is the spawn's
+/// error (a fiber of [`spawn`](crate::spawn) takes its stack when it first
+/// runs). When the fiber ends the pool keeps
 /// that stack (up to 64 such) for a later spawn that asks for as much, and
 /// unmaps it when it trims idle memory. Above 1 GiB the spawn fails with
 /// [`io::ErrorKind::InvalidInput`].
@@ -87,9 +89,12 @@ impl Builder {
     /// # Errors
     ///
     /// Fails if the stack size is above 1 GiB (kind `InvalidInput`), or if
-    /// a stack that is taken at the spawn cannot be mapped (one above the
-    /// runtime's size, or any where the allocator may refuse a stack for
-    /// want of a guard: `FIBER_UNGUARDED`, `spec/lifecycle.md` section 8). While the runtime shuts down, a spawn from
+    /// the fiber's stack cannot be mapped: a fiber spawned by a `Builder`
+    /// takes its stack at the spawn, so that this is the spawn's error, as
+    /// with `std::thread::Builder::spawn` (a [`spawn`](crate::spawn)ed
+    /// fiber takes its stack when it first runs, and one whose stack cannot
+    /// be mapped then never runs: its join reports that as its panic;
+    /// `spec/lifecycle.md` section 8). While the runtime shuts down, a spawn from
     /// one of its own fibers succeeds, but the child is cancelled before it
     /// starts (its closure is dropped, its join reports `Cancelled`); spawns
     /// from outside the runtime are refused then
@@ -145,6 +150,9 @@ impl Builder {
             name: self.name,
             pinned: self.pinned,
             stack_size: self.stack_size,
+            // `Builder::spawn` reports a stack that cannot be mapped as its
+            // error, as `std::thread::Builder::spawn` does a thread.
+            stack_now: true,
         }
     }
 }

@@ -406,7 +406,7 @@ fn hundred_thousand_parked_fibers_fit_the_default_map_count() {
 }
 
 #[test]
-fn a_fiber_whose_first_run_finds_no_stack_ends_cancelled_without_running() {
+fn a_fiber_whose_first_run_finds_no_stack_never_runs_and_its_join_says_why() {
     if !crate::stack::page_table_guards_supported() {
         // There every spawn takes its stack at once (a refusal is the
         // spawn's error): no first run looks for one.
@@ -433,7 +433,12 @@ fn a_fiber_whose_first_run_finds_no_stack_ends_cancelled_without_running() {
     crate::stack::tests_hook::fail_next_allocations(1);
     sched.run();
     let err = handle.join().unwrap_err();
-    assert!(err.is_cancelled(), "{err:?}");
+    // Reported as the fiber's panic, whose payload names the cause (a
+    // cancellation would say that something cancelled it).
+    assert!(err.is_panic(), "{err:?}");
+    let why = err.into_panic().downcast::<String>().expect("a message");
+    assert!(why.contains("could not start") && why.contains("no stack"), "{why}");
+    assert_eq!(crate::start_failure(), None, "set only while the body drops");
     assert_eq!(ran.load(Ordering::SeqCst), 0, "the body never ran");
     assert_eq!(dropped.load(Ordering::SeqCst), 1, "the body was dropped unrun, once");
     // The runtime goes on: the next fiber gets a stack.
@@ -468,7 +473,7 @@ fn a_panicking_destructor_of_a_body_that_found_no_stack_stays_with_that_fiber() 
     // The panic is contained where the body is dropped: the scheduler's
     // loop goes on and runs the next fiber.
     sched.run();
-    assert!(handle.join().unwrap_err().is_cancelled());
+    assert!(handle.join().unwrap_err().is_panic());
     assert_eq!(next.join().unwrap(), 2);
     assert_eq!(sched.pool_stats().in_use, 0);
 }

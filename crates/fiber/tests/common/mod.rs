@@ -82,6 +82,16 @@ pub fn in_child(scenario: &str, secs: u64, body: impl FnOnce()) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Read stderr while the child runs: a child that writes more than the
+    // pipe holds (many panics with backtraces) would otherwise block on
+    // the full pipe and look like a hang.
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut stderr = String::new();
+        use std::io::Read;
+        let _ = pipe.read_to_string(&mut stderr);
+        stderr
+    });
     let start = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -94,9 +104,7 @@ pub fn in_child(scenario: &str, secs: u64, body: impl FnOnce()) {
         }
         std::thread::sleep(ms(20));
     };
-    let mut stderr = String::new();
-    use std::io::Read;
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let stderr = reader.join().unwrap();
     assert!(status.success(), "child {scenario} failed ({status:?}):\n{stderr}");
 }
 
