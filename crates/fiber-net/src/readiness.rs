@@ -310,6 +310,14 @@ impl Readiness {
             match op() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && !nonblocking => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // An error at once (`WouldBlock` on a non-blocking
+                    // socket, a reset or closed connection): a loop that
+                    // retries is polling, and counts toward the fiber's
+                    // budget yield, as a `try_recv` miss does.
+                    fiber_core::poll_missed();
+                    return Err(e);
+                }
                 other => return other,
             }
             if self.label.get().is_none() {
@@ -378,6 +386,11 @@ impl Readiness {
             if matches!(result, Ok(n) if n > 0 && n < len) {
                 // Relaxed: as above.
                 self.read_drained.store(before, Ordering::Relaxed);
+            }
+            if matches!(result, Ok(0)) && len > 0 {
+                // End of file, which every later read returns at once too:
+                // a loop that reads on is polling (as for an error above).
+                fiber_core::poll_missed();
             }
             result
         })

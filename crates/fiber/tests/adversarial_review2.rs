@@ -2144,6 +2144,70 @@ fn a_timed_recv_loop_on_a_disconnected_channel_lets_others_run() {
     });
 }
 
+/// std's polling idiom on a non-blocking socket (`set_nonblocking`, then
+/// read until it stops saying `WouldBlock`) on the only worker: the fiber
+/// that sends must get to run. Each `WouldBlock` counts toward the poll
+/// budget, as an empty `try_recv` does.
+#[test]
+fn a_nonblocking_read_loop_lets_the_sender_run() {
+    use std::io::{Read, Write};
+    within(20, || {
+        let rt = rt_fixed_grace(1, ms(200));
+        rt.block_on(|| {
+            let listener = fiber::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let client = fiber::spawn(move || fiber::net::TcpStream::connect(addr).unwrap());
+            let (mut server, _) = listener.accept().unwrap();
+            let mut client = client.join().unwrap();
+            server.set_nonblocking(true).unwrap();
+            let sender = fiber::spawn(move || {
+                client.write_all(b"x").unwrap();
+                client
+            });
+            let mut buf = [0u8; 1];
+            loop {
+                match server.read(&mut buf) {
+                    Ok(1) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    other => panic!("unexpected read result {other:?}"),
+                }
+            }
+            assert_eq!(buf[0], b'x');
+            drop(sender.join().unwrap());
+        });
+    });
+}
+
+/// A read at end of file returns 0 at once, every time: a loop that reads
+/// on (waiting for a flag another fiber sets) must not starve that fiber.
+#[test]
+fn a_read_loop_at_end_of_file_lets_others_run() {
+    use std::io::Read;
+    within(20, || {
+        let rt = rt_fixed_grace(1, ms(200));
+        rt.block_on(|| {
+            let listener = fiber::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let client = fiber::spawn(move || fiber::net::TcpStream::connect(addr).unwrap());
+            let (mut server, _) = listener.accept().unwrap();
+            drop(client.join().unwrap());
+            let stop = Arc::new(AtomicBool::new(false));
+            let setter = {
+                let stop = stop.clone();
+                fiber::spawn(move || stop.store(true, SeqCst))
+            };
+            let mut buf = [0u8; 16];
+            let mut eofs = 0u64;
+            while !stop.load(SeqCst) {
+                assert_eq!(server.read(&mut buf).unwrap(), 0);
+                eofs += 1;
+            }
+            setter.join().unwrap();
+            assert!(eofs >= 1);
+        });
+    });
+}
+
 // ------------------------------------------------ sockets: cancel races
 
 /// An accept cancelled while a client connects: the connection is either
