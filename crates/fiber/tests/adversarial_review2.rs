@@ -2411,6 +2411,40 @@ fn child_outcome(scenario: &str, body: impl FnOnce()) -> Option<(std::process::E
     Some((out.status, String::from_utf8_lossy(&out.stderr).into_owned()))
 }
 
+/// Run `body` in a child process (`child_outcome`) that will run short of
+/// stacks; in the parent, require a clean exit, showing the child's
+/// stderr without its `cannot start` notices (one per fiber that found
+/// no stack).
+fn in_stack_starved_child(scenario: &str, body: impl FnOnce()) {
+    if let Some((status, stderr)) = child_outcome(scenario, body) {
+        let notices = stderr.lines().filter(|l| l.contains("cannot start")).count();
+        let tail: String = stderr
+            .lines()
+            .filter(|l| !l.contains("cannot start"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            status.success(),
+            "status {status:?}, {notices} 'cannot start' notices, stderr:\n{tail}"
+        );
+    }
+}
+
+/// Use up the address space: allow the current size plus 48 MiB (room for
+/// the runtime's own needs and a few dozen stacks), then park 300 fibers,
+/// most of which find no stack.
+fn use_up_the_stacks() {
+    limit_address_space(vm_size_bytes() + 48 * 1024 * 1024);
+    for _ in 0..300 {
+        fiber::spawn(|| {
+            let _ = fiber::sleep(Duration::MAX);
+        });
+    }
+    for _ in 0..10 {
+        fiber::yield_now().unwrap();
+    }
+}
+
 #[inline(never)]
 fn recurse(depth: u64) -> u64 {
     let buf = [depth as u8; 512];
@@ -2464,7 +2498,7 @@ fn vm_size_bytes() -> u64 {
 #[test]
 fn a_scope_whose_children_cannot_get_stacks_does_not_return_normally() {
     let scenario = "a_scope_whose_children_cannot_get_stacks_does_not_return_normally";
-    let outcome = child_outcome(scenario, || {
+    in_stack_starved_child(scenario, || {
         let rt = rt_fixed_grace(1, ms(300));
         let result = rt.block_on(|| {
             let ran = AtomicUsize::new(0);
@@ -2504,18 +2538,6 @@ fn a_scope_whose_children_cannot_get_stacks_does_not_return_normally() {
             300 - ran
         );
     });
-    if let Some((status, stderr)) = outcome {
-        let tail: String = stderr
-            .lines()
-            .filter(|l| !l.contains("cannot start"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let notices = stderr.lines().filter(|l| l.contains("cannot start")).count();
-        assert!(
-            status.success(),
-            "status {status:?}, {notices} 'cannot start' notices, stderr:\n{tail}"
-        );
-    }
 }
 
 /// Set RLIMIT_AS to `bytes` (RLIM_INFINITY for none).
@@ -2538,21 +2560,11 @@ fn limit_address_space(bytes: u64) {
 #[test]
 fn with_timeout_times_out_or_fails_loudly_when_no_new_stack_can_be_mapped() {
     let scenario = "with_timeout_times_out_or_fails_loudly_when_no_new_stack_can_be_mapped";
-    let outcome = child_outcome(scenario, || {
+    in_stack_starved_child(scenario, || {
         let rt = rt_fixed_grace(1, ms(300));
         let r = within(10, move || {
             let r = rt.block_on(|| {
-                limit_address_space(vm_size_bytes() + 48 * 1024 * 1024);
-                // Use up the address space with parked fibers.
-                let mut sleepers = Vec::new();
-                for _ in 0..300 {
-                    sleepers.push(fiber::spawn(|| {
-                        let _ = fiber::sleep(Duration::MAX);
-                    }));
-                }
-                for _ in 0..10 {
-                    fiber::yield_now().unwrap();
-                }
+                use_up_the_stacks();
                 let r = std::panic::catch_unwind(|| fiber::with_timeout(ms(50), || fiber::sleep(Duration::MAX)));
                 limit_address_space(libc::RLIM_INFINITY);
                 // The scope around it still closes: the job did not stay
@@ -2584,14 +2596,6 @@ fn with_timeout_times_out_or_fails_loudly_when_no_new_stack_can_be_mapped() {
         });
         println!("OUTCOME {r}");
     });
-    if let Some((status, stderr)) = outcome {
-        let tail: String = stderr
-            .lines()
-            .filter(|l| !l.contains("cannot start"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        assert!(status.success(), "status {status:?}, stderr:\n{tail}");
-    }
 }
 
 /// A block_on whose root fiber cannot get a stack (the address space is
@@ -2601,19 +2605,11 @@ fn with_timeout_times_out_or_fails_loudly_when_no_new_stack_can_be_mapped() {
 #[test]
 fn block_on_whose_root_cannot_get_a_stack_panics_clearly() {
     let scenario = "block_on_whose_root_cannot_get_a_stack_panics_clearly";
-    let outcome = child_outcome(scenario, || {
+    in_stack_starved_child(scenario, || {
         let rt = rt_fixed_grace(1, ms(300));
         let msg = within(20, move || {
             rt.block_on(|| {
-                limit_address_space(vm_size_bytes() + 48 * 1024 * 1024);
-                for _ in 0..300 {
-                    fiber::spawn(|| {
-                        let _ = fiber::sleep(Duration::MAX);
-                    });
-                }
-                for _ in 0..10 {
-                    fiber::yield_now().unwrap();
-                }
+                use_up_the_stacks();
             });
             // Take the stack the finished root left in the pool too.
             for _ in 0..50 {
@@ -2638,14 +2634,6 @@ fn block_on_whose_root_cannot_get_a_stack_panics_clearly() {
             );
         }
     });
-    if let Some((status, stderr)) = outcome {
-        let tail: String = stderr
-            .lines()
-            .filter(|l| !l.contains("cannot start"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        assert!(status.success(), "status {status:?}, stderr:\n{tail}");
-    }
 }
 
 /// Join blocks are recycled through per-thread caches (spec/lifecycle.md
