@@ -79,6 +79,7 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
         })
         .collect();
     let mut last_growth: Option<(Instant, Duration)> = None;
+    let mut last_restore: Option<Instant> = None;
     let mut neg_streak = 0u64;
     let mut quiet_since: Option<Instant> = None;
     let mut deadlock_reported = false;
@@ -123,6 +124,7 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
         }
         let pressure = pressure(&shared);
         sample_pressure(&shared, pressure, &mut neg_streak);
+        restore_minimum(&shared, now, &mut last_restore);
         let stuck = scan_workers(&shared, &mut views, now);
         let grown_before = last_growth;
         let (busy, rescued) = decide_growth(&shared, pressure, &stuck, now, &mut last_growth);
@@ -238,6 +240,38 @@ fn steal_all(shared: &Shared, index: usize) -> usize {
     moved
 }
 
+/// Start a worker in the first DEAD slot that takes one; its index, or
+/// `None` if no thread could be started (or no slot is free).
+fn start_in_a_dead_slot(shared: &Arc<Shared>) -> Option<usize> {
+    (0..shared.slots.len()).find(|&i| shared.slots[i].state.load(Ordering::Relaxed) == DEAD && spawn_worker(shared, i))
+}
+
+/// The pool is below its minimum (`workers`): a worker thread could not
+/// be started when one was needed (a failed replacement, a failed start
+/// after an `on_thread_start` panic). Try again, at most once per
+/// `RESTORE_EVERY`, so that the runtime gets its workers back once
+/// threads can be created again.
+fn restore_minimum(shared: &Arc<Shared>, now: Instant, last_try: &mut Option<Instant>) {
+    if shared.alive.load(Ordering::Relaxed) >= shared.config.workers
+        || last_try.is_some_and(|at| now.duration_since(at) < RESTORE_EVERY)
+    {
+        return;
+    }
+    *last_try = Some(now);
+    while shared.alive.load(Ordering::Relaxed) < shared.config.workers {
+        match start_in_a_dead_slot(shared) {
+            Some(i) => shared
+                .counters
+                .record_grow(format!("+1 worker (slot {i}): the pool was below its minimum")),
+            None => return,
+        }
+    }
+    shared.notify_one();
+}
+
+/// How often the monitor retries starting workers the pool is missing.
+const RESTORE_EVERY: Duration = Duration::from_millis(100);
+
 /// Seed 000 §6.2: a worker that made no progress (one fiber without a
 /// yield point) for the retire interval goes DRAINING: it accepts no new
 /// work, what waits on it moves to the global queue, and it exits as soon
@@ -259,6 +293,23 @@ fn drain_stuck(shared: &Arc<Shared>, index: usize, running: u64, still: Duration
     if !can_replace && !enough_stay {
         return;
     }
+    // When the workers that stay would fall below `workers`, the
+    // replacement must start first: a thread that cannot be created (no
+    // memory, a thread cap) left the pool with no worker at all, for good.
+    let started_first = if enough_stay {
+        None
+    } else {
+        match start_in_a_dead_slot(shared) {
+            Some(i) => Some(i),
+            None => {
+                shared.counters.record_shrink(format!(
+                    "worker {index} stays: fiber {running} made no progress for {still:?}, but no \
+                     replacement thread could be started"
+                ));
+                return;
+            }
+        }
+    };
     // Relaxed CAS: the state word is advisory for placement here; the
     // worker's exit path fences before it drains (as for retirement).
     if slot
@@ -266,17 +317,24 @@ fn drain_stuck(shared: &Arc<Shared>, index: usize, running: u64, still: Duration
         .compare_exchange(ACTIVE, DRAINING, Ordering::Relaxed, Ordering::Relaxed)
         .is_err()
     {
+        if let Some(i) = started_first {
+            // The worker moved on meanwhile: the one started stays, a
+            // growth like any other (idle, it retires as usual).
+            shared.counters.record_grow(format!(
+                "+1 worker (slot {i}): to replace worker {index}, which moved on"
+            ));
+        }
         return;
     }
     // It no longer counts toward the minimum (it is leaving).
     shared.staying.fetch_sub(1, Ordering::Relaxed);
     shared.counters.drained_stuck.fetch_add(1, Ordering::Relaxed);
     let moved = rescue_waiting(shared, index, usize::MAX) + steal_all(shared, index);
-    let replacement = if shared.alive.load(Ordering::Relaxed) < shared.config.max_workers {
-        (0..shared.slots.len())
-            .find(|&i| shared.slots[i].state.load(Ordering::Relaxed) == DEAD && spawn_worker(shared, i))
-    } else {
-        None
+    let at_ceiling = shared.alive.load(Ordering::Relaxed) >= shared.config.max_workers;
+    let replacement = match started_first {
+        Some(i) => Some(i),
+        None if !at_ceiling => start_in_a_dead_slot(shared),
+        None => None,
     };
     shared.counters.record_shrink(format!(
         "worker {index} draining: fiber {running} made no progress for {still:?} (retire interval {:?}); \
@@ -284,7 +342,8 @@ fn drain_stuck(shared: &Arc<Shared>, index: usize, running: u64, still: Duration
         shared.config.idle_timeout,
         match replacement {
             Some(i) => format!("slot {i}"),
-            None => "none (at the ceiling)".to_string(),
+            None if at_ceiling => "none (at the ceiling)".to_string(),
+            None => "none (no thread could be started)".to_string(),
         }
     ));
     if let Some(i) = replacement {

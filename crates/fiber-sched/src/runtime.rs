@@ -221,11 +221,22 @@ impl Runtime {
         crate::handle::register_live(&shared);
         for index in 0..shared.config.workers {
             if !spawn_worker(&shared, index) {
-                shared.shutdown.store(true, Ordering::Release);
+                stop_started_threads(&shared);
                 return Err(io::Error::other(format!("could not start worker thread {index}")));
             }
         }
-        let monitor = monitor::start(&shared)?;
+        let monitor = match monitor::start(&shared) {
+            Ok(monitor) => monitor,
+            Err(e) => {
+                // No `Runtime` exists to shut the workers down: they stop
+                // here, so that a failed build leaves no thread behind.
+                stop_started_threads(&shared);
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("could not start the monitor thread: {e}"),
+                ));
+            }
+        };
         let runtime = Runtime {
             shared,
             monitor: Some(monitor),
@@ -624,6 +635,23 @@ const ALL_PARKED_GRACE: Duration = Duration::from_millis(50);
 
 /// How long shutdown waits for each worker thread to stop.
 const WORKER_STOP_BOUND: Duration = Duration::from_secs(2);
+
+/// A build that failed after some workers started: stop them and join
+/// their threads (no fiber has run yet, so there is nothing to unwind).
+fn stop_started_threads(shared: &Shared) {
+    // Release: pairs with the Acquire in `Shared::is_shutdown`.
+    shared.shutdown.store(true, Ordering::Release);
+    for (i, slot) in shared.slots.iter().enumerate() {
+        // Wake every sleeper (a wake always writes, then wakes).
+        slot.futex.store(crate::idle::NOTIFIED, Ordering::Release);
+        crate::sync::futex_wake_one(&slot.futex);
+        shared.wake_io(i);
+    }
+    let threads: Vec<_> = lock(&shared.threads).drain(..).collect();
+    for thread in threads {
+        let _ = thread.join();
+    }
+}
 
 impl Drop for Runtime {
     fn drop(&mut self) {

@@ -753,18 +753,29 @@ pub(crate) fn spawn_worker(shared: &Arc<Shared>, index: usize) -> bool {
     shared.staying.fetch_add(1, Ordering::Relaxed);
     let worker_shared = shared.clone();
     let name = format!("{}-{}", shared.config.thread_name, index);
-    match std::thread::Builder::new()
-        .name(name)
-        .spawn(move || worker_main(worker_shared, index, deque))
-    {
+    // The deques reach the thread through a hand-off slot, not inside the
+    // closure: a spawn that fails drops the closure, and the slot's stealer
+    // is tied to the deque's owner end, so the slot keeps it and can be
+    // started again later (one failed growth used to lose the slot).
+    let handoff = std::sync::Arc::new(std::sync::Mutex::new(Some(deque)));
+    let theirs = handoff.clone();
+    match std::thread::Builder::new().name(name).spawn(move || {
+        let deque = theirs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .expect("the deques are handed over once");
+        drop(theirs);
+        worker_main(worker_shared, index, deque)
+    }) {
         Ok(handle) => {
             lock(&shared.threads).push(handle);
             true
         }
         Err(_) => {
-            // The deque's owner end went with the closure and the slot's
-            // stealer is tied to it, so this slot stays DEAD for good; count
-            // it and go on with fewer workers.
+            // The slot gets its deques back and is DEAD again: a later
+            // growth may try it again. Count the failure.
+            *lock(&slot.deque) = handoff.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
             shared.alive.fetch_sub(1, Ordering::AcqRel);
             shared.staying.fetch_sub(1, Ordering::Relaxed);
             shared.counters.spawn_failures.fetch_add(1, Ordering::Relaxed);
