@@ -354,8 +354,9 @@ impl TcpStream {
         Ok(TcpStream { io })
     }
 
-    /// Back to a std stream, in blocking mode (the timeouts set here are
-    /// not carried over).
+    /// Back to a std stream, in blocking mode. The timeouts set here stay
+    /// on the socket: they are the kernel's `SO_RCVTIMEO` / `SO_SNDTIMEO`,
+    /// which the std stream then obeys.
     ///
     /// Unless a handle made from this one with `try_clone` is still open:
     /// blocking mode belongs to the socket, which the handles share, and
