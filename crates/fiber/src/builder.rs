@@ -103,7 +103,8 @@ impl Builder {
     /// # Panics
     ///
     /// Panics outside a fiber (use [`Handle::spawn`](crate::Handle::spawn)
-    /// from a plain thread).
+    /// from a plain thread), and if the name contains a NUL byte (as
+    /// `std::thread::Builder::spawn` does).
     #[track_caller]
     pub fn spawn<F, T>(self, f: F) -> io::Result<JoinHandle<T>>
     where
@@ -145,7 +146,14 @@ impl Builder {
         scope.try_spawn_with(self.options(), f)
     }
 
+    #[track_caller]
     fn options(self) -> fiber_core::SpawnOptions {
+        // std's rule (`std::thread::Builder::spawn` panics so): code ported
+        // from threads keeps its check, although a fiber's name never
+        // reaches the OS.
+        if self.name.as_deref().is_some_and(|name| name.contains('\0')) {
+            panic!("fiber name may not contain interior null bytes");
+        }
         fiber_core::SpawnOptions {
             name: self.name,
             pinned: self.pinned,

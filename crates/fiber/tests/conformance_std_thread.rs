@@ -109,9 +109,12 @@ fn builder_bad_stack_sizes_are_errors_not_crashes() {
             fiber::Builder::new().stack_size(1).spawn(|| 2).unwrap().join().unwrap(),
             2
         );
-        // A name with odd characters is only a label here.
-        let h = fiber::Builder::new().name("a\0b ü").spawn(|| 3).unwrap();
+        // Any name without a NUL byte is only a label here; one with a NUL
+        // makes the spawn panic, as std's does.
+        let h = fiber::Builder::new().name("a b ü\n").spawn(|| 3).unwrap();
         assert_eq!(h.join().unwrap(), 3);
+        let nul = std::panic::catch_unwind(|| fiber::Builder::new().name("a\0b").spawn(|| 4));
+        assert!(nul.is_err(), "a name with a NUL byte was accepted");
         fiber::scope(|s| {
             let err = fiber::Builder::new()
                 .stack_size(usize::MAX)
