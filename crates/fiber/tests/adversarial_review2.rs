@@ -2480,13 +2480,6 @@ fn a_fiber_stack_overflow_aborts_with_the_documented_message() {
     }
 }
 
-fn vm_size_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
-    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
-}
-
 /// Design question: when the kernel refuses a fiber's stack at its first
 /// run, the fiber "ends cancelled without running" (spec/lifecycle.md
 /// section 8) and a scope treats that as a child that ended: the scope
@@ -2538,16 +2531,6 @@ fn a_scope_whose_children_cannot_get_stacks_does_not_return_normally() {
             300 - ran
         );
     });
-}
-
-/// Set RLIMIT_AS to `bytes` (RLIM_INFINITY for none).
-fn limit_address_space(bytes: u64) {
-    let lim = libc::rlimit {
-        rlim_cur: bytes as libc::rlim_t,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: plain setrlimit call with a valid struct.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) }, 0);
 }
 
 /// with_timeout's deadline is enforced by a helper fiber. When the kernel

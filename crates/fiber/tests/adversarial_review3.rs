@@ -2379,67 +2379,6 @@ fn unpark_of_a_fiber_that_has_not_started_yet_is_kept() {
     });
 }
 
-/// `common::in_child` for a test marked `#[ignore]`: the child is told to
-/// run ignored tests too (otherwise it would run nothing and pass).
-fn in_child_even_if_ignored(scenario: &str, secs: u64, body: impl FnOnce()) {
-    if std::env::var("FIBER_ADVERSARIAL_CHILD").as_deref() == Ok(scenario) {
-        body();
-        return;
-    }
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            scenario,
-            "--nocapture",
-            "--test-threads=1",
-            "--include-ignored",
-        ])
-        .env("FIBER_ADVERSARIAL_CHILD", scenario)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("hang: child {scenario} did not exit within {secs} s");
-        }
-        std::thread::sleep(ms(20));
-    };
-    let (stdout, stderr) = (out_reader.join().unwrap(), err_reader.join().unwrap());
-    assert!(status.success(), "child {scenario} failed ({status:?}):\n{stderr}");
-    assert!(
-        stdout.contains("1 passed"),
-        "child {scenario} ran no test:\n{stdout}\n{stderr}"
-    );
-}
-
-fn set_address_space_limit(bytes: u64) {
-    let lim = libc::rlimit {
-        rlim_cur: bytes as libc::rlim_t,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: plain setrlimit call with a valid struct.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) }, 0);
-}
-
 /// std: `Builder::spawn` reports a thread that cannot be created as an
 /// error. When `build()` fails because a later worker thread cannot be
 /// started, the workers already started must end too (no leaked,
@@ -2452,13 +2391,13 @@ fn a_build_failing_at_a_later_worker_leaves_no_threads() {
         // Find a limit at which some but not all workers start.
         for extra_mib in [3u64, 5, 7, 9, 12, 16, 24] {
             let vm = vm_kib("VmSize:") as u64 * 1024;
-            set_address_space_limit(vm + extra_mib * 1024 * 1024);
+            limit_address_space(vm + extra_mib * 1024 * 1024);
             let r = fiber::Runtime::builder()
                 .workers(8)
                 .max_workers(8)
                 .shutdown_timeout(ms(200))
                 .build();
-            set_address_space_limit(u64::MAX);
+            limit_address_space(u64::MAX);
             match r {
                 Err(e) => {
                     outcome = Some(e.to_string());
@@ -2496,7 +2435,7 @@ fn a_build_failing_at_a_later_worker_leaves_no_threads() {
 /// not, `build()` fails, and the worker it already started must end.
 #[test]
 fn a_build_failing_after_its_workers_started_leaves_no_threads() {
-    in_child_even_if_ignored(
+    in_child(
         "a_build_failing_after_its_workers_started_leaves_no_threads",
         60,
         || {
@@ -2507,13 +2446,13 @@ fn a_build_failing_after_its_workers_started_leaves_no_threads() {
             // thread, or succeeds).
             for step in 0..64u64 {
                 let vm = vm_kib("VmSize:") as u64 * 1024;
-                set_address_space_limit(vm + (2048 + 96) * 1024 + step * 32 * 1024);
+                limit_address_space(vm + (2048 + 96) * 1024 + step * 32 * 1024);
                 let r = fiber::Runtime::builder()
                     .workers(1)
                     .max_workers(1)
                     .shutdown_timeout(ms(200))
                     .build();
-                set_address_space_limit(u64::MAX);
+                limit_address_space(u64::MAX);
                 match r {
                     Err(e) if e.to_string().contains("worker thread") => outcomes.push(e.to_string()),
                     Err(e) => {
@@ -2553,7 +2492,7 @@ fn a_build_failing_after_its_workers_started_leaves_no_threads() {
 /// fibers still finish.
 #[test]
 fn a_failed_replacement_of_a_drained_worker_does_not_leave_the_runtime_empty() {
-    in_child_even_if_ignored(
+    in_child(
         "a_failed_replacement_of_a_drained_worker_does_not_leave_the_runtime_empty",
         60,
         || {
@@ -2576,12 +2515,12 @@ fn a_failed_replacement_of_a_drained_worker_does_not_leave_the_runtime_empty() {
                 .collect();
             let spinner = h.spawn(move || {
                 let vm = vm_kib("VmSize:") as u64 * 1024;
-                set_address_space_limit(vm + 256 * 1024);
+                limit_address_space(vm + 256 * 1024);
                 let t = Instant::now();
                 while t.elapsed() < ms(400) {
                     std::hint::spin_loop();
                 }
-                set_address_space_limit(u64::MAX);
+                limit_address_space(u64::MAX);
                 tx.send(()).unwrap();
             });
             rx.recv_timeout(Duration::from_secs(10)).expect("the spinner never ran");
@@ -2607,7 +2546,7 @@ fn a_failed_replacement_of_a_drained_worker_does_not_leave_the_runtime_empty() {
 /// the fiber that releases it runs.
 #[test]
 fn a_failed_growth_does_not_disable_growth_for_good() {
-    in_child_even_if_ignored("a_failed_growth_does_not_disable_growth_for_good", 60, || {
+    in_child("a_failed_growth_does_not_disable_growth_for_good", 60, || {
         let rt = fiber::Runtime::builder()
             .workers(1)
             .max_workers(2)
@@ -2620,12 +2559,12 @@ fn a_failed_growth_does_not_disable_growth_for_good() {
             let waiting = fiber::spawn(|| fiber::sleep(ms(30)).unwrap());
             fiber::spawn(|| {
                 let vm = vm_kib("VmSize:") as u64 * 1024;
-                set_address_space_limit(vm + 256 * 1024);
+                limit_address_space(vm + 256 * 1024);
                 let t = Instant::now();
                 while t.elapsed() < ms(300) {
                     std::hint::spin_loop();
                 }
-                set_address_space_limit(u64::MAX);
+                limit_address_space(u64::MAX);
             })
             .join()
             .unwrap();

@@ -75,8 +75,16 @@ pub fn in_child(scenario: &str, secs: u64, body: impl FnOnce()) {
         body();
         return;
     }
+    // `--include-ignored`: the child runs the scenario even if it is marked
+    // `#[ignore]` (it would otherwise run nothing and pass).
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", scenario, "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            scenario,
+            "--nocapture",
+            "--test-threads=1",
+            "--include-ignored",
+        ])
         .env(CHILD_VAR, scenario)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -86,11 +94,11 @@ pub fn in_child(scenario: &str, secs: u64, body: impl FnOnce()) {
     // pipe holds (many panics with backtraces) would otherwise block on
     // the full pipe and look like a hang.
     let mut pipe = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut stderr = String::new();
+    let err_reader = std::thread::spawn(move || {
         use std::io::Read;
-        let _ = pipe.read_to_string(&mut stderr);
-        stderr
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
     });
     let start = Instant::now();
     let status = loop {
@@ -104,8 +112,28 @@ pub fn in_child(scenario: &str, secs: u64, body: impl FnOnce()) {
         }
         std::thread::sleep(ms(20));
     };
-    let stderr = reader.join().unwrap();
+    let stderr = err_reader.join().unwrap();
     assert!(status.success(), "child {scenario} failed ({status:?}):\n{stderr}");
+}
+
+/// This process's virtual size (`VmSize`), in bytes.
+pub fn vm_size_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+/// Cap this process's address space (`RLIMIT_AS`) at `bytes`
+/// (`RLIM_INFINITY` or `u64::MAX` for none): thread and stack creation
+/// then fail past it. Only in a child process (`in_child`).
+pub fn limit_address_space(bytes: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: bytes as libc::rlim_t,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: a plain setrlimit call with a valid struct.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) }, 0);
 }
 
 /// The message of the panic `f` raises, if it panics.
