@@ -68,7 +68,7 @@ struct WorkerView {
 /// How often the monitor looks at the pool's idle frames.
 const TRIM_INTERVAL: Duration = Duration::from_secs(1);
 
-pub(crate) fn monitor_main(shared: Arc<Shared>) {
+pub(crate) fn monitor_main(shared: Arc<Shared>, mut dump_requests: crate::dumpsig::DumpRequests) {
     let mut views: Vec<WorkerView> = (0..shared.slots.len())
         .map(|_| WorkerView {
             heartbeat: 0,
@@ -86,7 +86,6 @@ pub(crate) fn monitor_main(shared: Arc<Shared>) {
     let mut trim_check = Instant::now();
     let mut idle_low = usize::MAX;
     let mut idle_stacks_low = usize::MAX;
-    let mut dump_requests = crate::dumpsig::DumpRequests::new(shared.config.dump_signal);
     let mut busy_tick = TICK;
     loop {
         if shared.is_shutdown() {
@@ -601,11 +600,14 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
 }
 
 /// Start the monitor thread.
-pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub(crate) fn start(
+    shared: &Arc<Shared>,
+    dump_requests: crate::dumpsig::DumpRequests,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     let monitor_shared = shared.clone();
     let handle = std::thread::Builder::new()
         .name(format!("{}-monitor", shared.config.thread_name))
-        .spawn(move || monitor_main(monitor_shared))?;
+        .spawn(move || monitor_main(monitor_shared, dump_requests))?;
     *lock(&shared.monitor) = Some(handle.thread().clone());
     Ok(handle)
 }

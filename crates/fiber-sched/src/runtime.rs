@@ -208,9 +208,10 @@ impl Runtime {
     /// A runtime with a validated configuration.
     pub fn with_config(config: Config) -> io::Result<Runtime> {
         config.validate()?;
-        if let Some(signal) = config.dump_signal {
-            crate::dumpsig::install(signal);
-        }
+        // Installed now (not when the monitor starts), so that a signal
+        // sent once `build` returns is counted; the monitor owns it, and
+        // its exit (or a failed start) puts the previous action back.
+        let dump_requests = crate::dumpsig::DumpRequests::register(config.dump_signal);
         if config.park_backtraces {
             fiber_core::set_park_backtraces(true);
         }
@@ -225,7 +226,7 @@ impl Runtime {
                 return Err(io::Error::other(format!("could not start worker thread {index}")));
             }
         }
-        let monitor = match monitor::start(&shared) {
+        let monitor = match monitor::start(&shared, dump_requests) {
             Ok(monitor) => monitor,
             Err(e) => {
                 // No `Runtime` exists to shut the workers down: they stop

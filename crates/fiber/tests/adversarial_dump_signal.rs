@@ -107,3 +107,107 @@ fn two_runtimes_may_use_different_dump_signals() {
     assert!(stderr.contains("fiber-of-runtime-b"), "{stderr}");
     assert!(!stderr.contains("fiber-of-runtime-a"), "{stderr}");
 }
+
+#[test]
+fn after_the_last_runtime_the_signal_does_what_it_did_before() {
+    // SIGUSR1's default action ends the process. While a runtime asks for
+    // dumps on it, the signal prints a dump instead; once that runtime is
+    // gone the handler must go too, not swallow the signal for ever.
+    const T: &str = "after_the_last_runtime_the_signal_does_what_it_did_before";
+    if is_child(T) {
+        let rt = fiber::Runtime::new().unwrap();
+        park_a_named_fiber(&rt, "fiber-while-the-runtime-lives");
+        raise("USR1");
+        std::thread::sleep(ms(300));
+        println!("SURVIVED-WHILE-THE-RUNTIME-LIVED");
+        drop(rt);
+        raise("USR1");
+        std::thread::sleep(ms(500));
+        println!("SURVIVED-AFTER-THE-RUNTIME");
+        return;
+    }
+    let out = child(
+        T,
+        &[("FIBER_DUMP_SIGNAL", "SIGUSR1"), ("FIBER_SHUTDOWN_TIMEOUT_MS", "100")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        stdout.contains("SURVIVED-WHILE-THE-RUNTIME-LIVED"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("fiber-while-the-runtime-lives"), "{stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGUSR1),
+        "with no runtime left, SIGUSR1 should end the process as by default; got {:?}\n{stdout}",
+        out.status
+    );
+}
+
+static APP_HANDLER_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+extern "C" fn app_handler(_signal: libc::c_int) {
+    APP_HANDLER_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Wait (bounded) until the application's handler has run `n` times.
+fn app_calls_reach(n: usize) -> bool {
+    let deadline = std::time::Instant::now() + ms(5_000);
+    while std::time::Instant::now() < deadline {
+        if APP_HANDLER_CALLS.load(std::sync::atomic::Ordering::SeqCst) >= n {
+            return true;
+        }
+        std::thread::sleep(ms(5));
+    }
+    false
+}
+
+#[test]
+fn the_applications_own_handler_still_runs_and_comes_back() {
+    const T: &str = "the_applications_own_handler_still_runs_and_comes_back";
+    if is_child(T) {
+        // SAFETY: a zeroed sigaction is a valid empty value; the handler
+        // only does an atomic add.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = app_handler as *const () as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGUSR2, &action, std::ptr::null_mut()), 0);
+        }
+        let rt = fiber::Runtime::with_config(fiber::Config {
+            dump_signal: Some(libc::SIGUSR2),
+            ..Default::default()
+        })
+        .unwrap();
+        park_a_named_fiber(&rt, "fiber-beside-the-app-handler");
+        raise("USR2");
+        assert!(
+            app_calls_reach(1),
+            "the application's handler was not called while the runtime lived"
+        );
+        std::thread::sleep(ms(300));
+        drop(rt);
+        raise("USR2");
+        assert!(app_calls_reach(2), "the application's handler was not put back");
+        // SAFETY: as above (reading the action only).
+        let current = unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGUSR2, std::ptr::null(), &mut current);
+            current.sa_sigaction
+        };
+        assert_eq!(current, app_handler as *const () as libc::sighandler_t);
+        println!("CHILD-DONE");
+        return;
+    }
+    let out = child(T, &[("FIBER_SHUTDOWN_TIMEOUT_MS", "100")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("CHILD-DONE"),
+        "{:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(stderr.contains("fiber-beside-the-app-handler"), "{stderr}");
+}
