@@ -45,6 +45,10 @@ pub struct OnceLock<T> {
     /// is `#[may_dangle]`), a value may borrow data that is dropped before
     /// the cell.
     value: UnsafeCell<Option<T>>,
+    /// Who runs the initializer while the state is RUNNING (`caller_key`;
+    /// 0 for none): only to turn a re-entrant call, which would wait for
+    /// itself forever, into a panic that names it.
+    initializer: AtomicUsize,
 }
 
 // SAFETY: as `std::sync::OnceLock`: the value is written by one thread and
@@ -65,6 +69,7 @@ impl<T> OnceLock<T> {
             state: AtomicUsize::new(INCOMPLETE),
             queue: SpinLock::new(WaitQueue::new()),
             value: UnsafeCell::new(None),
+            initializer: AtomicUsize::new(0),
         }
     }
 
@@ -75,6 +80,7 @@ impl<T> OnceLock<T> {
             state: AtomicUsize::new(INCOMPLETE),
             queue: SpinLock::new(WaitQueue::new()),
             value: UnsafeCell::new(None),
+            initializer: AtomicUsize::new(0),
         }
     }
 
@@ -110,6 +116,14 @@ impl<T> OnceLock<T> {
     /// caller runs an initializer; the others wait for its value. If `f`
     /// panics the cell stays empty, the panic propagates, and one of the
     /// waiters runs its own initializer.
+    ///
+    /// # Panics
+    ///
+    /// If called (or [`set`](Self::set) or [`wait`](Self::wait)) on the
+    /// same cell from inside its own initializer, by the fiber (or thread)
+    /// that runs it: `std::sync::OnceLock` leaves that unspecified (it
+    /// deadlocks today); here it panics, naming the re-entrant call,
+    /// instead of waiting for itself forever.
     #[track_caller]
     pub fn get_or_init<F: FnOnce() -> T>(&self, f: F) -> &T {
         if let Some(value) = self.get() {
@@ -143,12 +157,18 @@ impl<T> OnceLock<T> {
     /// The value, parking the fiber (or blocking the thread) until another
     /// caller initializes the cell, like `std::sync::OnceLock::wait`. Not a
     /// cancellation point. A cell nobody initializes waits forever.
+    ///
+    /// # Panics
+    ///
+    /// If called from inside the cell's own initializer by the caller that
+    /// runs it (see [`get_or_init`](Self::get_or_init)).
     #[track_caller]
     pub fn wait(&self) -> &T {
         loop {
             if let Some(value) = self.get() {
                 return value;
             }
+            self.refuse_reentry("wait");
             let mut io = OnceIo {
                 node: Node::new(0),
                 queue: &self.queue,
@@ -192,6 +212,9 @@ impl<T> OnceLock<T> {
                 .compare_exchange(INCOMPLETE, RUNNING, Ordering::Acquire, Ordering::Acquire)
             {
                 Ok(_) => {
+                    // Relaxed: read back only by this same caller (program
+                    // order); another caller may see any value but its own.
+                    self.initializer.store(caller_key(), Ordering::Relaxed);
                     let reset = ResetOnPanic(self);
                     let value = (f.take().expect("one initializer per call"))();
                     std::mem::forget(reset);
@@ -203,6 +226,7 @@ impl<T> OnceLock<T> {
                 // SAFETY: COMPLETE seen with Acquire.
                 Err(COMPLETE) => return unsafe { self.value_ref() },
                 Err(_) => {
+                    self.refuse_reentry("get_or_init");
                     let mut io = OnceIo {
                         node: Node::new(0),
                         queue: &self.queue,
@@ -221,14 +245,53 @@ impl<T> OnceLock<T> {
         }
     }
 
+    /// Panic if the caller is the one running this cell's initializer: it
+    /// would wait for itself.
+    #[track_caller]
+    fn refuse_reentry(&self, call: &str) {
+        // Under loom the model threads share one OS thread (and have no
+        // fiber): no key tells them apart, and the check is not protocol.
+        if cfg!(loom) {
+            return;
+        }
+        // Relaxed: our own store (program order) is the only value that
+        // can equal our key; `finish` clears it before the state changes.
+        if self.initializer.load(Ordering::Relaxed) == caller_key() {
+            panic!(
+                "fiber_sync::OnceLock::{call} called from inside the cell's own initializer: \
+                 the cell would wait for itself forever"
+            );
+        }
+    }
+
     /// Leave RUNNING for `to` and wake every waiter.
     fn finish(&self, to: usize) {
+        // Relaxed: see `refuse_reentry`; cleared by the initializer itself,
+        // so it never reads its own stale key after this.
+        self.initializer.store(0, Ordering::Relaxed);
         // Release: pairs with the Acquire loads in `get` / `init_slow` /
         // the waitable, publishing the value.
         self.state.store(to, Ordering::Release);
         let wakes = self.queue.lock().drain(Status::Granted);
         WaitQueue::wake_all(&wakes);
     }
+}
+
+/// Who is calling, for `OnceLock::initializer`: the running fiber, or the
+/// plain thread (never 0; fibers and threads never share a key).
+fn caller_key() -> usize {
+    #[cfg(not(loom))]
+    if let Some(id) = fiber_core::current_id() {
+        return (id.0 as usize).wrapping_mul(2).wrapping_add(2);
+    }
+    std::thread_local! {
+        static THREAD_KEY: usize = {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            // Relaxed: a unique number, no data.
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 2 + 1
+        };
+    }
+    THREAD_KEY.with(|k| *k)
 }
 
 /// Puts the cell back to INCOMPLETE (and wakes the waiters) when the

@@ -719,3 +719,66 @@ fn a_once_lock_may_hold_a_borrow_that_dies_first() {
     drop(empty);
     assert_eq!(drops.load(Ordering::SeqCst), 3);
 }
+
+/// std's `OnceLock::get_or_init`: a re-entrant initialization from `f`
+/// "is an error ... unspecified. Current implementation deadlocks, but this
+/// may be changed to a panic". Here it panics, naming the call, for
+/// `get_or_init`, `set` and `wait` from inside the initializer; the cell
+/// stays empty (as after any panicking initializer) and works afterwards.
+#[test]
+fn once_lock_reentrant_initialization_panics_naming_it() {
+    in_fiber_and_thread(|| {
+        let cell = OnceLock::<u32>::new();
+        type Reenter = fn(&OnceLock<u32>);
+        let reentries: [(&str, Reenter); 3] = [
+            ("get_or_init", |c| {
+                c.get_or_init(|| 1);
+            }),
+            ("set", |c| {
+                let _ = c.set(2);
+            }),
+            ("wait", |c| {
+                c.wait();
+            }),
+        ];
+        for (call, reenter) in reentries {
+            let message = common::panic_message(|| {
+                cell.get_or_init(|| {
+                    reenter(&cell);
+                    7
+                });
+            })
+            .unwrap_or_else(|| panic!("re-entrant {call} did not panic"));
+            assert!(
+                message.contains("from inside the cell's own initializer"),
+                "{call}: {message}"
+            );
+            assert_eq!(cell.get(), None, "{call}");
+        }
+        assert_eq!(*cell.get_or_init(|| 9), 9);
+    });
+}
+
+/// The re-entrance check names only the caller running the initializer:
+/// another fiber that arrives meanwhile waits, as before, even on the same
+/// worker thread.
+#[test]
+fn once_lock_another_fiber_during_the_initializer_still_waits() {
+    within(30, || {
+        let rt = fiber::Runtime::builder().workers(1).build().unwrap();
+        rt.block_on(|| {
+            let cell = Arc::new(OnceLock::<u32>::new());
+            let c2 = cell.clone();
+            let mut other = None;
+            let v = cell.get_or_init(|| {
+                let h = fiber::spawn(move || *c2.get_or_init(|| 1));
+                fiber::sleep(ms(20)).unwrap();
+                assert!(!h.is_finished());
+                other = Some(h);
+                5
+            });
+            assert_eq!(*v, 5);
+            assert_eq!(other.unwrap().join().unwrap(), 5);
+        });
+    });
+}
