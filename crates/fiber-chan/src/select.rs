@@ -93,7 +93,10 @@ enum Status {
 /// `Receiver<T>`; the value moves through a [`Slot`]).
 trait RecvHandle {
     /// Take a value now: `Value` (in `slot`), `RecvFailed` or `Empty`.
-    fn try_take(&self, slot: &mut Slot) -> Status;
+    /// Take a value now, if one is there. `since`: when the select began
+    /// waiting, once it has parked (a timer arm keeps its schedule, as
+    /// `Receiver::recv` does: `TimerChan::try_take_since`).
+    fn try_take(&self, slot: &mut Slot, since: Option<Instant>) -> Status;
     fn is_ready(&self) -> bool;
     fn timer_due(&self) -> Option<Instant>;
     fn addr(&self) -> usize;
@@ -205,8 +208,15 @@ trait Parked {
 }
 
 impl<T> RecvHandle for Receiver<T> {
-    fn try_take(&self, slot: &mut Slot) -> Status {
-        match self.try_recv_quiet() {
+    fn try_take(&self, slot: &mut Slot, since: Option<Instant>) -> Status {
+        let taken = match (&self.flavor, since) {
+            (Flavor::Timer(timer, convert), Some(since)) => timer
+                .try_take_since(Instant::now(), since)
+                .map(convert)
+                .ok_or(TryRecvError::Empty),
+            _ => self.try_recv_quiet(),
+        };
+        match taken {
             Ok(value) => {
                 // SAFETY: callers pass an empty slot (`Op::release` first).
                 unsafe { slot_put(slot, value) };
@@ -393,7 +403,7 @@ impl<'a> Op<'a> {
 
     /// Complete now if possible (a send reserves); with `ready_only`, only
     /// check readiness.
-    fn try_now(&mut self, group: &SelectGroup, ready_only: bool) -> bool {
+    fn try_now(&mut self, group: &SelectGroup, ready_only: bool, since: Option<Instant>) -> bool {
         debug_assert_eq!(self.status, Status::Empty);
         self.status = match self.handle {
             Handle::Recv(h) if ready_only => {
@@ -410,7 +420,7 @@ impl<'a> Op<'a> {
                     Status::Empty
                 }
             }
-            Handle::Recv(h) => h.try_take(&mut self.slot),
+            Handle::Recv(h) => h.try_take(&mut self.slot, since),
             Handle::Send(h) => h.try_reserve(group, &mut self.slot),
             Handle::Removed => Status::Empty,
         };
@@ -904,17 +914,17 @@ impl<'a> Select<'a> {
     /// likely to be the first one met, whatever the others are (a random
     /// start with a linear scan favours an operation that follows
     /// operations that are not ready).
-    fn try_pass(&mut self, ready_only: bool) -> Option<usize> {
+    fn try_pass(&mut self, ready_only: bool, since: Option<Instant>) -> Option<usize> {
         let n = self.ops.len();
         if self.biased || n <= 1 {
-            return (0..n).find(|&i| self.ops[i].try_now(&self.group, ready_only));
+            return (0..n).find(|&i| self.ops[i].try_now(&self.group, ready_only, since));
         }
         if n == 2 {
             // A random start is already a uniform permutation of two.
             let first = self.random_below(2);
             return [first, 1 - first]
                 .into_iter()
-                .find(|&i| self.ops[i].try_now(&self.group, ready_only));
+                .find(|&i| self.ops[i].try_now(&self.group, ready_only, since));
         }
         // Fisher-Yates, drawn lazily: the k-th operation tried is uniform
         // among those not tried yet.
@@ -932,7 +942,7 @@ impl<'a> Select<'a> {
                 x = wide as u64;
                 order.swap(k, j);
                 let i = usize::from(order[k]);
-                if self.ops[i].try_now(&self.group, ready_only) {
+                if self.ops[i].try_now(&self.group, ready_only, since) {
                     return Some(i);
                 }
             }
@@ -943,7 +953,7 @@ impl<'a> Select<'a> {
             let j = k + self.random_below(n - k);
             order.swap(k, j);
             let i = order[k];
-            if self.ops[i].try_now(&self.group, ready_only) {
+            if self.ops[i].try_now(&self.group, ready_only, since) {
                 return Some(i);
             }
         }
@@ -991,9 +1001,12 @@ impl<'a> Select<'a> {
         // nodes are unlinked before then (or by their drop, if the fiber
         // is unwound while parked).
         let mut parks: SmallVec<[ParkSlot<'a>; INLINE_OPS]> = SmallVec::new();
+        // When the select began waiting (set at its first park): a tick
+        // taken after a late wake-up keeps its schedule.
+        let mut since: Option<Instant> = None;
         loop {
             let n = self.ops.len();
-            if let Some(i) = self.try_pass(ready_only) {
+            if let Some(i) = self.try_pass(ready_only, since) {
                 return Some(i);
             }
             // Nothing ready: the room a probe was told of went to somebody
@@ -1018,6 +1031,9 @@ impl<'a> Select<'a> {
                 }
                 Mode::Until(d) => Some(d),
             };
+            if since.is_none() && self.ops.iter().any(|op| op.deadline().is_some()) {
+                since = Some(Instant::now());
+            }
             let timer = self.ops.iter().filter_map(|op| op.deadline()).min();
             let wake_at = match (deadline, timer) {
                 (Some(a), Some(b)) => Some(a.min(b)),

@@ -668,6 +668,18 @@ impl Fiber {
                 .with(|c| unsafe { (*c).as_ref().is_some_and(|c| c.is_cancelled()) })
     }
 
+    /// Is the fiber inside a [`non_cancellable`] section (its waits are not
+    /// ended by the cancellation it held off, nor by shutdown before its
+    /// teardown)?
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself (an owner-only slot).
+    pub(crate) unsafe fn in_non_cancellable(&self) -> bool {
+        // SAFETY: see the function's contract.
+        unsafe { self.cancel_mask.with(|m| *m) > 0 }
+    }
+
     /// Does the innermost [`non_cancellable`] section hold off the scope at
     /// `addr`: the scope current when it was entered, or, for a section
     /// entered at the fiber's own level (no scope yet), the root scope

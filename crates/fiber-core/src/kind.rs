@@ -32,6 +32,17 @@ pub enum WaitKind {
 }
 
 impl WaitKind {
+    /// May a plain thread end a wait of this kind (send or receive on a
+    /// channel a thread shares, `unpark` through a handle, release a lock)?
+    /// Shutdown keeps its grace time for such a wait when cancellation
+    /// does not end it (a lock; clean-up inside `non_cancellable`).
+    pub(crate) fn may_end_from_a_thread(self) -> bool {
+        matches!(
+            self,
+            WaitKind::Recv | WaitKind::Send | WaitKind::Select | WaitKind::Park | WaitKind::Lock
+        )
+    }
+
     pub(crate) fn from_u8(v: u8) -> WaitKind {
         match v {
             1 => WaitKind::Sleep,

@@ -560,7 +560,8 @@ impl FramePool {
     /// Is every live fiber of this pool parked right now, none of them on
     /// a wait that cancellation does not end ([`Interrupt::NotCancellable`]:
     /// a lock, a `OnceLock` being initialised, which a plain thread may
-    /// release) or that may end without the pool's fibers (a wait with a
+    /// release; inside `non_cancellable`, a channel or `park` wait, which a
+    /// thread may end too: `WaitKind::may_end_from_a_thread`) or that may end without the pool's fibers (a wait with a
     /// deadline, a socket, a blocking-pool call: clean-up in
     /// `non_cancellable` that sleeps or flushes)? A racy snapshot; `false`
     /// when none is alive. Shutdown uses it to stop waiting early for

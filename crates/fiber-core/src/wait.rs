@@ -707,9 +707,12 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             unsafe { fiber.with_scheduler(|s| s.wake_at(deadline, Waiter::clone(&waiter))) };
         }
         fiber.set_waiting_on(Some(std::any::type_name::<W>));
+        let kind = waitable.kind();
         fiber.note_park(
-            waitable.kind(),
-            options.interrupt == Interrupt::NotCancellable,
+            kind,
+            options.interrupt == Interrupt::NotCancellable
+                // SAFETY: the running fiber reads its own owner-only slot.
+                || (unsafe { fiber.in_non_cancellable() } && kind.may_end_from_a_thread()),
             options.deadline.is_some(),
             site,
             waitable.wait_on(),
