@@ -161,8 +161,9 @@ pub(crate) struct Fiber {
     /// Non-blocking operations that found nothing to do since the last
     /// budget yield ([`poll_missed`]; owner-only).
     poll_misses: UnsafeCell<u32>,
-    /// The body has returned (or unwound): what runs now is cleanup
-    /// (fiber-local destructors, dropping a cancelled fiber's value), where
+    /// The body has returned (or unwound, or will never run): what runs
+    /// now is cleanup (fiber-local destructors, dropping a cancelled
+    /// fiber's value or a never-started fiber's closure), where
     /// a teardown unwind would only be caught and cut the cleanup short
     /// (owner-only).
     body_returned: UnsafeCell<bool>,

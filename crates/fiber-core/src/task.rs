@@ -784,7 +784,12 @@ where
         let shutting_down = unsafe { (*fiber).phase() } != crate::pool::Phase::Open;
         if shutting_down || completion.task.is_cancel_requested() {
             // Never started: the closure is dropped here, on the fiber's
-            // stack, not by whoever discards the frame.
+            // stack, not by whoever discards the frame. Its drop is
+            // clean-up after a body that will never run: a wait in a
+            // capture's destructor at teardown gets `Cancelled` and the
+            // destructor runs to its end (no teardown unwind raised into it).
+            // SAFETY: the running fiber marks its own slot.
+            unsafe { (*fiber).note_body_returned() };
             completion.fail(match drop_caught(f) {
                 Ok(()) => JoinError::cancelled(id),
                 Err(payload) => JoinError::panicked(id, payload),
@@ -951,7 +956,10 @@ where
         // SAFETY: this body runs on the fiber's own stack, so `current` is
         // this fiber's frame and the running fiber owns its slots.
         if unsafe { (*fiber).phase() } != crate::pool::Phase::Open {
-            // Never started: `f` is dropped here, on the fiber's stack.
+            // Never started: `f` is dropped here, on the fiber's stack, as
+            // clean-up after a body that will never run (as above).
+            // SAFETY: the running fiber marks its own slot.
+            unsafe { (*fiber).note_body_returned() };
             drop_quietly(f);
             return Exit::Cancelled;
         }

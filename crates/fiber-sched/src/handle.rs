@@ -178,10 +178,19 @@ impl<F: FnOnce() -> T, T> Root<F, T> {
 
 impl<F, T> Drop for Root<F, T> {
     fn drop(&mut self) {
+        /// Sets `done` when dropped: after the closure, and on every path
+        /// (a capture's destructor that panics or is unwound included),
+        /// so the caller in `block_on_root` never waits for ever.
+        struct SetDone<'a>(&'a Done);
+        impl Drop for SetDone<'_> {
+            fn drop(&mut self) {
+                self.0.set();
+            }
+        }
+        let _set = SetDone(&self.done);
         // The user's closure (and what it captured) goes first; only then
         // may the caller return.
         drop(self.f.take());
-        self.done.set();
     }
 }
 

@@ -2176,11 +2176,18 @@ fn many_runtimes_with_a_dump_signal_leave_no_threads_or_fds() {
         assert!(threads_now() <= t0, "threads {} -> {}", t0, threads_now());
         assert!(fds_now() <= f0, "fds {} -> {}", f0, fds_now());
         // The signal still prints a dump for a live runtime, not for the
-        // dropped ones (no crash either way).
-        // SAFETY: `raise` only sends a signal to this process; the runtime
-        // has installed a handler for SIGUSR2 (its dump signal).
+        // dropped ones (no crash). With none alive, the signal's previous
+        // action is back (`adversarial_dump_signal.rs`), so one is kept.
+        let mut b = fiber::Runtime::builder();
+        b.workers(1).shutdown_timeout(ms(300));
+        let mut config = b.config().unwrap();
+        config.dump_signal = Some(libc::SIGUSR2);
+        let live = fiber::Runtime::with_config(config).unwrap();
+        // SAFETY: `raise` only sends a signal to this process; the live
+        // runtime has installed a handler for SIGUSR2 (its dump signal).
         unsafe { libc::raise(libc::SIGUSR2) };
         std::thread::sleep(ms(100));
+        drop(live);
     });
 }
 
