@@ -856,6 +856,33 @@ impl<'a> Select<'a> {
     /// performing it (crossbeam's `ready`); the caller then does it, e.g.
     /// with `try_recv`, which may find it taken by another thread.
     ///
+    /// A cancellation point: in a cancelled fiber it returns at once (after
+    /// a yield) with an index whose operation may not be ready (a channel
+    /// operation's, else the first one's), as a spurious wake-up would. A
+    /// loop that retries after such a miss, as is usual with crossbeam,
+    /// should also stop on [`fiber::is_cancelled()`](fiber_core::is_cancel_requested)
+    /// (or use [`ready_timeout`](Self::ready_timeout), whose cancellation is
+    /// an error); otherwise it runs until the runtime's shutdown unwinds it.
+    ///
+    /// ```
+    /// use fiber_chan::{unbounded, Select};
+    ///
+    /// let (tx, rx) = unbounded::<u32>();
+    /// tx.send(7).unwrap();
+    /// let mut sel = Select::new();
+    /// sel.recv(&rx);
+    /// let value = loop {
+    ///     let _index = sel.ready();
+    ///     if let Ok(v) = rx.try_recv() {
+    ///         break Some(v);
+    ///     }
+    ///     if fiber_core::is_cancel_requested() {
+    ///         break None; // cancelled: the index was not a ready one
+    ///     }
+    /// };
+    /// assert_eq!(value, Some(7));
+    /// ```
+    ///
     /// # Panics
     ///
     /// Panics if no operation was added.
