@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, rt2, rt_fixed_grace, within};
+use common::{ms, rt2, rt_fixed_grace, spin_until, within};
 
 /// Run `f` in a fiber of a two-worker runtime and on a plain thread.
 fn both(f: fn()) {
@@ -860,18 +860,6 @@ fn a_tick_in_a_select_loop_keeps_its_schedule_like_a_recv_loop() {
 }
 
 // ------------------------------------------------- deadlines while every worker spins
-
-/// Spin without any yield point until `flag` is set or `limit` passes.
-fn spin_until(flag: &AtomicBool, limit: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if flag.load(Ordering::Acquire) {
-            return true;
-        }
-        std::hint::spin_loop();
-    }
-    false
-}
 
 /// Every kind of timed wait (10 ms), parked before the workers get busy.
 /// Each returns (its name, whether it reported the timeout, how long it

@@ -1979,6 +1979,35 @@ fn a_teardown_destructor_opening_a_scope_whose_childs_capture_waits_does_not_abo
     );
 }
 
+/// A plain thread's `Handle::block_on(root)` admitted behind a fiber that
+/// keeps the only worker busy until after the runtime's drop began (so
+/// the root never starts and teardown drops it unrun); the receiver gets
+/// what `block_on` panicked with (`None`: it returned).
+fn block_on_behind_a_hog_at_shutdown(root: impl FnOnce() + Send + 'static) -> mpsc::Receiver<Option<String>> {
+    let rt = rt_fixed_grace(1, ms(100));
+    let handle = rt.handle();
+    let stop = hog_the_only_worker(&rt);
+    let (res_tx, res_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let r = panic_message(move || handle.block_on(root));
+        let _ = res_tx.send(r);
+    });
+    // Let the thread's root be admitted behind the hog (the hog and the
+    // root: two fibers alive).
+    let until = Instant::now() + Duration::from_secs(10);
+    while rt.stats().fibers_alive < 2 {
+        assert!(Instant::now() < until, "the root was never admitted");
+        std::thread::sleep(ms(2));
+    }
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(ms(300));
+        stop.store(true, SeqCst);
+    });
+    drop(rt);
+    stopper.join().unwrap();
+    res_rx
+}
+
 /// A plain thread's `Handle::block_on` whose root never started when the
 /// runtime is dropped (the only worker busy): teardown drops the root
 /// closure unrun. A capture whose destructor waits must run to its end and
@@ -1993,37 +2022,15 @@ fn a_block_on_root_dropped_unrun_at_teardown_with_a_waiting_capture_returns() {
         || {
             let started = Arc::new(AtomicUsize::new(0));
             let finished = Arc::new(AtomicUsize::new(0));
-            let rt = rt_fixed_grace(1, ms(100));
-            let handle = rt.handle();
             let (_keep, keep_rx) = chan::bounded::<u32>(0);
-            let stop = hog_the_only_worker(&rt);
             let w = WaitsThenCounts {
                 rx: keep_rx,
                 started: started.clone(),
                 finished: finished.clone(),
             };
-            let (res_tx, res_rx) = mpsc::channel();
-            std::thread::spawn(move || {
-                let r = panic_message(move || {
-                    handle.block_on(move || {
-                        let _ = &w;
-                    })
-                });
-                let _ = res_tx.send(r);
+            let res_rx = block_on_behind_a_hog_at_shutdown(move || {
+                let _ = &w;
             });
-            // Let the thread's root be admitted behind the hog (the hog and
-            // the root: two fibers alive).
-            let until = Instant::now() + Duration::from_secs(10);
-            while rt.stats().fibers_alive < 2 {
-                assert!(Instant::now() < until, "the root was never admitted");
-                std::thread::sleep(ms(2));
-            }
-            let stopper = std::thread::spawn(move || {
-                std::thread::sleep(ms(300));
-                stop.store(true, SeqCst);
-            });
-            drop(rt);
-            stopper.join().unwrap();
             let r = res_rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
                 panic!(
                     "Handle::block_on never returned (capture destructor started {} finished {})",
@@ -2083,30 +2090,10 @@ fn a_block_on_root_dropped_unrun_with_a_panicking_capture_panics_instead_of_hang
         40,
         || {
             let drops = Arc::new(AtomicUsize::new(0));
-            let rt = rt_fixed_grace(1, ms(100));
-            let handle = rt.handle();
-            let stop = hog_the_only_worker(&rt);
             let t = Tracked::new(0, &drops, true);
-            let (res_tx, res_rx) = mpsc::channel();
-            std::thread::spawn(move || {
-                let r = panic_message(move || {
-                    handle.block_on(move || {
-                        let _ = &t;
-                    })
-                });
-                let _ = res_tx.send(r);
+            let res_rx = block_on_behind_a_hog_at_shutdown(move || {
+                let _ = &t;
             });
-            let until = Instant::now() + Duration::from_secs(10);
-            while rt.stats().fibers_alive < 2 {
-                assert!(Instant::now() < until, "the root was never admitted");
-                std::thread::sleep(ms(2));
-            }
-            let stopper = std::thread::spawn(move || {
-                std::thread::sleep(ms(300));
-                stop.store(true, SeqCst);
-            });
-            drop(rt);
-            stopper.join().unwrap();
             let r = res_rx
                 .recv_timeout(Duration::from_secs(10))
                 .unwrap_or_else(|_| panic!("Handle::block_on never returned (drops: {})", drops.load(SeqCst)));

@@ -8,20 +8,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, rt_fixed_grace, within};
-
-/// Spin (no yield point) until `flag` is set or `limit` passes; true if
-/// the flag ended it.
-fn spin_until(flag: &AtomicBool, limit: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if flag.load(Ordering::Acquire) {
-            return true;
-        }
-        std::hint::spin_loop();
-    }
-    false
-}
+use common::{ms, rt_fixed_grace, spin_until, within};
 
 #[test]
 fn with_timeout_ends_a_body_that_spins_polling_is_cancelled_on_a_single_worker() {

@@ -232,3 +232,16 @@ pub fn cancel_from_the_back<T: Send + 'static>(handles: Vec<fiber::JoinHandle<T>
         .filter(|r| r.as_ref().is_err_and(|e| e.is_cancelled()))
         .count()
 }
+
+/// Spin without any yield point until `flag` is set or `limit` passes;
+/// `true` if the flag ended it.
+pub fn spin_until(flag: &std::sync::atomic::AtomicBool, limit: Duration) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if flag.load(std::sync::atomic::Ordering::Acquire) {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    false
+}
