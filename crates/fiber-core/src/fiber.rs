@@ -352,10 +352,19 @@ pub(crate) fn fiber_panicking(fiber: &Fiber) -> bool {
 /// ```
 /// assert!(!fiber_core::panicking());
 /// ```
+#[inline]
 pub fn panicking() -> bool {
+    // Inlined to this test (every lock guard asks twice: std's global
+    // panic count, one load); the per-fiber answer is out of line.
     if !std::thread::panicking() {
         return false;
     }
+    panicking_slow()
+}
+
+#[cold]
+#[inline(never)]
+fn panicking_slow() -> bool {
     let fiber = current::get();
     if fiber.is_null() {
         return true;

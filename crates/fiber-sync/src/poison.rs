@@ -24,6 +24,7 @@ impl Flag {
         Flag(AtomicBool::new(false))
     }
 
+    #[inline]
     pub(crate) fn get(&self) -> bool {
         // Relaxed: the flag carries no data; the lock orders the data.
         self.0.load(Ordering::Relaxed)
@@ -37,6 +38,7 @@ impl Flag {
     /// Note the panic state when a guard is made (the calling fiber's own,
     /// `fiber_core::panicking`: its worker thread may count as panicking
     /// because another fiber parked in the middle of an unwind there).
+    #[inline]
     pub(crate) fn guard(&self) -> Guard {
         Guard {
             panicking: fiber_core::panicking(),
@@ -45,6 +47,7 @@ impl Flag {
 
     /// When the guard is dropped: a panic that began while it was held
     /// poisons the lock.
+    #[inline]
     pub(crate) fn done(&self, guard: Guard) {
         if !guard.panicking && fiber_core::panicking() {
             // Relaxed: as in `get`.
