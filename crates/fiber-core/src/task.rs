@@ -178,6 +178,31 @@ impl JoinError {
         }
     }
 
+    /// The panic payload, by reference, if the fiber panicked.
+    pub fn panic_payload(&self) -> Option<&(dyn Any + Send + 'static)> {
+        match &self.repr {
+            Repr::Panic(payload) => Some(&**payload),
+            _ => None,
+        }
+    }
+
+    /// The panic payload as a `T`, if the fiber panicked with one: what
+    /// `downcast_ref` on the `Box<dyn Any + Send>` that
+    /// `std::thread::JoinHandle::join` returns gives, so std's idiom reads
+    /// the same here. `None` for any other error.
+    ///
+    /// ```
+    /// let sched = fiber_core::testing::TestScheduler::new();
+    /// let h = sched.spawn(|| -> u32 { panic!("boom") });
+    /// sched.run();
+    /// let err = h.join().unwrap_err();
+    /// assert_eq!(err.downcast_ref::<&str>(), Some(&"boom"));
+    /// assert!(err.downcast_ref::<String>().is_none());
+    /// ```
+    pub fn downcast_ref<T: Any>(&self) -> Option<&T> {
+        self.panic_payload()?.downcast_ref::<T>()
+    }
+
     /// The id of the fiber joined: the one that failed, or, when the join
     /// itself was cancelled ([`is_join_cancelled`](Self::is_join_cancelled)),
     /// the one that was waited for.

@@ -955,6 +955,27 @@ impl fiber_core::Waitable for Done {
 /// `TcpStream::set_read_timeout`): it either takes the data or times out,
 /// never both.
 ///
+/// Inside `f`, a wait the deadline interrupts returns `Err(Cancelled)`
+/// (`fiber::sleep`, `yield_now`, [`check_cancelled`]): pass it on with `?`
+/// (let `f` return a `Result`) rather than `unwrap()` it, which turns the
+/// timeout into a panic. The timeout is still the outcome.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let rt = fiber_sched::Runtime::new().unwrap();
+/// let outcome = rt.block_on(|| {
+///     fiber_jobs::with_timeout(Duration::from_millis(20), || -> Result<(), fiber_jobs::Cancelled> {
+///         loop {
+///             // Work, then a cancellation point: `?` ends the loop at the
+///             // deadline.
+///             fiber_core::yield_now()?;
+///         }
+///     })
+/// });
+/// assert!(outcome.is_err()); // Err(TimedOut): the value (if any) is dropped
+/// ```
+///
 /// # Panics
 ///
 /// Panics outside a fiber, and if the fiber that enforces the deadline

@@ -483,3 +483,31 @@ fn fiber_locals_take_the_thread_local_shapes() {
         .join()
         .unwrap();
 }
+
+/// std's idiom for a panicked thread's message,
+/// `handle.join().unwrap_err().downcast_ref::<&str>()`, compiles and reads
+/// the same on a fiber's `JoinError` (and `String` payloads through
+/// `downcast_ref::<String>()`); other errors have no payload.
+#[test]
+fn join_error_downcast_ref_reads_the_panic_payload_as_std_does() {
+    common::on_runtime(|| {
+        let h = fiber::spawn(|| -> u32 { panic!("static message") });
+        let err = h.join().unwrap_err();
+        assert_eq!(err.downcast_ref::<&str>(), Some(&"static message"));
+        assert!(err.downcast_ref::<String>().is_none());
+        assert!(err.panic_payload().is_some());
+        let n = std::hint::black_box(7);
+        let h = fiber::spawn(move || -> u32 { panic!("formatted {n}") });
+        let err = h.join().unwrap_err();
+        assert_eq!(err.downcast_ref::<String>().map(String::as_str), Some("formatted 7"));
+        let h = fiber::spawn(|| loop {
+            if fiber::yield_now().is_err() {
+                return 1u32;
+            }
+        });
+        h.cancel();
+        let err = h.join().unwrap_err();
+        assert!(err.is_cancelled());
+        assert!(err.downcast_ref::<&str>().is_none() && err.panic_payload().is_none());
+    });
+}
