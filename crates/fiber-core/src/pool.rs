@@ -427,7 +427,7 @@ impl FramePool {
     /// after a burst). A periodic caller that cannot know that uses
     /// [`trim_surplus`](Self::trim_surplus).
     pub fn trim(&self) -> usize {
-        self.trim_surplus(usize::MAX, usize::MAX)
+        self.trim_surplus(usize::MAX, usize::MAX, usize::MAX)
     }
 
     /// As [`trim`](Self::trim), for at most `surplus` idle frames and
@@ -437,8 +437,11 @@ impl FramePool {
     /// whole trim interval (the lowest idle counts it saw), so that a
     /// program whose bursts come back within the interval keeps what they
     /// take: trimming it only made the next burst fault the pages in again
-    /// and map new stacks.
-    pub fn trim_surplus(&self, surplus: usize, stack_surplus: usize) -> usize {
+    /// and map new stacks. `big_surplus`: idle stacks above the pool's size
+    /// (a spawn's `stack_size`) to unmap, with no watermark: each is a
+    /// mapping of its own, up to 1 GiB, so none is kept past an interval
+    /// in which it stayed idle.
+    pub fn trim_surplus(&self, surplus: usize, stack_surplus: usize, big_surplus: usize) -> usize {
         // Batches count as idle frames like any other.
         while let Some(batch) = self.batches.pop() {
             self.batched.fetch_sub(batch.len(), Ordering::Relaxed);
@@ -469,7 +472,7 @@ impl FramePool {
         let stacks: Vec<_> = (untouched..idle_stacks).map_while(|_| self.idle_stacks.pop()).collect();
         // Stacks above the pool's size are unmapped (their own mappings).
         let big = self.big_stacks.len();
-        let big_kept = big.saturating_sub(stack_surplus);
+        let big_kept = big.saturating_sub(big_surplus);
         let big_gone: Vec<_> = (big_kept..big).map_while(|_| self.big_stacks.pop()).collect();
         let released = stacks.len() + big_gone.len();
         drop(big_gone);
@@ -540,7 +543,13 @@ impl FramePool {
     /// Stacks no fiber runs on, in the global queues (thread caches not
     /// counted).
     pub fn idle_stacks_in_global(&self) -> usize {
-        self.idle_stacks.len() + self.big_stacks.len()
+        self.idle_stacks.len()
+    }
+
+    /// Idle stacks above the pool's size, kept for later spawns that ask
+    /// for one (`SpawnOptions::stack_size`).
+    pub fn idle_big_stacks(&self) -> usize {
+        self.big_stacks.len()
     }
 
     /// The fibers parked right now (a racy snapshot, for diagnostics such

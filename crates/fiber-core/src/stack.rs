@@ -339,12 +339,15 @@ struct Slab {
     kind: Kind,
     /// `mprotect` guard budget this slab holds (given back on unmap).
     budget: isize,
+    /// Its slot in the overflow handler's table (`guard::register`), if
+    /// it has one.
+    guard_slot: Option<usize>,
 }
 
 impl Drop for Slab {
     fn drop(&mut self) {
-        if self.kind != Kind::Unguarded {
-            guard::unregister(self.start);
+        if let Some(slot) = self.guard_slot {
+            guard::unregister(slot, self.start);
         }
         // SAFETY: `start..start+len` is exactly the mapping made in
         // `Slab::map`, and every stack carved from it holds an `Arc<Slab>`,
@@ -389,6 +392,7 @@ impl Slab {
             } else {
                 0
             },
+            guard_slot: None,
         })
     }
 }
@@ -511,7 +515,7 @@ impl StackAllocator {
                 budget.fetch_add(SLAB_STACKS as isize, Ordering::Relaxed);
                 return Ok(None);
             }
-            let slab = match Slab::map(stride * SLAB_STACKS, kind) {
+            let mut slab = match Slab::map(stride * SLAB_STACKS, kind) {
                 Ok(slab) => slab,
                 Err(e) => {
                     if kind == Kind::Mprotect {
@@ -521,7 +525,7 @@ impl StackAllocator {
                 }
             };
             if kind != Kind::Unguarded {
-                guard::register(slab.start, slab.len, stride, self.gap, self.size);
+                slab.guard_slot = guard::register(slab.start, slab.len, stride, self.gap, self.size);
             }
             cursor.slab = Some(Arc::new(slab));
             cursor.next = 0;
@@ -613,7 +617,7 @@ impl StackAllocator {
             return Err(io::Error::last_os_error());
         }
         if kind != Kind::Unguarded {
-            guard::register(slab.start, slab.len, stride, self.gap, size);
+            slab.guard_slot = guard::register(slab.start, slab.len, stride, self.gap, size);
         }
         Ok(FiberStack {
             base: low + size,
@@ -835,7 +839,9 @@ mod guard {
 
     static PREVIOUS: OnceLock<Previous> = OnceLock::new();
 
-    pub(super) fn register(start: usize, len: usize, stride: usize, gap: usize, size: usize) {
+    /// Record a guarded region; the slot it took (for `unregister`), or
+    /// `None` if the table is full.
+    pub(super) fn register(start: usize, len: usize, stride: usize, gap: usize, size: usize) -> Option<usize> {
         install();
         // Relaxed: a search hint only.
         let hint = HINT.load(Ordering::Relaxed);
@@ -858,26 +864,30 @@ mod guard {
                 HIGH.fetch_max(i + 1, Ordering::Release);
                 entry.len.store(len, Ordering::Release);
                 HINT.store((i + 1) % SLOTS, Ordering::Relaxed);
-                return;
+                return Some(i);
             }
         }
         if !FULL_WARNED.swap(true, Ordering::Relaxed) {
             eprintln!("fiber: notice: guard table full; overflows of newer stacks fault without a fiber message");
         }
+        None
     }
 
-    pub(super) fn unregister(start: usize) {
-        // Acquire: pairs with `register`'s Release of HIGH.
-        let high = HIGH.load(Ordering::Acquire);
-        for (i, entry) in TABLE[..high].iter().enumerate() {
-            // Acquire: pairs with `register`'s Release store of `len`.
-            let len = entry.len.load(Ordering::Acquire);
-            if len != 0 && len != usize::MAX && entry.start.load(Ordering::Relaxed) == start {
-                // Release: the slot is free for the next `register`'s CAS.
-                entry.len.store(0, Ordering::Release);
-                HINT.store(i, Ordering::Relaxed);
-                return;
-            }
+    /// Free the slot `register` gave for the region at `start`: O(1) (a
+    /// scan up to the highest slot ever used made each unmap cost the size
+    /// of the largest burst of stacks the process ever had).
+    pub(super) fn unregister(slot: usize, start: usize) {
+        let entry = &TABLE[slot];
+        // Acquire: pairs with `register`'s Release store of `len`.
+        let len = entry.len.load(Ordering::Acquire);
+        debug_assert!(
+            len != 0 && len != usize::MAX && entry.start.load(Ordering::Relaxed) == start,
+            "guard slot {slot} does not hold the region at {start:#x}"
+        );
+        if len != 0 && len != usize::MAX && entry.start.load(Ordering::Relaxed) == start {
+            // Release: the slot is free for the next `register`'s CAS.
+            entry.len.store(0, Ordering::Release);
+            HINT.store(slot, Ordering::Relaxed);
         }
     }
 

@@ -86,6 +86,7 @@ pub(crate) fn monitor_main(shared: Arc<Shared>, mut dump_requests: crate::dumpsi
     let mut trim_check = Instant::now();
     let mut idle_low = usize::MAX;
     let mut idle_stacks_low = usize::MAX;
+    let mut idle_big_low = usize::MAX;
     let mut busy_tick = TICK;
     loop {
         if shared.is_shutdown() {
@@ -103,15 +104,20 @@ pub(crate) fn monitor_main(shared: Arc<Shared>, mut dump_requests: crate::dumpsi
         // stacks they take.
         idle_low = idle_low.min(shared.pool.idle_in_global());
         idle_stacks_low = idle_stacks_low.min(shared.pool.idle_stacks_in_global());
+        idle_big_low = idle_big_low.min(shared.pool.idle_big_stacks());
         if now.duration_since(trim_check) >= TRIM_INTERVAL {
             trim_check = now;
             let surplus = idle_low.saturating_sub(fiber_core::IDLE_WATERMARK);
             let stack_surplus = idle_stacks_low.saturating_sub(fiber_core::IDLE_WATERMARK);
-            if surplus > 0 || stack_surplus > 0 {
-                shared.pool.trim_surplus(surplus, stack_surplus);
+            // Big stacks (a spawn's `stack_size` above the pool's) idle
+            // for the whole interval are all unmapped: no watermark.
+            let big_surplus = idle_big_low;
+            if surplus > 0 || stack_surplus > 0 || big_surplus > 0 {
+                shared.pool.trim_surplus(surplus, stack_surplus, big_surplus);
             }
             idle_low = usize::MAX;
             idle_stacks_low = usize::MAX;
+            idle_big_low = usize::MAX;
             // Join blocks idle since the last check go back too.
             fiber_core::trim_join_blocks();
             // Dead timer entries (waits that ended early) of big wheels go
