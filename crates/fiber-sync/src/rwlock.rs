@@ -258,6 +258,7 @@ impl<T: ?Sized> RwLock<T> {
         let mut io = RwIo {
             node: Node::new(want),
             lock: self.as_raw(),
+            left: false,
         };
         let result = fiber_wait(
             &RwWait(self.as_raw()),
@@ -540,11 +541,22 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLockWriteGuard<'_, T> {
 struct RwIo<'a> {
     node: Node,
     lock: Raw<'a>,
+    /// Owner-only: the node left a non-empty queue on a wake that did not
+    /// grant it (a cancellation's interrupt, which this wait ignores) and
+    /// has not queued again yet. Nobody behind it was granted for its
+    /// leaving: it goes back to the front, keeping its place (a reader
+    /// queued behind a waiting writer must not get in first). If the wait
+    /// ends instead (unwound at teardown), the drop grants whoever its
+    /// leaving lets in.
+    left: bool,
 }
 
 impl Drop for RwIo<'_> {
     fn drop(&mut self) {
         if !self.node.queued {
+            if self.left {
+                self.lock.grant_now();
+            }
             return;
         }
         // Unwound while parked (shutdown): leave, or give back a grant.
@@ -594,6 +606,7 @@ impl<'a> Waitable for RwWait<'a> {
     }
 
     fn publish(&self, waiter: &Waiter, io: &mut RwIo<'a>) -> Publish {
+        io.left = false;
         let state = self.0.state;
         let mut queue = self.0.queue.lock();
         // Relaxed on the RMW: its place in the word's modification order
@@ -615,7 +628,10 @@ impl<'a> Waitable for RwWait<'a> {
                 }
             }
         }
-        queue.push(&mut io.node, waiter, false);
+        // A node back from a wake that did not grant it (`RwIo::left`)
+        // takes its old place at the front: strict FIFO (section 3.2).
+        let front = WaitQueue::is_requeue(&io.node);
+        queue.push(&mut io.node, waiter, front);
         Publish::Published
     }
 
@@ -623,9 +639,13 @@ impl<'a> Waitable for RwWait<'a> {
         let (status, wakes) = {
             let mut queue = self.0.queue.lock();
             let status = queue.unlink(&mut io.node);
-            let wakes = if status == Status::Waiting {
+            let wakes = if status == Status::Waiting && queue.is_empty() {
+                // Nobody behind: only `QUEUED` to clear.
                 self.0.grant(&mut queue)
             } else {
+                // Woken without a grant, others behind: they stay behind
+                // (it queues again at the front, or grants on drop).
+                io.left = status == Status::Waiting;
                 Vec::new()
             };
             (status, wakes)
