@@ -153,19 +153,27 @@ impl<S: Source + Describe> Io<S> {
         Arc::strong_count(&self.settings) > 1
     }
 
+    /// Should the descriptor handed back (`into_std`, `From<socket> for
+    /// OwnedFd`) be made blocking? Yes, as std's sockets are, unless a
+    /// `try_clone` of this handle still shares the socket (blocking mode
+    /// belongs to the socket, and the other handles park on it) or the
+    /// user set it non-blocking (`set_nonblocking(true)`: the mode stays,
+    /// as it would on a std socket).
+    pub(crate) fn hand_back_blocking(&self) -> bool {
+        !self.is_shared() && !self.is_nonblocking()
+    }
+
     /// Deregister and hand back the descriptor (`From<socket> for
-    /// OwnedFd`), in blocking mode as std's sockets are, unless a
-    /// `try_clone` of this handle still shares the socket (as `into_std`:
-    /// blocking mode belongs to the socket, and the other handles park on
-    /// it).
+    /// OwnedFd`), in blocking mode as std's sockets are, unless
+    /// [`hand_back_blocking`](Self::hand_back_blocking) says otherwise.
     pub(crate) fn into_owned_fd(self) -> std::os::fd::OwnedFd
     where
         S: Into<std::os::fd::OwnedFd>,
     {
         use std::os::fd::AsRawFd;
-        let shared = self.is_shared();
+        let blocking = self.hand_back_blocking();
         let fd: std::os::fd::OwnedFd = self.into_inner().into();
-        if !shared {
+        if blocking {
             // SAFETY: F_GETFL / F_SETFL on a descriptor we own (alive for
             // both calls); they read and write only its status flags. On
             // failure the descriptor stays non-blocking, as it was.
@@ -331,6 +339,32 @@ impl<S: Source + Describe> Io<S> {
         get_timeout(&self.settings.write_timeout)
     }
 
+    /// Take the socket's own `SO_RCVTIMEO` / `SO_SNDTIMEO` as this
+    /// handle's timeouts (an adopted listener: std's blocking `accept`
+    /// obeys them, and Linux copies them to the sockets it accepts).
+    pub(crate) fn adopt_kernel_timeouts(&self) -> io::Result<()>
+    where
+        S: std::os::fd::AsRawFd,
+    {
+        let fd = self.get().as_raw_fd();
+        set_timeout(&self.settings.read_timeout, kernel_timeout_of(fd, libc::SO_RCVTIMEO)?)?;
+        set_timeout(&self.settings.write_timeout, kernel_timeout_of(fd, libc::SO_SNDTIMEO)?)
+    }
+
+    /// A socket `listener` accepted starts with its timeouts, as Linux
+    /// copies `SO_RCVTIMEO` / `SO_SNDTIMEO` to it (no system call: the
+    /// kernel already did).
+    #[inline]
+    pub(crate) fn inherit_timeouts<T: Source>(&self, listener: &Io<T>) {
+        // Relaxed: settings only (see `Settings`).
+        let read = listener.settings.read_timeout.load(Ordering::Relaxed);
+        let write = listener.settings.write_timeout.load(Ordering::Relaxed);
+        if read != NO_TIMEOUT || write != NO_TIMEOUT {
+            self.settings.read_timeout.store(read, Ordering::Relaxed);
+            self.settings.write_timeout.store(write, Ordering::Relaxed);
+        }
+    }
+
     /// Does `set_nonblocking(true)` hold (calls return `WouldBlock`)?
     pub(crate) fn is_nonblocking(&self) -> bool {
         self.settings.nonblocking.load(Ordering::Relaxed)
@@ -392,6 +426,19 @@ fn kernel_timeout(
         return Err(io::Error::last_os_error());
     }
     Ok((back.tv_sec != 0 || back.tv_usec != 0).then(|| Duration::new(back.tv_sec as u64, back.tv_usec as u32 * 1000)))
+}
+
+/// The socket's `SO_RCVTIMEO` or `SO_SNDTIMEO` (`None`: no timeout).
+fn kernel_timeout_of(fd: std::os::fd::RawFd, option: libc::c_int) -> io::Result<Option<Duration>> {
+    let mut tv = libc::timeval { tv_sec: 0, tv_usec: 0 };
+    let mut len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: `fd` is the open socket of the caller's handle; `tv` has
+    // room for `len` bytes, written only during the call.
+    let got = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, option, (&raw mut tv).cast(), &mut len) };
+    if got == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((tv.tv_sec != 0 || tv.tv_usec != 0).then(|| Duration::new(tv.tv_sec as u64, tv.tv_usec as u32 * 1000)))
 }
 
 fn set_timeout(cell: &AtomicU64, timeout: Option<Duration>) -> io::Result<()> {

@@ -62,7 +62,9 @@ impl TcpListener {
     #[track_caller]
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let (stream, addr) = self.io.read::<op::Accept, _>(|l| l.accept())?;
-        Ok((TcpStream { io: Io::new(stream)? }, addr))
+        let io = Io::new(stream)?;
+        io.inherit_timeouts(&self.io);
+        Ok((TcpStream { io }, addr))
     }
 
     /// An endless iterator over accepted connections.
@@ -114,9 +116,11 @@ impl TcpListener {
     /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(listener: net::TcpListener) -> io::Result<TcpListener> {
         listener.set_nonblocking(true)?;
-        Ok(TcpListener {
-            io: Io::new(mio::net::TcpListener::from_std(listener))?,
-        })
+        let io = Io::new(mio::net::TcpListener::from_std(listener))?;
+        // `SO_RCVTIMEO` set on it bounds `accept` (as std's), and goes to
+        // the sockets it accepts.
+        io.adopt_kernel_timeouts()?;
+        Ok(TcpListener { io })
     }
 
     /// Back to a std listener, in blocking mode.
@@ -127,9 +131,9 @@ impl TcpListener {
     /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
     /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::TcpListener> {
-        let shared = self.io.is_shared();
+        let blocking = self.io.hand_back_blocking();
         let listener = net::TcpListener::from(self.io.into_inner());
-        if !shared {
+        if blocking {
             listener.set_nonblocking(false)?;
         }
         Ok(listener)
@@ -185,6 +189,9 @@ impl Iterator for Incoming<'_> {
         Some(self.listener.accept().map(|(stream, _)| stream))
     }
 }
+
+/// As std's: it never returns `None`, so it is fused.
+impl std::iter::FusedIterator for Incoming<'_> {}
 
 /// A TCP connection: `std::net::TcpStream` whose blocking calls park the
 /// calling fiber (or block the calling thread). `Read` and `Write` are
@@ -279,7 +286,13 @@ impl TcpStream {
     /// Read without consuming, parking until data (or end-of-file) is there.
     #[track_caller]
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.read::<op::Read, _>(|s| s.peek(buf))
+        let len = buf.len();
+        let peeked = self.io.read::<op::Read, _>(|s| s.peek(buf));
+        if len == 0 {
+            // As `read`: an empty buffer's expired timeout is `Ok(0)`.
+            return self.io.empty_read(peeked);
+        }
+        peeked
     }
 
     /// Set the read timeout; an expired read is an error of kind
@@ -364,9 +377,9 @@ impl TcpStream {
     /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
     /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::TcpStream> {
-        let shared = self.io.is_shared();
+        let blocking = self.io.hand_back_blocking();
         let stream = net::TcpStream::from(self.io.into_inner());
-        if !shared {
+        if blocking {
             stream.set_nonblocking(false)?;
         }
         Ok(stream)

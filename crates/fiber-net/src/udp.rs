@@ -263,9 +263,9 @@ impl UdpSocket {
     /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
     /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::UdpSocket> {
-        let shared = self.io.is_shared();
+        let blocking = self.io.hand_back_blocking();
         let socket = net::UdpSocket::from(self.io.into_inner());
-        if !shared {
+        if blocking {
             socket.set_nonblocking(false)?;
         }
         Ok(socket)

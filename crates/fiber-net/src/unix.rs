@@ -70,13 +70,15 @@ impl UnixListener {
             }
             other => other,
         })?;
-        Ok((UnixStream { io: Io::new(stream)? }, addr))
+        let io = Io::new(stream)?;
+        io.inherit_timeouts(&self.io);
+        Ok((UnixStream { io }, addr))
     }
 
     /// An endless iterator over accepted connections.
     #[track_caller]
-    pub fn incoming(&self) -> impl Iterator<Item = io::Result<UnixStream>> + '_ {
-        std::iter::repeat_with(move || self.accept().map(|(s, _)| s))
+    pub fn incoming(&self) -> Incoming<'_> {
+        Incoming { listener: self }
     }
 
     /// The local address.
@@ -112,9 +114,11 @@ impl UnixListener {
     /// on too, and its calls return `WouldBlock` instead of waiting.
     pub fn from_std(listener: net::UnixListener) -> io::Result<UnixListener> {
         listener.set_nonblocking(true)?;
-        Ok(UnixListener {
-            io: Io::new(mio::net::UnixListener::from_std(listener))?,
-        })
+        let io = Io::new(mio::net::UnixListener::from_std(listener))?;
+        // `SO_RCVTIMEO` set on it bounds `accept` (as std's), and goes to
+        // the sockets it accepts.
+        io.adopt_kernel_timeouts()?;
+        Ok(UnixListener { io })
     }
 
     /// Back to a std listener, in blocking mode.
@@ -125,9 +129,9 @@ impl UnixListener {
     /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
     /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::UnixListener> {
-        let shared = self.io.is_shared();
+        let blocking = self.io.hand_back_blocking();
         let listener = net::UnixListener::from(self.io.into_inner());
-        if !shared {
+        if blocking {
             listener.set_nonblocking(false)?;
         }
         Ok(listener)
@@ -317,9 +321,9 @@ impl UnixStream {
     /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
     /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::UnixStream> {
-        let shared = self.io.is_shared();
+        let blocking = self.io.hand_back_blocking();
         let stream = net::UnixStream::from(self.io.into_inner());
-        if !shared {
+        if blocking {
             stream.set_nonblocking(false)?;
         }
         Ok(stream)
@@ -518,9 +522,9 @@ impl UnixDatagram {
     /// fiber, so the socket stays non-blocking (call `set_nonblocking(false)`
     /// on it once they are gone).
     pub fn into_std(self) -> io::Result<net::UnixDatagram> {
-        let shared = self.io.is_shared();
+        let blocking = self.io.hand_back_blocking();
         let socket = net::UnixDatagram::from(self.io.into_inner());
-        if !shared {
+        if blocking {
             socket.set_nonblocking(false)?;
         }
         Ok(socket)
@@ -568,6 +572,35 @@ fn debug_unix(
         d.field("peer", &addr);
     }
     d.finish()
+}
+
+/// The iterator of [`UnixListener::incoming`] (std's
+/// `std::os::unix::net::Incoming`): never returns `None`.
+#[derive(Debug)]
+pub struct Incoming<'a> {
+    listener: &'a UnixListener,
+}
+
+impl Iterator for Incoming<'_> {
+    type Item = io::Result<UnixStream>;
+    #[track_caller]
+    fn next(&mut self) -> Option<io::Result<UnixStream>> {
+        Some(self.listener.accept().map(|(stream, _)| stream))
+    }
+}
+
+/// As std's: it never returns `None`, so it is fused.
+impl std::iter::FusedIterator for Incoming<'_> {}
+
+/// `for stream in &listener`, as std's `UnixListener`.
+impl<'a> IntoIterator for &'a UnixListener {
+    type Item = io::Result<UnixStream>;
+    type IntoIter = Incoming<'a>;
+
+    #[track_caller]
+    fn into_iter(self) -> Incoming<'a> {
+        self.incoming()
+    }
 }
 
 impl fmt::Debug for UnixListener {
