@@ -399,8 +399,12 @@ impl<T> Receiver<T> {
     /// Receive, waiting at most `timeout`.
     #[track_caller]
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        match Instant::now().checked_add(timeout) {
-            Some(deadline) => self.recv_deadline(deadline),
+        let now = Instant::now();
+        match now.checked_add(timeout) {
+            Some(deadline) => match &self.flavor {
+                Flavor::Chan(chan) => recv_timed_from(chan, deadline, now),
+                _ => self.recv_deadline(deadline),
+            },
             // Past the end of `Instant`: no deadline, but the timed form's
             // errors (a cancelled wait is `Timeout`, never `Disconnected`).
             None => match &self.flavor {
@@ -417,7 +421,7 @@ impl<T> Receiver<T> {
     #[track_caller]
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
         match &self.flavor {
-            Flavor::Chan(chan) => recv_timed(chan, Some(deadline)),
+            Flavor::Chan(chan) => recv_timed_from(chan, deadline, Instant::now()),
             Flavor::Timer(timer, convert) => loop {
                 let since = Instant::now();
                 let until = timer.due().map_or(deadline, |due| due.min(deadline));
@@ -687,6 +691,29 @@ fn received<T>(out: Option<T>) -> T {
 /// large value costs the stack few copies (`spec/chan.md`, "Large
 /// values").
 #[track_caller]
+/// A receive with `deadline`, read at `now`. One already passed (a zero
+/// timeout) is a poll first, as `try_recv`: that waits briefly for the
+/// value of a select's send arm it woke, where the wait's own zero-time
+/// path returns at once, so a loop polling with a zero timeout against a
+/// select blocked on a send arm woke that arm for ever and never got its
+/// value (crossbeam's gets it at once). Then the zero-time wait (a yield
+/// point in a fiber) reports the timeout. A cancelled fiber takes the wait
+/// path as before.
+fn recv_timed_from<T>(chan: &Chan<T>, deadline: Instant, now: Instant) -> Result<T, RecvTimeoutError> {
+    if deadline <= now && !fiber_core::is_cancel_requested() {
+        let mut out = None;
+        match chan.try_recv(&mut out) {
+            Try::Done => return Ok(received(out)),
+            Try::Disconnected => {
+                failed_wait();
+                return Err(RecvTimeoutError::Disconnected);
+            }
+            Try::WouldBlock => {}
+        }
+    }
+    recv_timed(chan, Some(deadline))
+}
+
 fn recv_timed<T>(chan: &Chan<T>, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
     let mut out = None;
     match chan.recv(deadline, &mut out) {

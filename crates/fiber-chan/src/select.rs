@@ -1151,6 +1151,7 @@ const REMOVED: usize = 1;
 /// Two words, so that it is returned and passed in registers: a third
 /// field (a completion flag) made every `select` hand it back through
 /// memory, with a store-forwarding stall on the way.
+#[must_use = "a selected operation must be completed with `recv` or `send` (dropping it uncompleted panics)"]
 pub struct SelectedOperation<'s, 'a> {
     select: &'s mut Select<'a>,
     index: usize,
