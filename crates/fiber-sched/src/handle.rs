@@ -276,6 +276,16 @@ pub(crate) fn register_live(shared: &Arc<Shared>) {
     live.push(Arc::downgrade(shared));
 }
 
+/// Is a runtime other than `id` built and not shut down in this process?
+/// (Deadlock reports: a fiber joining another runtime's fiber or job may
+/// be woken by that runtime's timers, sockets or threads.)
+pub(crate) fn another_runtime_running(id: usize) -> bool {
+    let live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+    live.iter()
+        .filter_map(|w| w.upgrade())
+        .any(|shared| shared.id != id && !shared.is_shutdown())
+}
+
 /// The runtime the calling code belongs to: the running fiber's (a fiber
 /// of one runtime can run on another's thread: torn down there when its
 /// runtime was dropped inside the other's fiber, or on a plain thread),

@@ -83,6 +83,7 @@ pub(crate) fn monitor_main(shared: Arc<Shared>, mut dump_requests: crate::dumpsi
     let mut neg_streak = 0u64;
     let mut quiet_since: Option<Instant> = None;
     let mut deadlock_reported = false;
+    let mut last_parks = 0u64;
     let mut trim_check = Instant::now();
     let mut idle_low = usize::MAX;
     let mut idle_stacks_low = usize::MAX;
@@ -133,7 +134,14 @@ pub(crate) fn monitor_main(shared: Arc<Shared>, mut dump_requests: crate::dumpsi
         let stuck = scan_workers(&shared, &mut views, now);
         let grown_before = last_growth;
         let (busy, rescued) = decide_growth(&shared, pressure, &stuck, now, &mut last_growth);
-        check_deadlock(&shared, busy, now, &mut quiet_since, &mut deadlock_reported);
+        check_deadlock(
+            &shared,
+            busy,
+            now,
+            &mut quiet_since,
+            &mut deadlock_reported,
+            &mut last_parks,
+        );
         let acted = fired > 0 || !stuck.is_empty() || rescued || last_growth != grown_before;
         busy_tick = if acted || !busy {
             TICK
@@ -374,6 +382,18 @@ fn scan_workers(shared: &Arc<Shared>, views: &mut [WorkerView], now: Instant) ->
             if rescue_waiting(shared, index, usize::MAX) + steal_all(shared, index) > 0 {
                 shared.notify_one();
             }
+            // Its fiber still blocks a thread: the stall report is due as
+            // on an active worker (a drained worker was skipped, so a small
+            // idle timeout silenced every stall report).
+            let beat = slot.heartbeat.load(Ordering::Relaxed);
+            let running = slot.running.load(Ordering::Relaxed);
+            if beat != view.heartbeat {
+                view.heartbeat = beat;
+                view.since = now;
+                view.stall_reported_for = 0;
+            } else {
+                report_stall(shared, index, view, running, now.duration_since(view.since));
+            }
             continue;
         }
         if state != ACTIVE {
@@ -390,6 +410,9 @@ fn scan_workers(shared: &Arc<Shared>, views: &mut [WorkerView], now: Instant) ->
         if beat != view.heartbeat || running == 0 {
             view.heartbeat = beat;
             view.since = now;
+            // The worker moved on: a later stall, even of the same fiber,
+            // is a new one (reported again).
+            view.stall_reported_for = 0;
             if slot.stalled.load(Ordering::Relaxed) {
                 slot.stalled.store(false, Ordering::Relaxed);
             }
@@ -435,36 +458,44 @@ fn scan_workers(shared: &Arc<Shared>, views: &mut [WorkerView], now: Instant) ->
         if still >= shared.config.idle_timeout && slot.homed.load(Ordering::Relaxed) == 0 {
             drain_stuck(shared, index, running, still);
         }
-        if still >= STALL_THRESHOLD && shared.config.stall_report && view.stall_reported_for != running {
-            view.stall_reported_for = running;
-            shared.counters.stall_reports.fetch_add(1, Ordering::Relaxed);
-            let at = slot.running_at.load(Ordering::Relaxed);
-            let location = if at.is_null() {
-                "an unknown place".to_string()
-            } else {
-                // SAFETY: `running_at` only ever holds `&'static Location`s.
-                unsafe { (*at).to_string() }
-            };
-            crate::emit("logging a stall", || {
-                tracing::warn!(
-                    target: "fiber_sched",
-                    fiber = running,
-                    worker = index,
-                    spawned_at = %location,
-                    seconds = still.as_secs_f64(),
-                    "stall: a fiber runs without a yield point"
-                )
-            });
-            eprintln!(
-                "fiber: stall: fiber {running} has been running on worker {index} for {:.1} s without a \
-                 yield point (spawned at {location}); other fibers on that worker wait. Set \
-                 FIBER_DEBUG_STALL=0 to silence this report.\n{}",
-                still.as_secs_f64(),
-                shared.pool.dump()
-            );
-        }
+        report_stall(shared, index, view, running, still);
     }
     stuck
+}
+
+/// The stall report for worker `index`, still in fiber `running` for
+/// `still`: once per stall (the view forgets it when the worker moves on),
+/// draining workers included.
+fn report_stall(shared: &Shared, index: usize, view: &mut WorkerView, running: u64, still: Duration) {
+    let slot = &shared.slots[index];
+    if still >= STALL_THRESHOLD && shared.config.stall_report && view.stall_reported_for != running {
+        view.stall_reported_for = running;
+        shared.counters.stall_reports.fetch_add(1, Ordering::Relaxed);
+        let at = slot.running_at.load(Ordering::Relaxed);
+        let location = if at.is_null() {
+            "an unknown place".to_string()
+        } else {
+            // SAFETY: `running_at` only ever holds `&'static Location`s.
+            unsafe { (*at).to_string() }
+        };
+        crate::emit("logging a stall", || {
+            tracing::warn!(
+                target: "fiber_sched",
+                fiber = running,
+                worker = index,
+                spawned_at = %location,
+                seconds = still.as_secs_f64(),
+                "stall: a fiber runs without a yield point"
+            )
+        });
+        eprintln!(
+            "fiber: stall: fiber {running} has been running on worker {index} for {:.1} s without a \
+             yield point (spawned at {location}); other fibers on that worker wait. Set \
+             FIBER_DEBUG_STALL=0 to silence this report.\n{}",
+            still.as_secs_f64(),
+            shared.pool.dump()
+        );
+    }
 }
 
 /// The growth gate. Returns whether the runtime is busy, and whether it
@@ -534,9 +565,25 @@ fn decide_growth(
 }
 
 /// Go-style "all fibers are asleep" report.
-fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut Option<Instant>, reported: &mut bool) {
+fn check_deadlock(
+    shared: &Shared,
+    busy: bool,
+    now: Instant,
+    quiet_since: &mut Option<Instant>,
+    reported: &mut bool,
+    last_parks: &mut u64,
+) {
     let roots = lock(&shared.root_fibers).clone();
+    // Progress since the last look: a fiber parked again after running (a
+    // root woken by a plain thread every 200 ms runs for microseconds, and
+    // a tick seeing the runtime busy would miss it: the quiet window then
+    // ran on through such wakes and reported a deadlock, and a report once
+    // made was never re-armed for a later real one).
+    let parks: u64 = shared.slots.iter().map(|s| s.parks.load(Ordering::Relaxed)).sum();
+    let progressed = parks != *last_parks;
+    *last_parks = parks;
     let quiet = !busy
+        && !progressed
         && !roots.is_empty()
         && shared.global.is_empty()
         && shared.slots.iter().all(|s| !s.blocking.load(Ordering::Relaxed))
@@ -569,6 +616,13 @@ fn check_deadlock(shared: &Shared, busy: bool, now: Instant, quiet_since: &mut O
     // fiber and copies nothing: an idle server (every fiber parked, most on
     // sockets) otherwise paid for a full dump of every fiber every second.
     if shared.pool.any_parked_on(fiber_core::WaitKind::Io) {
+        *quiet_since = Some(now);
+        return;
+    }
+    // A fiber joining a fiber or a job may wait for another runtime's,
+    // which that runtime's timers, sockets or threads may still end: with
+    // another runtime running in the process, a join is no deadlock.
+    if shared.pool.any_parked_on(fiber_core::WaitKind::Join) && crate::handle::another_runtime_running(shared.id) {
         *quiet_since = Some(now);
         return;
     }
