@@ -676,6 +676,19 @@ fn failed_wait() {
     fiber_core::poll_missed();
 }
 
+/// Is the calling fiber's cancellation requested? (Never under loom: the
+/// models run no fibers.)
+fn cancel_requested() -> bool {
+    #[cfg(not(loom))]
+    {
+        fiber_core::is_cancel_requested()
+    }
+    #[cfg(loom)]
+    {
+        false
+    }
+}
+
 /// The value a failed send left in its slot.
 fn unsent<T>(value: Option<T>) -> T {
     value.expect("a failed send keeps its value")
@@ -700,7 +713,7 @@ fn received<T>(out: Option<T>) -> T {
 /// point in a fiber) reports the timeout. A cancelled fiber takes the wait
 /// path as before.
 fn recv_timed_from<T>(chan: &Chan<T>, deadline: Instant, now: Instant) -> Result<T, RecvTimeoutError> {
-    if deadline <= now && !fiber_core::is_cancel_requested() {
+    if deadline <= now && !cancel_requested() {
         let mut out = None;
         match chan.try_recv(&mut out) {
             Try::Done => return Ok(received(out)),
