@@ -13,12 +13,9 @@
 mod common;
 
 use common::*;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const CHILD_VAR: &str = "FIBER_ADVERSARIAL_CHILD";
 
 /// A runtime of `workers` fixed workers that aborts the process on a
 /// deadlock report.
@@ -36,37 +33,7 @@ fn aborting_rt(workers: usize) -> fiber::Runtime {
 /// Run scenario `name` in a child process (`body` runs there) and return
 /// (exit success, stderr). Fails on a hang past `secs`.
 fn child_output(name: &str, secs: u64, body: impl FnOnce()) -> Option<(bool, String)> {
-    if std::env::var(CHILD_VAR).as_deref() == Ok(name) {
-        body();
-        return None;
-    }
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1", "--include-ignored"])
-        .env(CHILD_VAR, name)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pipe = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        use std::io::Read;
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if start.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("hang: child {name} did not exit within {secs} s");
-        }
-        std::thread::sleep(ms(20));
-    };
-    Some((status.success(), reader.join().unwrap()))
+    common::child_outcome(name, secs, &[], body).map(|(status, stderr)| (status.success(), stderr))
 }
 
 /// The child must exit cleanly and print no deadlock report.

@@ -154,48 +154,10 @@ fn recurse_to(depth: u64) -> u64 {
 }
 
 /// Run `body` in a child process and return its exit status and stderr
-/// (for scenarios that must abort).
+/// (for scenarios that must abort), one heavy scenario at a time.
 fn child_outcome(scenario: &str, secs: u64, body: impl FnOnce()) -> Option<(std::process::ExitStatus, String)> {
-    const VAR: &str = "FIBER_ADV6_ABORT_CHILD";
-    if std::env::var(VAR).as_deref() == Ok(scenario) {
-        body();
-        return None;
-    }
     let _one_at_a_time = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            scenario,
-            "--nocapture",
-            "--test-threads=1",
-            "--include-ignored",
-        ])
-        .env(VAR, scenario)
-        .env("RUST_BACKTRACE", "0")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pipe = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        use std::io::Read;
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("hang: child {scenario} did not exit within {secs} s");
-        }
-        std::thread::sleep(ms(20));
-    };
-    Some((status, reader.join().unwrap()))
+    common::child_outcome(scenario, secs, &[("RUST_BACKTRACE", "0")], body)
 }
 
 // ---------------------------------------------------------------------------

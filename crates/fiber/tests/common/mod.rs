@@ -71,13 +71,29 @@ const CHILD_VAR: &str = "FIBER_ADVERSARIAL_CHILD";
 /// In the parent: run the test `scenario` in a child process, require a
 /// clean exit within `secs`. In the child: run `body`.
 pub fn in_child(scenario: &str, secs: u64, body: impl FnOnce()) {
+    if let Some((status, stderr)) = child_outcome(scenario, secs, &[], body) {
+        assert!(status.success(), "child {scenario} failed ({status:?}):\n{stderr}");
+    }
+}
+
+/// In the parent: run the test `scenario` in a child process (with the
+/// extra environment `envs`) and return its exit status and stderr; a
+/// child still running after `secs` is killed and the test fails (a hang).
+/// In the child: run `body` and return `None`.
+pub fn child_outcome(
+    scenario: &str,
+    secs: u64,
+    envs: &[(&str, &str)],
+    body: impl FnOnce(),
+) -> Option<(std::process::ExitStatus, String)> {
     if std::env::var(CHILD_VAR).as_deref() == Ok(scenario) {
         body();
-        return;
+        return None;
     }
     // `--include-ignored`: the child runs the scenario even if it is marked
     // `#[ignore]` (it would otherwise run nothing and pass).
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let mut child = Command::new(std::env::current_exe().unwrap());
+    child
         .args([
             "--exact",
             scenario,
@@ -87,9 +103,11 @@ pub fn in_child(scenario: &str, secs: u64, body: impl FnOnce()) {
         ])
         .env(CHILD_VAR, scenario)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    for (name, value) in envs {
+        child.env(name, value);
+    }
+    let mut child = child.spawn().unwrap();
     // Read stderr while the child runs: a child that writes more than the
     // pipe holds (many panics with backtraces) would otherwise block on
     // the full pipe and look like a hang.
@@ -112,8 +130,7 @@ pub fn in_child(scenario: &str, secs: u64, body: impl FnOnce()) {
         }
         std::thread::sleep(ms(20));
     };
-    let stderr = err_reader.join().unwrap();
-    assert!(status.success(), "child {scenario} failed ({status:?}):\n{stderr}");
+    Some((status, err_reader.join().unwrap()))
 }
 
 /// This process's virtual size (`VmSize`), in bytes.
