@@ -209,9 +209,6 @@ fn rescue_waiting(shared: &Shared, index: usize, main_limit: usize) -> usize {
             moved += 1;
         }
     };
-    if let Some(fiber) = slot.runnext.take() {
-        divert(fiber);
-    }
     while let Some(fiber) = slot.inbox.pop() {
         divert(fiber);
     }
@@ -227,6 +224,15 @@ fn rescue_waiting(shared: &Shared, index: usize, main_limit: usize) -> usize {
                 crossbeam_deque::Steal::Empty => break,
             }
         }
+    }
+    // The runnext fiber last: it is the newest. (First, it went ahead of
+    // the fibers a busy worker had batched from the global queue into its
+    // deque; its next fair look took it and batched the rest back into the
+    // deque, which the next rescue moved behind the new runnext fiber
+    // again: a timer-woken fiber went round that loop for 24 s beside a
+    // ping-pong pair computing 25 ms a turn, on a loaded machine.)
+    if let Some(fiber) = slot.runnext.take() {
+        divert(fiber);
     }
     for fiber in keep {
         slot.inbox.push(fiber);

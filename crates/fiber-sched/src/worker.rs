@@ -509,6 +509,8 @@ pub(crate) struct WorkerCtx {
     runnext_streak: Cell<u32>,
     /// The coarse clock at the last fairness look (`FAIR_LOOK_MS`).
     fair_look_ms: Cell<u64>,
+    /// Late fairness looks so far: where the next one starts.
+    late_looks: Cell<u32>,
     /// Fibers that yielded, in order, behind everything else (stealable).
     yielded: Deque<Runnable>,
     tick: Cell<u64>,
@@ -816,6 +818,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         local: deque,
         runnext_streak: Cell::new(0),
         fair_look_ms: Cell::new(fiber_core::coarse_clock_ms()),
+        late_looks: Cell::new(0),
         yielded: yields,
         tick: Cell::new(0),
         rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
@@ -1233,43 +1236,39 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         if let Some(io) = fiber_core::io_poll().filter(|_| shared.config.io_harvest) {
             ctx.harvest_io(io);
         }
-        if let Some(fiber) = shared.global.pop() {
-            // A batch, as when the worker runs out of local work: taking
-            // one fiber here drained the global queue at one fiber per
-            // `GLOBAL_CHECK_INTERVAL` turns of a busy worker (2,000 fibers
-            // moved off a stuck worker took over a second behind a
-            // ping-pong pair;
-            // `many_children_in_a_spinning_workers_deque_run_while_the_other_worker_ping_pongs`).
-            for _ in 1..GLOBAL_BATCH {
-                match shared.global.pop() {
-                    Some(more) => ctx.local.push(more),
-                    None => break,
-                }
-            }
-            return Some(fiber);
-        }
-        // Outside wakes and yielded fibers get a turn too, or a LIFO local
-        // deque that keeps refilling would starve them.
-        if let Some(fiber) = shared.slots[ctx.index].inbox.pop() {
-            return Some(fiber);
-        }
-        if let Some(fiber) = ctx.yielded.pop() {
-            return Some(fiber);
-        }
-        // And, more rarely, the oldest fiber of the local deque: it is
-        // LIFO, so a worker whose fibers keep pushing onto it would
-        // otherwise never get back to the bottom one. (Taken through this
-        // worker's own stealer, from the oldest end, as a thief would; not
-        // on every 61st look: in a fan-out tree the oldest entry is the
-        // largest subtree, and taking it that often made W2 skynet 30%
-        // slower, by breaking the depth-first walk.)
-        if tick % (GLOBAL_CHECK_INTERVAL * OLDEST_LOCAL_EVERY) == 0 || late {
-            loop {
-                match shared.slots[ctx.index].stealer.steal() {
-                    Steal::Success(fiber) => return Some(fiber),
-                    Steal::Empty => break,
-                    Steal::Retry => std::hint::spin_loop(),
-                }
+        // A late look (the time-based one) starts at a different source
+        // each time, so none of them waits behind the others for long: with
+        // a fixed order, a global queue that a stuck-worker rescue refilled
+        // before every look kept the oldest fiber of the deque waiting for
+        // the count-based look, 976 turns away (seconds, when turns take
+        // milliseconds).
+        let first = if late {
+            let turn = ctx.late_looks.get();
+            ctx.late_looks.set(turn.wrapping_add(1));
+            turn as usize % FAIR_SOURCES
+        } else {
+            0
+        };
+        for k in 0..FAIR_SOURCES {
+            let found = match (first + k) % FAIR_SOURCES {
+                0 => take_global_batch(shared, ctx),
+                // Outside wakes and yielded fibers get a turn too, or a
+                // LIFO local deque that keeps refilling would starve them.
+                1 => shared.slots[ctx.index].inbox.pop(),
+                2 => ctx.yielded.pop(),
+                // And, more rarely, the oldest fiber of the local deque: it
+                // is LIFO, so a worker whose fibers keep pushing onto it
+                // would otherwise never get back to the bottom one. (Taken
+                // through this worker's own stealer, from the oldest end, as
+                // a thief would; not on every 61st look: in a fan-out tree
+                // the oldest entry is the largest subtree, and taking it
+                // that often made W2 skynet 30% slower, by breaking the
+                // depth-first walk.)
+                _ if tick % (GLOBAL_CHECK_INTERVAL * OLDEST_LOCAL_EVERY) == 0 || late => take_oldest_local(shared, ctx),
+                _ => None,
+            };
+            if found.is_some() {
+                return found;
             }
         }
     }
@@ -1317,13 +1316,7 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         }
     }
     if !shared.global.is_empty() {
-        if let Some(fiber) = shared.global.pop() {
-            for _ in 1..GLOBAL_BATCH {
-                match shared.global.pop() {
-                    Some(more) => ctx.local.push(more),
-                    None => break,
-                }
-            }
+        if let Some(fiber) = take_global_batch(shared, ctx) {
             return Some(fiber);
         }
     }
@@ -1331,6 +1324,38 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         return Some(fiber);
     }
     steal(shared, ctx)
+}
+
+/// The sources a fairness look serves: global queue, inbox, yielded
+/// fibers, the oldest fiber of the local deque.
+const FAIR_SOURCES: usize = 4;
+
+/// One fiber of the global queue and, behind it in this worker's deque, a
+/// batch more, as when the worker runs out of local work: taking one fiber
+/// per fairness look drained the global queue at one fiber per
+/// `GLOBAL_CHECK_INTERVAL` turns of a busy worker (2,000 fibers moved off a
+/// stuck worker took over a second behind a ping-pong pair;
+/// `many_children_in_a_spinning_workers_deque_run_while_the_other_worker_ping_pongs`).
+fn take_global_batch(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
+    let fiber = shared.global.pop()?;
+    for _ in 1..GLOBAL_BATCH {
+        match shared.global.pop() {
+            Some(more) => ctx.local.push(more),
+            None => break,
+        }
+    }
+    Some(fiber)
+}
+
+/// The oldest fiber of this worker's own deque (from the end thieves take).
+fn take_oldest_local(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
+    loop {
+        match shared.slots[ctx.index].stealer.steal() {
+            Steal::Success(fiber) => return Some(fiber),
+            Steal::Empty => return None,
+            Steal::Retry => std::hint::spin_loop(),
+        }
+    }
 }
 
 fn steal(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {

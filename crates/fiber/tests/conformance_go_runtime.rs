@@ -597,6 +597,41 @@ fn ping_pong_hog() {
 /// runs of this shape.)
 #[test]
 fn a_sleeper_wakes_beside_a_compute_heavy_ping_pong_pair() {
+    sleeper_beside_a_hog_pair_and_a_light_pair();
+}
+
+/// The same on a loaded machine: three plain threads spin beside the
+/// runtime, so its one worker and the monitor get a share of the cores
+/// (as when another test binary runs). The monitor then moved the light
+/// pair's runnext fiber to the global queue during each 25 ms turn, ahead
+/// of the woken sleeper it also moved there; the worker's next fairness
+/// look took the runnext fiber and put the sleeper back in its deque, and
+/// the next rescue moved it behind the new runnext fiber again: 5 to 42 s
+/// in 4 of 6 runs, until a rescue moved the runnext fiber last.
+#[test]
+fn a_sleeper_wakes_beside_a_compute_heavy_ping_pong_pair_on_a_loaded_machine() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let hogs: Vec<_> = (0..3)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(SeqCst) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let outcome = std::panic::catch_unwind(sleeper_beside_a_hog_pair_and_a_light_pair);
+    stop.store(true, SeqCst);
+    for hog in hogs {
+        hog.join().unwrap();
+    }
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn sleeper_beside_a_hog_pair_and_a_light_pair() {
     for _round in 0..3 {
         let slept = on(1, || {
             let (done_tx, done_rx) = bounded::<()>(0);
