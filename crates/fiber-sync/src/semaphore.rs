@@ -112,7 +112,8 @@ impl Semaphore {
     }
 
     /// Acquire `n` permits at once, parking until they are free (FIFO: no
-    /// later request is served first).
+    /// later request is served first). Zero permits are granted at once,
+    /// even while others wait.
     ///
     /// # Errors
     ///
@@ -158,7 +159,8 @@ impl Semaphore {
         self.try_acquire_many(1)
     }
 
-    /// Take `n` permits if they are free and nobody waits.
+    /// Take `n` permits if they are free and nobody waits (zero permits:
+    /// always).
     pub fn try_acquire_many(&self, n: u32) -> Option<SemaphorePermit<'_>> {
         let permit = self.try_take(n);
         if permit.is_none() {
@@ -172,6 +174,12 @@ impl Semaphore {
     /// [`try_acquire_many`](Self::try_acquire_many) without the poll
     /// accounting (the first attempt of a waiting acquire).
     fn try_take(&self, n: u32) -> Option<SemaphorePermit<'_>> {
+        if n == 0 {
+            // Nothing to take, so nothing to wait for, even behind queued
+            // waiters (tokio's `acquire_many(0)` is ready at once):
+            // `acquire_many(batch.len())` of an empty batch must not block.
+            return Some(SemaphorePermit { sem: self, permits: 0 });
+        }
         let need = (n as usize) << SHIFT;
         // Relaxed: the CAS below acquires.
         let mut seen = self.state.load(Ordering::Relaxed);
