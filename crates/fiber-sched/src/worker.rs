@@ -45,6 +45,10 @@ use std::time::Instant;
 pub const GLOBAL_CHECK_INTERVAL: u64 = 61;
 /// Consecutive runnext runs before the local queue gets a turn.
 pub const RUNNEXT_STREAK: u32 = 16;
+/// Milliseconds (coarse clock) a chain of runnext hand-offs may run before
+/// its fiber goes behind the worker's other queued fibers (Go's 10 ms time
+/// slice, which a runnext goroutine inherits).
+pub const RUNNEXT_SLICE_MS: u64 = 10;
 
 /// Every this many global checks (so every 61 x 16 looks), the oldest
 /// fiber of the LIFO local deque runs first: a bound on how long a fiber
@@ -507,6 +511,10 @@ pub(crate) struct WorkerCtx {
     pub(crate) index: usize,
     local: Deque<Runnable>,
     runnext_streak: Cell<u32>,
+    /// The coarse clock when the current runnext chain started.
+    chain_since_ms: Cell<u64>,
+    /// Did this look take the runnext slot's fiber (a chain goes on)?
+    picked_runnext: Cell<bool>,
     /// The coarse clock at the last fairness look (`FAIR_LOOK_MS`).
     fair_look_ms: Cell<u64>,
     /// Late fairness looks so far: where the next one starts.
@@ -817,6 +825,8 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         index,
         local: deque,
         runnext_streak: Cell::new(0),
+        chain_since_ms: Cell::new(0),
+        picked_runnext: Cell::new(false),
         fair_look_ms: Cell::new(fiber_core::coarse_clock_ms()),
         late_looks: Cell::new(0),
         yielded: yields,
@@ -1214,7 +1224,22 @@ fn wait_notified(slot: &Slot, deadline: Option<Instant>) -> bool {
     }
 }
 
+/// The next fiber to run. One taken from anywhere but the runnext slot
+/// ends the current runnext chain: the next hand-off starts a new one,
+/// with a new count and a new time slice (`RUNNEXT_SLICE_MS`). (Kept by
+/// its old clock, a chain that began before a fairness look was cut at
+/// its first hand-off after it.)
 fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
+    ctx.picked_runnext.set(false);
+    let found = look_for_work(shared, ctx);
+    if !ctx.picked_runnext.get() {
+        ctx.runnext_streak.set(0);
+    }
+    found
+}
+
+/// `find_work`'s search, in the loop's order (module docs).
+fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     let tick = ctx.tick.get().wrapping_add(1);
     ctx.tick.set(tick);
     // A look counts in time as well as in looks: a worker whose fibers run
@@ -1272,26 +1297,46 @@ fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
             }
         }
     }
-    if ctx.runnext_streak.get() < RUNNEXT_STREAK {
-        if let Some(fiber) = shared.slots[ctx.index].runnext.take() {
-            ctx.runnext_streak.set(ctx.runnext_streak.get() + 1);
+    if let Some(fiber) = shared.slots[ctx.index].runnext.take() {
+        let streak = ctx.runnext_streak.get();
+        if streak == 0 {
+            // A chain of hand-offs starts here (the clock is read only
+            // where runnext is in use: a yield loop never reads it).
+            ctx.chain_since_ms.set(fiber_core::coarse_clock_ms());
+            ctx.runnext_streak.set(1);
+            ctx.picked_runnext.set(true);
             return Some(fiber);
         }
-    } else if let Some(fiber) = shared.slots[ctx.index].runnext.take() {
-        // Let the local queue go first this time: its newest fiber runs
-        // and the runnext one waits in the deque. (Pushed first and popped
-        // after, it would come straight back, and two fibers handing each
-        // other the slot would keep the deque waiting for ever.)
-        ctx.runnext_streak.set(0);
-        return Some(match ctx.local.pop() {
-            Some(other) => {
-                ctx.local.push(fiber);
-                other
-            }
-            None => fiber,
-        });
+        if fiber_core::coarse_clock_ms() >= ctx.chain_since_ms.get() + RUNNEXT_SLICE_MS {
+            // The chain used up its slice (its fibers compute for
+            // milliseconds a turn): its fiber goes behind everything this
+            // worker has queued, as a yield does (Go preempts a runnext
+            // chain after its 10 ms slice onto the global queue), and the
+            // search below goes on. Counted in hand-offs only, a pair
+            // computing 20 ms a turn let the deque's top fiber run once
+            // every 16 turns, and 20 fibers sleeping 10 ms in a loop
+            // beside it waited up to 2 s a sleep
+            // (`adversarial_review12.rs::twenty_sleeper_loops_beside_pairs_one_worker`).
+            ctx.yielded.push(fiber);
+        } else if streak < RUNNEXT_STREAK {
+            ctx.runnext_streak.set(streak + 1);
+            ctx.picked_runnext.set(true);
+            return Some(fiber);
+        } else {
+            // Let the local queue go first this time: its newest fiber
+            // runs and the runnext one waits in the deque. (Pushed first
+            // and popped after, it would come straight back, and two
+            // fibers handing each other the slot would keep the deque
+            // waiting for ever.)
+            return Some(match ctx.local.pop() {
+                Some(other) => {
+                    ctx.local.push(fiber);
+                    other
+                }
+                None => fiber,
+            });
+        }
     }
-    ctx.runnext_streak.set(0);
     if let Some(fiber) = ctx.local.pop() {
         return Some(fiber);
     }
