@@ -674,6 +674,32 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     pub fn job(&self) -> Job {
         Job { core: self.job.clone() }
     }
+
+    /// Cancel the scope's job (the same as `s.job().cancel()`; Kotlin's
+    /// `CoroutineScope.cancel`): every child, and the scope's body itself,
+    /// see it at their next cancellation point. The scope still returns
+    /// only once every child has ended.
+    ///
+    /// ```
+    /// # let rt = fiber_sched::Runtime::new().unwrap();
+    /// # rt.block_on(|| {
+    /// let first_even = fiber_jobs::scope(|s| {
+    ///     let (tx, rx) = fiber_chan::bounded(0);
+    ///     for i in [3, 5, 8, 9] {
+    ///         let tx = tx.clone();
+    ///         // Those still sending when the scope is cancelled stop there.
+    ///         s.spawn(move || tx.send(i));
+    ///     }
+    ///     let found = rx.iter().find(|i| i % 2 == 0);
+    ///     s.cancel();
+    ///     found
+    /// });
+    /// assert_eq!(first_even, Some(8));
+    /// # });
+    /// ```
+    pub fn cancel(&self) {
+        self.job().cancel();
+    }
 }
 
 /// A `try_scope`: children return `Result<_, E>`.
@@ -740,6 +766,11 @@ impl<'scope, 'env, E: Send> TryScope<'scope, 'env, E> {
     /// The scope's job.
     pub fn job(&self) -> Job {
         self.inner.job()
+    }
+
+    /// Cancel the scope's job, as [`Scope::cancel`].
+    pub fn cancel(&self) {
+        self.inner.cancel();
     }
 }
 
