@@ -13,7 +13,9 @@
 //! runnext -> local -> inbox -> global -> randomized steal -> brief spin ->
 //! sleep (`idle.rs`). Every [`GLOBAL_CHECK_INTERVAL`] fibers the global queue
 //! goes first, and runnext yields to the local queue after
-//! [`RUNNEXT_STREAK`] consecutive runs, so nothing starves.
+//! [`RUNNEXT_STREAK`] consecutive runs, or, once a chain of runnext
+//! hand-offs has run for [`RUNNEXT_SLICE_MS`], goes behind everything
+//! else queued, so nothing starves.
 //!
 //! # Placement
 //!
