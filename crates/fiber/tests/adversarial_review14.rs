@@ -63,18 +63,6 @@ fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// In a fiber: wait (1 ms sleeps) until `cond` holds; panic after `secs`.
-fn wait_until(what: &str, secs: u64, cond: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(secs),
-            "timed out waiting for {what}"
-        );
-        fiber::sleep(ms(1)).unwrap();
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Timers of waits that end early, one shape per public timed wait
 // ---------------------------------------------------------------------------
@@ -212,7 +200,7 @@ fn sleeps_cancelled_at_once_keep_timer_entries_bounded() {
                 let hs: Vec<_> = (0..500)
                     .map(|_| fiber::spawn(|| fiber::sleep(Duration::from_secs(3600)).is_err()))
                     .collect();
-                wait_until("500 sleepers", 20, || fiber::stats().runtime.fibers_parked >= 500);
+                common::wait_until("500 sleepers", 20, || fiber::stats().runtime.fibers_parked >= 500);
                 for h in &hs {
                     h.cancel();
                 }
@@ -343,7 +331,7 @@ fn receivers_cancelled_on_a_long_lived_channel_leave_no_waiter_behind() {
                         fiber::spawn(move || rx.recv().is_err())
                     })
                     .collect();
-                wait_until("1,000 parked receivers", 20, || tx.waiting().0 >= 1_000);
+                common::wait_until("1,000 parked receivers", 20, || tx.waiting().0 >= 1_000);
                 for h in &hs {
                     h.cancel();
                 }
@@ -389,7 +377,7 @@ fn semaphore_acquires_cancelled_during_releases_lose_no_permit() {
                         })
                     })
                     .collect();
-                wait_until("500 parked acquires", 20, || {
+                common::wait_until("500 parked acquires", 20, || {
                     fiber::stats().runtime.fibers_parked >= 500
                 });
                 // Release some permits while cancelling: each waiter is
@@ -444,7 +432,7 @@ fn a_long_lived_scope_spawning_50k_children_keeps_frames_and_memory_bounded() {
                             let _ = fiber::yield_now();
                         }
                         if i % 10_000 == 9_999 {
-                            wait_until("the children to end", 20, || fiber::stats().runtime.fibers_alive <= 2);
+                            common::wait_until("the children to end", 20, || fiber::stats().runtime.fibers_alive <= 2);
                             vm.push(vm_mib());
                         }
                     }
@@ -490,7 +478,7 @@ fn fiber_locals_of_cancelled_parked_fibers_are_all_dropped() {
                         })
                     })
                     .collect();
-                wait_until("1,000 parked fibers", 20, || {
+                common::wait_until("1,000 parked fibers", 20, || {
                     fiber::stats().runtime.fibers_parked >= 1_000
                 });
                 for h in &hs {
@@ -591,7 +579,7 @@ fn bursts_of_8_mib_stack_fibers_give_their_address_space_back() {
                                 .unwrap()
                         })
                         .collect();
-                    wait_until("100 parked big-stack fibers", 20, || {
+                    common::wait_until("100 parked big-stack fibers", 20, || {
                         fiber::stats().runtime.fibers_parked >= 100
                     });
                     let peak = vm_mib();
@@ -703,7 +691,7 @@ fn listeners_with_a_parked_accept_and_refused_connects_close_every_fd() {
                     let l = fiber::net::TcpListener::bind("127.0.0.1:0").unwrap();
                     let clone = l.try_clone().unwrap();
                     let h = fiber::spawn(move || clone.accept().map(|_| ()));
-                    wait_until("a parked accept", 10, || fiber::stats().runtime.fibers_parked >= 1);
+                    common::wait_until("a parked accept", 10, || fiber::stats().runtime.fibers_parked >= 1);
                     drop(l);
                     h.cancel();
                     match h.join() {

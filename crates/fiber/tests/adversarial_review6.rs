@@ -71,19 +71,6 @@ fn rt_fixed(workers: usize) -> fiber::Runtime {
         .unwrap()
 }
 
-/// In a fiber: wait (sleeping 1 ms at a time) until `cond` holds; fail
-/// after `secs` seconds naming `what`.
-fn wait_until(what: &str, secs: u64, cond: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(secs),
-            "timed out waiting for {what}"
-        );
-        fiber::sleep(ms(1)).unwrap();
-    }
-}
-
 fn parked() -> usize {
     fiber::stats().runtime.fibers_parked
 }
@@ -293,12 +280,12 @@ fn channels_dropped_with_parked_waiters_free_everything() {
                     hs.push(fiber::spawn(move || tx2.send(vec![7u8; 512]).is_err()));
                     ends.push((tx, rx2));
                 }
-                wait_until("2,000 parked waiters", 20, || parked() >= 2_000);
+                common::wait_until("2,000 parked waiters", 20, || parked() >= 2_000);
                 drop(ends);
                 for h in hs {
                     assert!(h.join().unwrap(), "a wait did not end with the disconnection");
                 }
-                wait_until("the round's fibers to end", 20, || alive() <= base);
+                common::wait_until("the round's fibers to end", 20, || alive() <= base);
                 rss.push(rss_kib());
             }
             eprintln!("rss per round: {rss:?}");
@@ -335,7 +322,7 @@ fn detached_fibers_100k_with_dropped_handles_are_reused_not_leaked() {
                         }));
                     }
                     let want = (burst + 1) * 1_000;
-                    wait_until("the burst to run", 20, || ran.load(SeqCst) == want && alive() <= base);
+                    common::wait_until("the burst to run", 20, || ran.load(SeqCst) == want && alive() <= base);
                     if burst == 9 {
                         warm_rss = rss_kib();
                     }
@@ -560,7 +547,7 @@ fn draining_many_parked_senders_costs_the_same_per_value() {
                             fiber::spawn(move || tx.send(i).unwrap())
                         })
                         .collect();
-                    wait_until("the senders to park", 60, || parked() >= n);
+                    common::wait_until("the senders to park", 60, || parked() >= n);
                     let t = Instant::now();
                     let mut seen = vec![false; n + cap];
                     for _ in 0..n + cap {
@@ -682,7 +669,7 @@ fn cancelling_2500_waiters_from_the_middle_does_not_depend_on_the_queue_length()
                         let (hs, release) = setup(n);
                         // The joiners' target fiber parks too.
                         let extra = usize::from(what == "job joiners");
-                        wait_until(what, 60, || parked() >= base + n + extra);
+                        common::wait_until(what, 60, || parked() >= base + n + extra);
                         let middle = &hs[n / 2 - K / 2..n / 2 + K / 2];
                         let before = parked();
                         let t = Instant::now();
@@ -803,7 +790,7 @@ fn many_selects_parked_on_the_same_channels_leave_them_in_constant_time() {
                             })
                         })
                         .collect();
-                    wait_until("the selects to park", 60, || parked() >= base + s);
+                    common::wait_until("the selects to park", 60, || parked() >= base + s);
                     let t = Instant::now();
                     for j in 0..s {
                         txs[j % C].send(j).unwrap();
@@ -842,7 +829,7 @@ fn cancelling_a_scope_of_50k_children_is_linear() {
                         }
                     })
                 });
-                wait_until("the children to park", 60, || parked() > base + n);
+                common::wait_until("the children to park", 60, || parked() > base + n);
                 let t = Instant::now();
                 h.cancel();
                 let r = h.join();
@@ -875,7 +862,7 @@ fn joining_100k_fibers_in_reverse_order_is_linear() {
                         })
                     })
                     .collect();
-                wait_until("the fibers to park", 60, || parked() >= base + n);
+                common::wait_until("the fibers to park", 60, || parked() >= base + n);
                 let t = Instant::now();
                 drop(tx);
                 for (i, h) in hs.into_iter().enumerate().rev() {
@@ -906,7 +893,7 @@ fn sync_primitives_with_10k_parked_fibers_are_linear() {
                         fiber::spawn(move || m.lock().unwrap().push(i))
                     })
                     .collect();
-                wait_until("the lockers to park", 60, || parked() >= base + n);
+                common::wait_until("the lockers to park", 60, || parked() >= base + n);
                 let t = Instant::now();
                 drop(guard);
                 for h in hs {
@@ -977,7 +964,7 @@ fn sync_primitives_with_10k_parked_fibers_are_linear() {
                         fiber::spawn(move || *pair.1.wait_while(pair.0.lock().unwrap(), |go| !*go).unwrap())
                     })
                     .collect();
-                wait_until("the waiters to park", 60, || parked() >= base + n);
+                common::wait_until("the waiters to park", 60, || parked() >= base + n);
                 let t = Instant::now();
                 *pair.0.lock().unwrap() = true;
                 pair.1.notify_all();
@@ -1029,7 +1016,7 @@ fn parked_fibers_cost_no_cpu_and_do_not_slow_the_others() {
                     })
                 })
                 .collect();
-            wait_until("the fibers to park", 60, || parked() >= base + N);
+            common::wait_until("the fibers to park", 60, || parked() >= base + N);
             let cpu0 = cpu_time();
             fiber::sleep(Duration::from_secs(2)).unwrap();
             let idle_cpu = cpu_time() - cpu0;
@@ -1066,7 +1053,7 @@ fn a_dump_of_many_parked_fibers_is_linear() {
                         })
                     })
                     .collect();
-                wait_until("the fibers to park", 60, || parked() >= base + n);
+                common::wait_until("the fibers to park", 60, || parked() >= base + n);
                 let t = Instant::now();
                 let text = fiber::dump().to_string();
                 let d = t.elapsed();
@@ -1118,7 +1105,7 @@ fn memory_per_parked_fiber_stays_within_the_documented_bound() {
                         let _ = rx.recv();
                     }));
                 }
-                wait_until("the fibers to park", 120, || parked() >= base + n);
+                common::wait_until("the fibers to park", 120, || parked() >= base + n);
                 let d = t.elapsed();
                 let per = (rss_kib() - before) as f64 / n as f64;
                 (per, d)
@@ -1165,7 +1152,7 @@ fn one_gib_stacks_are_reserved_not_committed() {
                     .expect("a 1 GiB stack is within the documented limit");
                 hs.push(h);
             }
-            wait_until("the big fibers to park", 30, || parked() >= 16);
+            common::wait_until("the big fibers to park", 30, || parked() >= 16);
             let (vm1, rss1) = (vm_kib(), rss_kib());
             drop(tx);
             for h in hs {
@@ -1385,7 +1372,7 @@ fn many_fibers_with_big_stacks_at_once_are_linear() {
                             .unwrap()
                     })
                     .collect();
-                wait_until("the fibers to park", 60, || parked() >= base + n);
+                common::wait_until("the fibers to park", 60, || parked() >= base + n);
                 // Timed: the fibers ending (their stacks unmapped).
                 let t = Instant::now();
                 drop(tx);
@@ -1428,7 +1415,7 @@ fn a_past_burst_of_big_stack_fibers_does_not_slow_later_ones() {
                             .unwrap()
                     })
                     .collect();
-                wait_until("the fibers to park", 60, || parked() >= base + n);
+                common::wait_until("the fibers to park", 60, || parked() >= base + n);
                 drop(tx);
                 for h in hs {
                     h.join().unwrap();

@@ -262,3 +262,16 @@ pub fn spin_until(flag: &std::sync::atomic::AtomicBool, limit: Duration) -> bool
     }
     false
 }
+
+/// In a fiber: wait (sleeping 1 ms at a time) until `cond` holds; fail
+/// after `secs` seconds naming `what`.
+pub fn wait_until(what: &str, secs: u64, cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "timed out waiting for {what}"
+        );
+        fiber::sleep(ms(1)).unwrap();
+    }
+}
