@@ -161,7 +161,6 @@ struct Sync_ {
     /// first failure wins), kept so that a scope can still raise one whose
     /// payload no join took (almost always empty: no allocation).
     later_panics: Vec<SharedPayload>,
-    reason: Option<CancelReason>,
     /// The fibers running in this job (`ModelFiber`s under loom).
     /// Inline room for one: a job almost always runs exactly one fiber, and
     /// a heap buffer per job cost an allocation and a free per child.
@@ -169,16 +168,15 @@ struct Sync_ {
     fibers: smallvec::SmallVec<[fiber_core::FiberRef; 1]>,
     #[cfg(loom)]
     fibers: Vec<Arc<fiber_core::FiberRef>>,
-    /// A scoped child's outcome, waiting for its handle.
-    outcome: OutcomeSlot,
 }
 
 /// A scoped child's outcome (`scope.rs`'s `Outcome<T>`), type-erased so
 /// that the job, allocated once per child, carries it too: a second
 /// allocation per child (a separate slot shared by the child and its handle)
 /// cost a malloc and, when the child ran on another worker, a cross-thread
-/// free. Guarded by the job lock. Small outcomes live inline, larger ones
-/// in a box.
+/// free. Guarded by the job lock until the job ends; after that only the
+/// handle touches it ([`OutcomeCell`]). Small outcomes live inline, larger
+/// ones in a box.
 ///
 /// Every access names the outcome type; all accesses to one job name the
 /// same type (the child and its handle are made together, with one `T`).
@@ -258,6 +256,47 @@ impl OutcomeSlot {
     }
 }
 
+/// The outcome slot of a job, outside the job's mutex so that a handle
+/// that saw the job end takes its outcome without the lock (two locked
+/// instructions less per join).
+///
+/// Discipline: the child stores its outcome and a handle that did not see
+/// the job end takes it only while holding the job lock; once the job is
+/// terminal (read with Acquire, pairing with the Release of the
+/// finalizing transition, which the child's store under the lock
+/// happens-before), nothing but the job's one handle touches the slot
+/// again, so that handle may take it without the lock.
+#[cfg(not(loom))]
+struct OutcomeCell(std::cell::UnsafeCell<OutcomeSlot>);
+
+// SAFETY: the slot holds a `Send` value (every access names a `V: Send`,
+// `OutcomeSlot::store`'s contract) and is only accessed under the
+// discipline above: by one thread at a time, each access ordered after the
+// previous one by the job lock or by the terminal state's Release/Acquire.
+#[cfg(not(loom))]
+unsafe impl Sync for OutcomeCell {}
+
+/// `reason` word: no reason recorded.
+const NO_REASON: u8 = 0;
+
+fn reason_to_word(reason: CancelReason) -> u8 {
+    match reason {
+        CancelReason::Cancelled => 1,
+        CancelReason::TimedOut => 2,
+        CancelReason::ChildFailed => 3,
+    }
+}
+
+fn reason_from_word(word: u8) -> Option<CancelReason> {
+    match word {
+        NO_REASON => None,
+        1 => Some(CancelReason::Cancelled),
+        2 => Some(CancelReason::TimedOut),
+        3 => Some(CancelReason::ChildFailed),
+        _ => unreachable!("a job's reason word holds 0 to 3"),
+    }
+}
+
 /// One job.
 pub(crate) struct JobCore {
     pub(crate) id: u64,
@@ -269,6 +308,14 @@ pub(crate) struct JobCore {
     propagates: bool,
     pub(crate) parent: Option<Arc<JobCore>>,
     sync: Mutex<Sync_>,
+    /// Why the job was cancelled (`reason_to_word`; `NO_REASON` while it
+    /// was not). Written only under the job lock, before the job ends, and
+    /// never after: read under the lock, or without it once the job is
+    /// seen terminal (its final value).
+    reason: AtomicU8,
+    /// A scoped child's outcome, waiting for its handle.
+    #[cfg(not(loom))]
+    outcome: OutcomeCell,
     /// The earliest `with_timeout` deadline of this job or an ancestor
     /// (inherited at creation). Fibers running in the job see it as a
     /// cancellation as soon as it passes, even before the timeout's
@@ -430,10 +477,11 @@ impl JobCore {
                     failure: None,
                     failure_handed_up: false,
                     later_panics: Vec::new(),
-                    reason: None,
                     fibers: Default::default(),
-                    outcome: OutcomeSlot::default(),
                 }),
+                reason: AtomicU8::new(NO_REASON),
+                #[cfg(not(loom))]
+                outcome: OutcomeCell(std::cell::UnsafeCell::new(OutcomeSlot::default())),
                 #[cfg(not(loom))]
                 park: fiber_core::ParkToken::default(),
             })
@@ -445,8 +493,10 @@ impl JobCore {
             return job;
         };
         // Allocated before the parent's lock is taken (a short critical
-        // section), attached under it.
-        let job = fresh(Some(parent.clone()));
+        // section), attached under it. The job takes the caller's
+        // reference to its parent (no second count update).
+        let job = fresh(Some(parent));
+        let parent = job.parent.as_ref().expect("a child job has its parent");
         let attached = job.clone();
         let (cancelling, finished) = {
             let mut sync = lock(&parent.sync);
@@ -501,8 +551,22 @@ impl JobCore {
         }
     }
 
+    /// The recorded cancel reason. Written at most once (when the job
+    /// leaves ACTIVE), so a read without the lock sees either no reason or
+    /// the final one.
     pub(crate) fn reason(&self) -> Option<CancelReason> {
-        lock(&self.sync).reason
+        // Relaxed: the word is written once, under the job lock; a reader
+        // that must see it (a joiner after the end) is ordered after that
+        // write by the terminal state's Acquire.
+        reason_from_word(self.reason.load(Ordering::Relaxed))
+    }
+
+    /// Record the reason as the job leaves ACTIVE (under its lock: the
+    /// guard is the proof).
+    fn set_reason(&self, _locked: &mut Sync_, reason: CancelReason) {
+        // Relaxed: see `reason`; the state transition that follows under
+        // the same lock (or a later one's release) publishes it.
+        self.reason.store(reason_to_word(reason), Ordering::Relaxed);
     }
 
     /// The reason a user sees (`Job::cancel_reason`): the recorded one, or
@@ -513,8 +577,8 @@ impl JobCore {
     /// job that was never timed out as `TimedOut` for a moment.
     #[cfg(not(loom))]
     pub(crate) fn observed_reason(&self) -> Option<CancelReason> {
-        let sync = lock(&self.sync);
-        match sync.reason {
+        let _sync = lock(&self.sync);
+        match self.reason() {
             None if self.state() == JobState::Active && self.deadline_passed() => Some(CancelReason::TimedOut),
             reason => reason,
         }
@@ -589,7 +653,7 @@ impl JobCore {
                         (CancelReason::Cancelled, Some(d)) if Instant::now() >= d => CancelReason::TimedOut,
                         _ => reason,
                     };
-                    sync.reason = Some(reason);
+                    self.set_reason(&mut sync, reason);
                     let moved = transition(&self.state, JobState::Active, JobState::Cancelling, JobActor::Canceller);
                     debug_assert!(moved, "state changes only under the job lock");
                     // Counted once per job: only the request that changed
@@ -606,7 +670,7 @@ impl JobCore {
                 _ => return None,
             }
             (
-                sync.reason,
+                self.reason(),
                 sync.fibers.clone(),
                 // Finished children (not swept yet) need no cancel.
                 sync.children
@@ -759,7 +823,7 @@ impl JobCore {
             // does not depend on when the timer got a worker.
             let timed_out = current == JobState::Active && self.deadline_passed();
             if timed_out {
-                sync.reason = Some(CancelReason::TimedOut);
+                self.set_reason(sync, CancelReason::TimedOut);
                 let moved = transition(&self.state, JobState::Active, JobState::Cancelling, JobActor::Canceller);
                 debug_assert!(moved, "state changes only under the job lock");
                 bump(Counter::CancellationsRequested, 1);
@@ -796,7 +860,7 @@ impl JobCore {
             Some(FinalStep::Ended(Finalized {
                 timed_out,
                 from: current,
-                reason: sync.reason,
+                reason: self.reason(),
                 state: to,
                 waiters: {
                     let mut waiters = sync.waiters.take_all();
@@ -892,8 +956,9 @@ impl JobCore {
                     sync.fibers.retain(|f| f.id() != fiber);
                 }
             }
-            // SAFETY: the caller's contract.
-            if let Some(unwanted) = unsafe { sync.outcome.store(outcome) } {
+            // SAFETY: the caller's contract; the job lock is held and the
+            // job has not ended (its body is only now done).
+            if let Some(unwanted) = unsafe { self.outcome_slot(&mut sync).store(outcome) } {
                 return Some(unwanted);
             }
             sync.body_done = true;
@@ -918,22 +983,50 @@ impl JobCore {
     #[cfg(not(loom))]
     pub(crate) unsafe fn take_outcome<V>(&self) -> Option<V> {
         let mut sync = lock(&self.sync);
-        // SAFETY: the caller's contract.
-        unsafe { sync.outcome.take() }
+        // SAFETY: the caller's contract; the job lock is held.
+        unsafe { self.outcome_slot(&mut sync).take() }
     }
 
-    /// [`take_outcome`](Self::take_outcome) and the cancel reason, under
-    /// one lock (a join reads both).
+    /// [`take_outcome`](Self::take_outcome) and the cancel reason, as a
+    /// join reads both. Without the job lock when the job has ended (the
+    /// usual case: the join waited for that), under it otherwise.
     ///
     /// # Safety
     ///
-    /// As for `take_outcome`.
+    /// As for `take_outcome`, and the caller is the job's handle (no other
+    /// handle exists: the slot has one taker).
     #[cfg(not(loom))]
     pub(crate) unsafe fn take_outcome_and_reason<V>(&self) -> (Option<V>, Option<CancelReason>) {
+        // Acquire (in `state`): pairs with the Release of the finalizing
+        // transition, after the child's store into the slot and the
+        // reason's write (both under the job lock, before it).
+        if self.state().is_terminal() {
+            // SAFETY: the caller's contract; the job has ended, so no child
+            // store or lock holder touches the slot again, and this handle
+            // is its only other user (`OutcomeCell`).
+            let outcome = unsafe { (*self.outcome.0.get()).take() };
+            return (outcome, self.reason());
+        }
         let mut sync = lock(&self.sync);
-        // SAFETY: the caller's contract.
-        let outcome = unsafe { sync.outcome.take() };
-        (outcome, sync.reason)
+        // SAFETY: the caller's contract; the job lock is held.
+        let outcome = unsafe { self.outcome_slot(&mut sync).take() };
+        (outcome, self.reason())
+    }
+
+    /// The outcome slot, borrowed under the job lock (the guard's
+    /// borrow is the proof, and bounds the slot's).
+    ///
+    /// # Safety
+    ///
+    /// No access to the slot without the lock runs at the same time: only
+    /// the handle's after the job ended (`take_outcome_and_reason`), which
+    /// no locked access follows, since after the end only that handle
+    /// touches the slot, and it consumes itself.
+    #[cfg(not(loom))]
+    unsafe fn outcome_slot<'a>(&'a self, _locked: &'a mut Sync_) -> &'a mut OutcomeSlot {
+        // SAFETY: the lock is held (the guard's borrow) and the contract
+        // rules out an unlocked access at the same time.
+        unsafe { &mut *self.outcome.0.get() }
     }
 
     /// Take the recorded failure (the scope re-raises or returns it).
