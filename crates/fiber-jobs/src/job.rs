@@ -999,17 +999,19 @@ impl JobCore {
     pub(crate) unsafe fn take_outcome_and_reason<V>(&self) -> (Option<V>, Option<CancelReason>) {
         // Acquire (in `state`): pairs with the Release of the finalizing
         // transition, after the child's store into the slot and the
-        // reason's write (both under the job lock, before it).
-        if self.state().is_terminal() {
-            // SAFETY: the caller's contract; the job has ended, so no child
-            // store or lock holder touches the slot again, and this handle
-            // is its only other user (`OutcomeCell`).
-            let outcome = unsafe { (*self.outcome.0.get()).take() };
-            return (outcome, self.reason());
-        }
-        let mut sync = lock(&self.sync);
-        // SAFETY: the caller's contract; the job lock is held.
-        let outcome = unsafe { self.outcome_slot(&mut sync).take() };
+        // reason's write (both under the job lock, before it). One call
+        // site for the take: a large outcome is not copied once per path
+        // (debug builds keep a stack slot for each).
+        let _locked = if self.state().is_terminal() {
+            None
+        } else {
+            Some(lock(&self.sync))
+        };
+        // SAFETY: the caller's contract; either the job lock is held, or
+        // the job has ended, so no child store or lock holder touches the
+        // slot again, and this handle is its only other user
+        // (`OutcomeCell`).
+        let outcome = unsafe { (*self.outcome.0.get()).take() };
         (outcome, self.reason())
     }
 
