@@ -705,6 +705,17 @@ impl Fiber {
         addr == held || (held == 0 && addr == unsafe { self.root_scope.with(|r| *r) })
     }
 
+    /// Did a layer install a root cancellation scope in this incarnation
+    /// (`install_root_scope`)?
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself (owner-only slot).
+    pub(crate) unsafe fn has_root_scope(&self) -> bool {
+        // SAFETY: see the function's contract.
+        unsafe { self.root_scope.with(|r| *r != 0) }
+    }
+
     /// The shutdown phase of the runtime this fiber runs on.
     ///
     /// # Safety

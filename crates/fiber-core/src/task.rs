@@ -294,6 +294,12 @@ struct Task<T> {
     cancel: AtomicBool,
     /// Fast-path copy of `Joiners::finished` (Release on completion).
     finished: AtomicBool,
+    /// The body has ended (`Task::close`). Written by the fiber only, and
+    /// read by it (no root scope is installed after its body), so the
+    /// close of a fiber that never made a root job takes no lock; a
+    /// canceller reads it as a hint (a cancel that does not see it lands
+    /// before `complete`, which decides the outcome under the lock).
+    ended: AtomicBool,
     joiners: Mutex<Joiners>,
     /// Written once by the fiber before `finished`; read once by the joiner
     /// after it.
@@ -326,6 +332,12 @@ impl<T: Send> TaskControl for Task<T> {
     }
 
     fn install_root_scope(&self, scope: Arc<dyn crate::CancelScope>) -> Option<bool> {
+        // Relaxed: the fiber's own earlier store (it alone calls this).
+        if self.ended.load(Ordering::Relaxed) {
+            // The body has ended (a fiber-local destructor asking for its
+            // job): a root job made now would never hear the end.
+            return None;
+        }
         let mut joiners = lock(&self.joiners);
         if joiners.closed {
             // The body has ended (a fiber-local destructor asking for its
@@ -375,7 +387,8 @@ impl<T: Send> TaskControl for Task<T> {
     }
 
     fn takes_root_scope(&self) -> bool {
-        !lock(&self.joiners).closed
+        // Relaxed: as in `install_root_scope`.
+        !self.ended.load(Ordering::Relaxed) && !lock(&self.joiners).closed
     }
 }
 
@@ -386,13 +399,14 @@ impl<T: Send> Task<T> {
     /// is gone, or a cancel came first and the value is unwanted): the
     /// fiber drops it on its own stack, so user `Drop` code never runs bare
     /// on a worker.
-    fn complete(&self, outcome: &mut Option<Result<T, JoinError>>) {
+    fn complete(&self, outcome: &mut Option<Result<T, JoinError>>) -> bool {
+        let mut unwanted = false;
         let waiters = {
             let mut joiners = lock(&self.joiners);
             if joiners.finished {
                 // Abandoned at a teardown (`abandon`) and resumed after
                 // all: the joiners already have their answer.
-                return;
+                return false;
             }
             if !joiners.detached {
                 // The outcome is decided here, under the lock that a cancel
@@ -400,7 +414,7 @@ impl<T: Send> Task<T> {
                 // ends cancelled even if its closure returned a value (the
                 // value stays with the fiber, which drops it once); a later
                 // cancel is a no-op.
-                let unwanted = self.cancel.load(Ordering::Relaxed) && matches!(outcome, Some(Ok(_)));
+                unwanted = self.cancel.load(Ordering::Relaxed) && matches!(outcome, Some(Ok(_)));
                 // SAFETY: only the fiber writes, once, before `finished`;
                 // the handle reads only after it (under this lock or after
                 // the Acquire below). The slot is empty until then, and it
@@ -422,12 +436,32 @@ impl<T: Send> Task<T> {
         for waiter in &waiters {
             fiber_wake(waiter);
         }
+        unwanted
+    }
+
+    /// The body has ended: from here no root scope is installed (a
+    /// fiber-local destructor that asks for its job gets none) and a
+    /// `JoinHandle::cancel` is a no-op once it sees this. Returns the
+    /// fiber's root scope, if it has one (`had_root`: the fiber's own
+    /// record). Without one, nothing else reads the close under the lock,
+    /// so it takes none: a flag only the fiber reads back.
+    fn close(&self, had_root: bool) -> Option<Arc<dyn crate::CancelScope>> {
+        // Relaxed: read back by this fiber, and as a hint by cancellers
+        // (see the field).
+        self.ended.store(true, Ordering::Relaxed);
+        if had_root {
+            self.take_root_scope()
+        } else {
+            None
+        }
     }
 
     fn request_cancel(&self) {
         let root_scope = {
             let joiners = lock(&self.joiners);
-            if joiners.finished || joiners.closed {
+            // Relaxed `ended`: a hint (see the field); a cancel that misses
+            // it still lands before `complete`, which sees the flag.
+            if joiners.finished || joiners.closed || self.ended.load(Ordering::Relaxed) {
                 // Cancelling a finished task is a no-op: it keeps its
                 // outcome. So is cancelling one whose body has ended: its
                 // outcome (and its root job's) is being decided from the
@@ -492,18 +526,21 @@ struct Completion<T: Send> {
 impl<T: Send> Completion<T> {
     /// Complete with the outcome in `outcome` (moved out in place; see
     /// `Task::complete`); what no joiner will see is dropped here.
-    fn finish(&mut self, outcome: &mut Option<Result<T, JoinError>>) {
+    /// Returns `true` if a cancel that came first made the value unwanted
+    /// (the join reports `Cancelled`; the value was dropped here).
+    fn finish(&mut self, outcome: &mut Option<Result<T, JoinError>>) -> bool {
         self.armed = false;
         if let Some(Err(e)) = outcome {
             e.name = self.name.clone();
         }
-        self.task.complete(outcome);
+        let unwanted = self.task.complete(outcome);
         drop_in_place_quietly(outcome);
+        unwanted
     }
 
     /// Complete with an error.
     fn fail(&mut self, error: JoinError) {
-        self.finish(&mut Some(Err(error)));
+        let _ = self.finish(&mut Some(Err(error)));
     }
 }
 
@@ -784,6 +821,7 @@ where
         id,
         cancel: AtomicBool::new(false),
         finished: AtomicBool::new(false),
+        ended: AtomicBool::new(false),
         joiners: Mutex::new(Joiners {
             finished: false,
             detached: false,
@@ -824,9 +862,13 @@ where
         let outcome = catch_unwind(AssertUnwindSafe(f));
         // SAFETY: the running fiber marks its own slot.
         unsafe { (*fiber).note_body_returned() };
-        // Closed: from here a `JoinHandle::cancel` is a no-op, so the flag
-        // read below is the one the outcome is decided from.
-        let root = completion.task.take_root_scope();
+        // Closed: from here no root job is made; with a root job, a
+        // `JoinHandle::cancel` is a no-op from here too, so the flag read
+        // below is the one the outcome is decided from. Without one, a
+        // cancel may still land until `complete`, which then decides.
+        // SAFETY: the running fiber reads its own slot.
+        let had_root = unsafe { (*fiber).has_root_scope() };
+        let root = completion.task.close(had_root);
         // SAFETY: as above. A fiber whose task or job was cancelled before
         // its closure returned ends cancelled (its value is dropped), and so
         // does one still running when its runtime began to shut down.
@@ -869,8 +911,11 @@ where
                 Exit::Cancelled
             }
             Ok(value) => {
-                completion.finish(&mut Some(Ok(value)));
-                Exit::Done
+                if completion.finish(&mut Some(Ok(value))) {
+                    Exit::Cancelled
+                } else {
+                    Exit::Done
+                }
             }
             Err(payload) if crate::fiber::is_shutdown_unwind(&*payload) => {
                 drop_quietly(payload);

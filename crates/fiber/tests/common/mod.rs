@@ -192,9 +192,21 @@ pub fn stubborn_sleep() {
 }
 
 /// Wait (on a plain thread) until at least `n` fibers of `rt` are parked.
+/// Counted from each fiber's own state word (`Runtime::dump`), not from
+/// `Stats::fibers_parked`, which is live fibers minus queued and running
+/// ones: a fiber a worker has just taken from a queue but not started yet
+/// counts there as parked for a moment (on a loaded machine, long enough
+/// for a test to go on before its fiber ever ran).
 pub fn wait_parked(rt: &fiber::Runtime, n: usize) {
     let start = Instant::now();
-    while rt.stats().fibers_parked < n {
+    let parked = || {
+        rt.dump()
+            .fibers
+            .iter()
+            .filter(|f| f.state == fiber::core::state::FiberState::Parked)
+            .count()
+    };
+    while parked() < n {
         assert!(start.elapsed() < Duration::from_secs(10), "fibers never parked");
         std::thread::sleep(Duration::from_millis(2));
     }
