@@ -59,8 +59,10 @@ impl Idle {
     /// Steps 1-2 of going to sleep: arm `word`, announce `worker`, fence.
     /// The caller must look for work once more afterwards.
     pub(crate) fn prepare_sleep(&self, worker: usize, word: &AtomicU32) {
-        // Relaxed: ordered before the announcement by the sleepers lock, and
-        // a notifier sets it only after popping us under that lock.
+        // Relaxed: ordered before the announcement by the sleepers lock; a
+        // notifier sets it only after popping us under that lock, and
+        // shutdown (which sets it without the lock) is ordered against it
+        // by the fences here and in `publish_shutdown`.
         word.store(WAITING, Ordering::Relaxed);
         {
             let mut sleepers = lock(&self.sleepers);
@@ -71,6 +73,27 @@ impl Idle {
         // SeqCst fence: the worker side of the Dekker pair with
         // `notify_one` (announce; fence; read queues).
         fence(Ordering::SeqCst);
+    }
+
+    /// Shutdown's half of the sleep handshake: store `shutdown`, fence,
+    /// then leave NOTIFIED in every worker's word (the caller then wakes
+    /// each word's futex). A worker going to sleep stores WAITING in its
+    /// word, fences (`prepare_sleep`) and then reads `shutdown`: a
+    /// store-then-load pair on two locations on each side, so each side
+    /// needs its SeqCst fence (PITFALLS 3). Without this one, the worker's
+    /// WAITING could land after our NOTIFIED while its read of `shutdown`
+    /// still saw `false`: it would sleep for good
+    /// (`loom_shutdown_wakes_a_worker_going_to_sleep`).
+    pub(crate) fn publish_shutdown<'a>(shutdown: &AtomicBool, words: impl IntoIterator<Item = &'a AtomicU32>) {
+        // Release: pairs with the Acquire in `Shared::is_shutdown`.
+        shutdown.store(true, Ordering::Release);
+        // SeqCst fence: pairs with the one in `prepare_sleep` (above).
+        fence(Ordering::SeqCst);
+        for word in words {
+            // Release: a woken worker that reads NOTIFIED sees what came
+            // before (the shutdown flag).
+            word.store(NOTIFIED, Ordering::Release);
+        }
     }
 
     /// Step 3 when work turned up: undo the announcement if still listed.

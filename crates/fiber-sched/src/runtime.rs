@@ -455,11 +455,10 @@ impl Runtime {
         // taken before the workers stop (after, every worker has exited).
         let running = shared.config.print_stats.then(|| stats_of(&shared));
         // 3: stop the workers and the monitor.
-        // Release: pairs with the Acquire in `Shared::is_shutdown`.
-        shared.shutdown.store(true, Ordering::Release);
+        // The flag, a fence, then NOTIFIED in every worker's word (the
+        // sleep handshake's shutdown half); then wake every sleeper.
+        crate::idle::Idle::publish_shutdown(&shared.shutdown, shared.slots.iter().map(|slot| &slot.futex));
         for (i, slot) in shared.slots.iter().enumerate() {
-            // Wake every sleeper (a wake always writes, then wakes).
-            slot.futex.store(crate::idle::NOTIFIED, Ordering::Release);
             crate::sync::futex_wake_one(&slot.futex);
             shared.wake_io(i);
         }
@@ -640,11 +639,9 @@ const WORKER_STOP_BOUND: Duration = Duration::from_secs(2);
 /// A build that failed after some workers started: stop them and join
 /// their threads (no fiber has run yet, so there is nothing to unwind).
 fn stop_started_threads(shared: &Shared) {
-    // Release: pairs with the Acquire in `Shared::is_shutdown`.
-    shared.shutdown.store(true, Ordering::Release);
+    // As in `shutdown`, step 3.
+    crate::idle::Idle::publish_shutdown(&shared.shutdown, shared.slots.iter().map(|slot| &slot.futex));
     for (i, slot) in shared.slots.iter().enumerate() {
-        // Wake every sleeper (a wake always writes, then wakes).
-        slot.futex.store(crate::idle::NOTIFIED, Ordering::Release);
         crate::sync::futex_wake_one(&slot.futex);
         shared.wake_io(i);
     }

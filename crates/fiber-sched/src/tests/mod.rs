@@ -6,6 +6,9 @@ mod loom_idle;
 #[cfg(loom)]
 mod loom_timer;
 
+#[cfg(loom)]
+mod loom_shutdown;
+
 #[cfg(not(loom))]
 mod runtime;
 
