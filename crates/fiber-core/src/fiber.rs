@@ -232,6 +232,12 @@ struct LocalEntry {
 }
 
 impl LocalEntry {
+    /// The value, out of its entry, to be dropped as a plain value (where
+    /// the caller is, with that place's fiber-locals).
+    fn into_value(mut self) -> Box<dyn std::any::Any + Send> {
+        std::mem::replace(&mut self.value, Box::new(()))
+    }
+
     fn new(value: Box<dyn std::any::Any + Send>) -> LocalEntry {
         // Not a protocol: an ordering stamp (Relaxed).
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -2247,14 +2253,20 @@ pub fn with_fiber_local<T: Send + 'static, R>(key: usize, init: fn() -> T, f: im
     if DETACHED_DROPS.with(|d| d.get()) > 0 {
         return with_fresh(init, f);
     }
-    let value: *const T = if fiber.is_null() {
+    type Displaced = Option<Box<dyn std::any::Any + Send>>;
+    let value: (*const T, Displaced) = if fiber.is_null() {
         let found = THREAD_LOCALS.try_with(|map| {
             let known = map.borrow().contains_key(&key);
             if !known {
                 // Initialize with no borrow held: `init` may itself use
                 // other fiber-locals.
                 let value: Box<dyn std::any::Any + Send> = Box::new(init());
-                map.borrow_mut().entry(key).or_insert_with(|| LocalEntry::new(value));
+                // An `init` that used this same key made a value already:
+                // the outer one stays, as with `thread_local!`, and the
+                // displaced one is dropped once the map is no longer
+                // borrowed (its `Drop` may use fiber-locals too).
+                let displaced = map.borrow_mut().insert(key, LocalEntry::new(value));
+                drop(displaced.map(LocalEntry::into_value));
             }
             let map = map.borrow();
             map[&key]
@@ -2263,7 +2275,7 @@ pub fn with_fiber_local<T: Send + 'static, R>(key: usize, init: fn() -> T, f: im
                 .expect("one type per fiber-local key") as *const T
         });
         match found {
-            Ok(value) => value,
+            Ok(value) => (value, None),
             // The thread is exiting and its fiber-locals are being
             // dropped (a destructor reads a fiber-local): a fresh value,
             // for this call only, rather than a panic in a thread-local
@@ -2276,25 +2288,46 @@ pub fn with_fiber_local<T: Send + 'static, R>(key: usize, init: fn() -> T, f: im
         unsafe {
             (*fiber).locals.with_mut(|slot| {
                 let map = (*slot).get_or_insert_with(Default::default);
+                let mut displaced = None;
                 if !map.contains_key(&key) {
                     // Initialize outside the map borrow's critical part:
                     // `init` may itself use other fiber-locals.
                     let value: Box<dyn std::any::Any + Send> = Box::new(init());
                     let map = (*slot).get_or_insert_with(Default::default);
-                    map.entry(key).or_insert_with(|| LocalEntry::new(value));
+                    // As on a thread: the outer value stays, and the one a
+                    // nested use of this key made is dropped below, after
+                    // the map access.
+                    displaced = map.insert(key, LocalEntry::new(value)).map(LocalEntry::into_value);
                 }
                 let map = (*slot).as_ref().expect("just created");
-                map[&key]
+                let value = map[&key]
                     .value
                     .downcast_ref::<T>()
-                    .expect("one type per fiber-local key") as *const T
+                    .expect("one type per fiber-local key") as *const T;
+                (value, displaced)
             })
         }
     };
+    // The value a nested initialization made, replaced by the outer one
+    // (no reference to it is alive: the nested `with` has returned).
+    let (value, displaced) = value;
+    drop(displaced);
     // SAFETY: values are boxed, so their addresses survive later inserts;
     // they are dropped only when the fiber's body ends (or the thread
     // exits), after every `with` of that fiber or thread has returned.
     f(unsafe { &*value })
+}
+
+/// Does the running fiber hold fiber-local values (none outside a fiber)?
+pub(crate) fn has_fiber_locals() -> bool {
+    let fiber = current::get();
+    // SAFETY: the running fiber reads its own locals slot.
+    !fiber.is_null()
+        && unsafe {
+            (*fiber)
+                .locals
+                .with(|slot| (*slot).as_ref().is_some_and(|m| !m.is_empty()))
+        }
 }
 
 /// Drop the running fiber's fiber-local values now, on its own stack (the

@@ -559,6 +559,22 @@ impl<T: Send> Drop for Completion<T> {
     }
 }
 
+/// Drop the running fiber's fiber-locals (`drop_fiber_locals`), containing
+/// a panic of a destructor (and of its payload's `Drop`): never into the
+/// worker.
+///
+/// # Safety
+///
+/// As for `drop_fiber_locals`: called on the fiber's own stack with no
+/// `with_fiber_local` reference of this fiber alive.
+unsafe fn drop_locals_quietly() {
+    // SAFETY: the caller's contract.
+    if let Err(payload) = catch_unwind(|| unsafe { crate::fiber::drop_fiber_locals() }) {
+        // The payload's own `Drop` may panic: never into the worker.
+        drop_quietly(payload);
+    }
+}
+
 /// Empty `slot`, dropping its value where it is, containing a panic of its
 /// destructor as [`drop_quietly`] does. (Assigning `None` drops the old
 /// value in place; on a panic the slot still ends `None`.)
@@ -857,6 +873,10 @@ where
                 Ok(()) => JoinError::cancelled(id),
                 Err(payload) => JoinError::panicked(id, payload),
             });
+            // Fiber-locals the closure's captures made as they dropped.
+            // SAFETY: the body never ran: no `with_fiber_local` reference
+            // of this fiber is alive.
+            unsafe { drop_locals_quietly() };
             return Exit::Cancelled;
         }
         let outcome = catch_unwind(AssertUnwindSafe(f));
@@ -894,12 +914,12 @@ where
         let scope = crate::fiber::swap_cancel_scope(None);
         // SAFETY: the body has returned: no `with_fiber_local` reference
         // of this fiber is alive.
-        if let Err(payload) = catch_unwind(|| unsafe { crate::fiber::drop_fiber_locals() }) {
-            // The payload's own `Drop` may panic: never into the worker.
-            drop_quietly(payload);
-        }
+        unsafe { drop_locals_quietly() };
+        // Left over only when a destructor kept re-creating its value and
+        // the clean-up gave up (its bound): not retried below.
+        let locals_gave_up = crate::fiber::has_fiber_locals();
         drop_quietly(scope);
-        match outcome {
+        let exit = match outcome {
             Ok(value) if cancel_seen => {
                 // The value of a fiber that acknowledged its cancellation is
                 // dropped here, once; a panic of its destructor is what the
@@ -926,7 +946,16 @@ where
                 completion.fail(JoinError::panicked(id, payload));
                 Exit::Done
             }
+        };
+        // A value or payload dropped above (one nobody joins, or a
+        // cancelled fiber's) may have made fiber-locals in its `Drop`: they
+        // die here too, on the fiber's stack, not bare on a worker when
+        // the frame is recycled. One null check when there are none.
+        if !locals_gave_up {
+            // SAFETY: as above.
+            unsafe { drop_locals_quietly() };
         }
+        exit
     };
     // SAFETY: an unsizing cast; `Task<T>` is `TaskControl`, `Send` and
     // `Sync` (`T: Send`).

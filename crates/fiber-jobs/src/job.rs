@@ -456,40 +456,10 @@ impl JobCore {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        // The job counters join the runtime's shutdown report (FIBER_STATS=1).
-        static REPORTER: std::sync::Once = std::sync::Once::new();
-        REPORTER.call_once(|| fiber_core::register_stats_reporter(crate::stats::report));
-        let fresh = |parent: Option<Arc<JobCore>>| {
-            Arc::new(JobCore {
-                id: next_job_id(),
-                state: AtomicU8::new(JobState::Active as u8),
-                supervisor,
-                propagates,
-                parent,
-                deadline,
-                sync: Mutex::new(Sync_ {
-                    children: Vec::new(),
-                    active_children: 0,
-                    body_done: false,
-                    waiters: WaiterSet::default(),
-                    child_waiter: None,
-                    child_waiters_in_set: false,
-                    failure: None,
-                    failure_handed_up: false,
-                    later_panics: Vec::new(),
-                    fibers: Default::default(),
-                }),
-                reason: AtomicU8::new(NO_REASON),
-                #[cfg(not(loom))]
-                outcome: OutcomeCell(std::cell::UnsafeCell::new(OutcomeSlot::default())),
-                #[cfg(not(loom))]
-                park: fiber_core::ParkToken::default(),
-            })
-        };
+        let fresh = |parent: Option<Arc<JobCore>>| JobCore::alloc(parent, supervisor, propagates, deadline);
         let Some(parent) = parent else {
             let job = fresh(None);
-            bump(Counter::JobsCreated, 1);
-            crate::trace_event!("JOB_CREATE", job.id, parent = None::<u64>);
+            job.count_root_created();
             return job;
         };
         // Allocated before the parent's lock is taken (a short critical
@@ -521,6 +491,61 @@ impl JobCore {
             job.cancel(CancelReason::Cancelled);
         }
         job
+    }
+
+    /// A new ACTIVE job's memory: no counting, no tracing, not attached.
+    fn alloc(
+        parent: Option<Arc<JobCore>>,
+        supervisor: bool,
+        propagates: bool,
+        deadline: Option<Instant>,
+    ) -> Arc<JobCore> {
+        // The job counters join the runtime's shutdown report (FIBER_STATS=1).
+        static REPORTER: std::sync::Once = std::sync::Once::new();
+        REPORTER.call_once(|| fiber_core::register_stats_reporter(crate::stats::report));
+        Arc::new(JobCore {
+            id: next_job_id(),
+            state: AtomicU8::new(JobState::Active as u8),
+            supervisor,
+            propagates,
+            parent,
+            deadline,
+            sync: Mutex::new(Sync_ {
+                children: Vec::new(),
+                active_children: 0,
+                body_done: false,
+                waiters: WaiterSet::default(),
+                child_waiter: None,
+                child_waiters_in_set: false,
+                failure: None,
+                failure_handed_up: false,
+                later_panics: Vec::new(),
+                fibers: Default::default(),
+            }),
+            reason: AtomicU8::new(NO_REASON),
+            #[cfg(not(loom))]
+            outcome: OutcomeCell(std::cell::UnsafeCell::new(OutcomeSlot::default())),
+            #[cfg(not(loom))]
+            park: fiber_core::ParkToken::default(),
+        })
+    }
+
+    /// A new ACTIVE root job (no parent), neither counted nor traced yet:
+    /// the caller does that ([`count_root_created`](Self::count_root_created))
+    /// once the job is where a nested lookup finds it. A fiber's lazily
+    /// made root job is installed first: a `tracing` layer that asks for
+    /// the current job from the creation event would otherwise find none
+    /// and make another, and so on until the stack overflowed.
+    #[cfg(not(loom))]
+    pub(crate) fn new_root_uncounted() -> Arc<JobCore> {
+        JobCore::alloc(None, false, false, None)
+    }
+
+    /// Count and trace the creation of a root job made by
+    /// [`new_root_uncounted`](Self::new_root_uncounted) (or by `new`).
+    pub(crate) fn count_root_created(&self) {
+        bump(Counter::JobsCreated, 1);
+        crate::trace_event!("JOB_CREATE", self.id, parent = None::<u64>);
     }
 
     /// Has this job's `with_timeout` deadline (its own or an ancestor's)
@@ -707,11 +732,11 @@ impl JobCore {
         self.cancel(reason);
     }
 
-    /// A payload of a later failing child (see `later_panics`) that no join
-    /// has taken, if any.
-    pub(crate) fn take_unjoined_later_panic(&self) -> Option<Box<dyn Any + Send + 'static>> {
-        let later = std::mem::take(&mut lock(&self.sync).later_panics);
-        later.iter().find_map(|payload| lock(payload).take())
+    /// The payloads of children that failed after the first (see
+    /// `later_panics`), taken out of the job: the closing scope raises at
+    /// most one of them and drops the rest.
+    pub(crate) fn take_later_panics(&self) -> Vec<SharedPayload> {
+        std::mem::take(&mut lock(&self.sync).later_panics)
     }
 
     /// The body returned (successfully or not); finalize if no child is

@@ -36,21 +36,37 @@ impl Job {
     ///
     /// # Panics
     ///
-    /// Panics on a plain thread (use [`Job::try_current`] there), and in a
-    /// fiber that runs in a cancellation scope of another layer.
+    /// Panics where there is no job (use [`Job::try_current`] in code that
+    /// may run there): on a plain thread; in a fiber's code that runs after
+    /// its body returned (its fiber-local destructors, the drop of a value
+    /// nobody joins), where the fiber's job has ended and is gone, as a
+    /// thread's identity is in its thread-local destructors; and in a fiber
+    /// that runs in a cancellation scope of another layer. The message says
+    /// which.
     #[track_caller]
     pub fn current() -> Job {
         match Job::try_current() {
             Some(job) => job,
-            None => panic!(
+            None if !fiber_core::in_fiber() => panic!(
                 "fiber::Job::current called outside a fiber: plain threads have no job; use Job::try_current \
                  where the code may run on a thread"
+            ),
+            None if fiber_core::current_cancel_scope().is_some() => panic!(
+                "fiber::Job::current called in a fiber that runs in another layer's cancellation scope: it \
+                 has no job of this crate; use Job::try_current there"
+            ),
+            None => panic!(
+                "fiber::Job::current called in a fiber whose body has returned (a fiber-local destructor, or \
+                 the drop of a value nobody joins): its job has ended and is gone; use Job::try_current in \
+                 code that runs there"
             ),
         }
     }
 
-    /// The job of the running fiber, or `None` on a plain thread (or in a
-    /// fiber running in another layer's cancellation scope).
+    /// The job of the running fiber, or `None` where there is none: on a
+    /// plain thread, in a fiber's code that runs after its body returned
+    /// (fiber-local destructors, the drop of a value nobody joins), or in a
+    /// fiber running in another layer's cancellation scope.
     pub fn try_current() -> Option<Job> {
         current_job().map(|core| Job { core })
     }
@@ -193,9 +209,14 @@ fn current_job() -> Option<Arc<JobCore>> {
             scope.downcast::<JobCore>().ok()
         }
         None if fiber_core::accepts_root_scope() => {
-            let root = JobCore::new(None, false, false);
+            // Counted and traced only once installed: a `tracing` layer
+            // that asks for the current job from that event then finds
+            // this one, instead of making another (and so on, until the
+            // stack overflowed).
+            let root = JobCore::new_root_uncounted();
             match fiber_core::install_root_scope(root.clone()) {
                 Ok(already_cancelled) => {
+                    root.count_root_created();
                     if let Some(me) = fiber_core::current_fiber() {
                         root.add_fiber(me);
                     }
@@ -817,25 +838,56 @@ fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T,
         drop(job.take_failure());
         resume_unwind(payload);
     }
-    match job.take_failure() {
+    let failure = job.take_failure();
+    // Payloads of children that failed after the first: the scope raises
+    // at most one panic, and what it does not raise is dropped below,
+    // before it returns, as `std::thread::scope` leaves no result of its
+    // threads behind (they stayed in the job, which the parent's list
+    // keeps until a sweep, and were dropped at some later point).
+    let later = job.take_later_panics();
+    let closing = match failure {
         Some(Failure::Panic(shared)) => {
             let payload = lock(&shared)
                 .take()
-                .or_else(|| body_panic.and_then(|own| lock(&own).take()))
-                .or_else(|| job.take_unjoined_later_panic());
+                .or_else(|| body_panic.as_ref().and_then(|own| lock(own).take()))
+                .or_else(|| later.iter().find_map(|p| lock(p).take()));
             match (payload, body) {
-                (Some(p), _) => resume_unwind(p),
+                (Some(p), _) => Closing::Raise(p),
                 // Every failed child was joined by the body, which took its
                 // panic and returned: handled (std: "if you want to handle
                 // panics from spawned threads, join them before the end of
                 // the scope").
-                (None, Some(v)) => Ok(v),
-                (None, None) => panic!("a fiber of this scope panicked (its payload was taken by a join)"),
+                (None, Some(v)) => Closing::Return(Ok(v)),
+                (None, None) => Closing::Taken,
             }
         }
-        Some(Failure::Error) => Err(None),
-        None => Ok(body.expect("a scope body that did not panic returned a value")),
+        Some(Failure::Error) => Closing::Return(Err(None)),
+        None => Closing::Return(Ok(body.expect("a scope body that did not panic returned a value"))),
+    };
+    for shared in later.iter().chain(body_panic.as_ref()) {
+        let unraised = lock(shared).take();
+        // A payload's own `Drop` may panic: leaked then, never raised
+        // over the scope's outcome.
+        if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(unraised))) {
+            std::mem::forget(again);
+        }
     }
+    match closing {
+        Closing::Raise(payload) => resume_unwind(payload),
+        Closing::Return(result) => result,
+        Closing::Taken => panic!("a fiber of this scope panicked (its payload was taken by a join)"),
+    }
+}
+
+/// How a closing scope ends (`close_scope`), decided before it drops the
+/// payloads it does not raise.
+enum Closing<T> {
+    /// Re-raise this panic.
+    Raise(Box<dyn Any + Send>),
+    /// Return this.
+    Return(Result<T, Option<Box<dyn Any + Send>>>),
+    /// A failure whose payload a join took, with no value to return.
+    Taken,
 }
 
 /// Run `f` with a scope whose children may borrow from the caller, like
