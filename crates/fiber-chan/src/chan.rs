@@ -877,8 +877,8 @@ impl<T> Drop for Locked<'_, T> {
         // after this critical section sees its state.
         self.chan.hints.store(hints, Ordering::Release);
         // Relaxed: only lock holders write it, and it is exact whenever the
-        // lock is free; the handshake's ordering comes from `announce`
-        // (SeqCst store and fence) and from the readers' SeqCst CAS and
+        // lock is free; the handshake's ordering comes from `announce`'s
+        // fence (its store is Relaxed) and from the readers' SeqCst CAS and
         // load (`after_ring_op`) or fence (`after_ring_fill`).
         self.chan
             .parked

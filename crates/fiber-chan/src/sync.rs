@@ -206,7 +206,35 @@ pub(crate) fn backoff(fiber_may_yield: bool) {
 #[inline(always)]
 pub(crate) fn seqcst_rmw_point() {
     #[cfg(loom)]
-    fence(Ordering::SeqCst);
+    if SEQCST_RMW_POINT.with(std::cell::Cell::get) {
+        fence(Ordering::SeqCst);
+    }
+}
+
+#[cfg(loom)]
+std::thread_local! {
+    /// Loom only: does `seqcst_rmw_point` put its fence in? On by default;
+    /// a model of a protocol with no park handshake turns it off
+    /// ([`without_seqcst_rmw_point`]): the fence also acts as an acquire
+    /// fence for a load made just before the CAS, so it would hide the
+    /// loss of that load's own Acquire (the ring's stamp loads).
+    static SEQCST_RMW_POINT: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Loom only: run `f` (a `loom::model`, whose threads run on this OS
+/// thread) with `seqcst_rmw_point` a no-op, as in real builds.
+#[cfg(loom)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn without_seqcst_rmw_point<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SEQCST_RMW_POINT.with(|s| s.set(true));
+        }
+    }
+    SEQCST_RMW_POINT.with(|s| s.set(false));
+    let _restore = Restore;
+    f()
 }
 
 /// One step of waiting for another party to finish a short, lock-free step

@@ -533,8 +533,10 @@ impl StateWord {
     #[track_caller]
     pub fn transition_to_final(&self, from: FiberState, to: FiberState) {
         debug_assert!(matches!(to, FiberState::Done | FiberState::Cancelled));
-        // Release: pairs with the Acquire of `load` in diagnostics; results
-        // travel through the join slot, which has its own synchronization.
+        // Release: pairs with the Acquire loads of teardown (`pool.rs`,
+        // which then reads the frame); the diagnostics' loads are Relaxed
+        // snapshots. Results travel through the join slot, which has its
+        // own synchronization.
         self.shift(from, to, Actor::Worker, 0, Ordering::Release);
     }
 

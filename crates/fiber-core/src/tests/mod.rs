@@ -5,6 +5,9 @@
 #[cfg(loom)]
 mod loom_park;
 
+#[cfg(loom)]
+mod loom_commit_stack;
+
 #[cfg(not(loom))]
 mod overflow;
 #[cfg(not(loom))]
