@@ -920,6 +920,7 @@ impl JobCore {
             self.trace_transition(JobState::Active, JobState::Cancelling, reason);
         }
         self.trace_transition(from, final_state, reason);
+        crate::trace_event!("JOB_FINALIZE", self.id, state = final_state);
         drop(children);
         // A panicking payload destructor must not stop the report to the
         // parent below (the scope would wait for this child forever).

@@ -80,7 +80,12 @@ pub struct Stats {
     pub fibers_alive: usize,
     /// Runnable fibers waiting in queues (the pressure counter, >= 0).
     pub fibers_runnable: usize,
-    /// Fibers parked now (alive minus runnable minus running; approximate).
+    /// Fibers parked now (alive minus runnable minus running; approximate:
+    /// the counters are read one after another, so a fiber on its way
+    /// from a queue to its worker may count as parked for a moment). To
+    /// wait until given fibers have parked, read their states in
+    /// [`Runtime::dump`](crate::Runtime::dump), which reads each fiber's
+    /// state word.
     pub fibers_parked: usize,
     /// Fibers spawned.
     pub spawns: u64,

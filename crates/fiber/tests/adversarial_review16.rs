@@ -155,32 +155,30 @@ impl Drop for Holder {
 /// last receiver drops them, and with them the last sender (whose drop
 /// closes the same channel from inside its discard). Received one by one,
 /// the channel closes exactly when the last of them is dropped.
+/// Send three `Holder`s that each hold a clone of `tx`, then drop `tx`:
+/// the buffered messages hold the channel's last senders.
+fn send_three_holders(tx: Sender<Holder>) -> Arc<AtomicUsize> {
+    let drops = counter();
+    for _ in 0..3 {
+        tx.send(Holder {
+            _tx: tx.clone(),
+            drops: drops.clone(),
+        })
+        .unwrap();
+    }
+    drops
+}
+
 #[test]
 fn buffered_messages_holding_their_channels_last_sender() {
     on2(|| {
         for (flavour, tx, rx) in buffered::<Holder>() {
-            let drops = counter();
-            for _ in 0..3 {
-                tx.send(Holder {
-                    _tx: tx.clone(),
-                    drops: drops.clone(),
-                })
-                .unwrap();
-            }
-            drop(tx);
+            let drops = send_three_holders(tx);
             drop(rx);
             assert_eq!(drops.load(SeqCst), 3, "{flavour}");
         }
         for (flavour, tx, rx) in buffered::<Holder>() {
-            let drops = counter();
-            for _ in 0..3 {
-                tx.send(Holder {
-                    _tx: tx.clone(),
-                    drops: drops.clone(),
-                })
-                .unwrap();
-            }
-            drop(tx);
+            let drops = send_three_holders(tx);
             let mut got = 0;
             for msg in rx.iter() {
                 got += 1;
