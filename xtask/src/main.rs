@@ -11,11 +11,12 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  ci                      the whole gate: fmt, clippy, tests (spec-assert on), doc tests, rustdoc, loom, 90 s stress
+  ci                      the whole gate: fmt, clippy, tests (spec-assert on), doc tests, rustdoc, loom, 90 s stress,
+                          an abort-on-panic run, valgrind (skipped if not installed)
   loom [crate] [filter]   loom models (RUSTFLAGS=--cfg loom), LOOM_MAX_PREEMPTIONS defaults to 2
   stress [--seconds N] [--seed S]  randomized stress mix with invariants checked (spec-assert on)
   valgrind [--seconds N]  the stress mix under valgrind memcheck (invalid accesses, definite leaks)
-  bench [--quick] [--fixed-workers] [filter]  BENCHMARKS.md workloads for fiber, Go, tokio, std threads,
+  bench [--quick] [--fixed-workers] [filter]  the W1-W8 workloads and the job, select and sync rows for fiber, Go, tokio, std threads,
                           one process per measurement, systems interleaved; prints a table and
                           writes target/bench-report/{report.md,ratios.svg}
   bench --criterion [filter]  the criterion micro benches (fiber switch, park + wake)

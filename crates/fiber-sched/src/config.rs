@@ -7,16 +7,17 @@
 //! | --- | --- | --- |
 //! | `FIBER_WORKERS` | workers at start (1..=`MAX_WORKERS`) | number of cores |
 //! | `FIBER_MAX_WORKERS` | elastic pool ceiling (>= workers) | 2 x cores (at least workers) |
-//! | `FIBER_STACK_SIZE` | usable bytes per fiber stack (suffix `k`/`m`/`g` allowed, 16k to 1g) | 256k |
+//! | `FIBER_STACK_SIZE` | usable bytes per fiber stack (suffix `k`/`m`/`g` allowed, 16k to 1g) | 256k (1m in a build with debug assertions) |
 //! | `FIBER_IDLE_TIMEOUT_MS` | idle time after which an extra worker retires; also how long a worker may run one fiber without a yield point before it is drained and replaced | 5000 |
 //! | `FIBER_SHUTDOWN_TIMEOUT_MS` | grace time for cancelled fibers at shutdown | 5000 |
 //! | `FIBER_STATS` | `1`: print counters at shutdown | `0` |
 //! | `FIBER_DEBUG_STALL` | `0`: no stall report for fibers running > 5 s | `1` |
 //! | `FIBER_DEADLOCK_ABORT` | `1`: abort after a deadlock report | `0` |
-//! | `FIBER_DUMP_SIGNAL` | `SIGUSR1` or `SIGUSR2`: print the fiber dump on that signal | unset |
+//! | `FIBER_DUMP_SIGNAL` | `SIGUSR1` or `SIGUSR2` (or `USR1` / `USR2`, any case; empty, `0` or `off`: none): print the fiber dump on that signal | unset |
 //! | `FIBER_UNGUARDED` | `refuse` or `allow` a stack without a hardware guard (only on kernels before 6.13, past the map-count budget) | `refuse` |
 //! | `FIBER_BACKTRACE` | `1`: capture a backtrace at every park, shown by the fiber dump (costly: a stack walk per park) | `0` |
 //! | `FIBER_IO_HARVEST` | `0`: workers leave socket readiness to the I/O layer's poller thread instead of taking ready events themselves | `1` |
+//! | `FIBER_IO_PARK` | `1`: one idle worker at a time waits for socket readiness in the I/O driver itself (needs `FIBER_IO_HARVEST` on) | `0` |
 //! | `FIBER_TRACE_SPANS` | `1`: a `tracing` span per fiber (id, name), entered while it runs | `0` |
 //! | `FIBER_MAX_BLOCKING` | cap on blocking-pool threads (1..=`MAX_BLOCKING_THREADS`) | 512 |
 

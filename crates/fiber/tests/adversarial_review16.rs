@@ -1807,3 +1807,36 @@ fn an_unrun_childs_capture_that_spawns_into_its_failing_scope() {
         assert_eq!(ran.load(SeqCst), 0, "children of a failed scope start cancelled");
     });
 }
+
+/// A destructor that panics while its fiber is being unwound by a panic
+/// aborts the process, as on any thread (README, "Panics"): the runtime
+/// does not catch the second panic somewhere that would let the process
+/// go on in a half-dropped state.
+#[test]
+fn a_destructor_panicking_during_a_fibers_unwind_aborts_the_process() {
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("destructor panics during the unwind");
+        }
+    }
+    const SCENARIO: &str = "a_destructor_panicking_during_a_fibers_unwind_aborts_the_process";
+    let outcome = common::child_outcome(SCENARIO, 30, &[], || {
+        let rt = rt2();
+        rt.block_on(|| {
+            let h = fiber::spawn(|| {
+                let _guard = PanicsOnDrop;
+                panic!("the fiber's own panic");
+            });
+            let _ = h.join();
+        });
+        // Not reached: the process aborted in the fiber's unwind.
+        std::process::exit(0);
+    });
+    if let Some((status, stderr)) = outcome {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(6), "aborted (SIGABRT): {status:?}\n{stderr}");
+        assert!(stderr.contains("the fiber's own panic"), "{stderr}");
+        assert!(stderr.contains("destructor panics during the unwind"), "{stderr}");
+    }
+}
