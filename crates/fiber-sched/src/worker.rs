@@ -1175,11 +1175,16 @@ fn fire_wheel(shared: &Shared, ctx: &WorkerCtx, wheel: Option<usize>, now: u64) 
     // With many sleepers every frame is cold: start loading a few frames
     // ahead of the one being woken (the wake itself prefetches the stack
     // of the fiber it queues).
-    for waiter in due.iter().take(PREFETCH_AHEAD) {
+    for waiter in due.iter().rev().take(PREFETCH_AHEAD) {
         waiter.prefetch();
     }
-    for i in 0..due.len() {
-        if let Some(ahead) = due.get(i + PREFETCH_AHEAD) {
+    // Woken latest deadline first: each wake from a worker goes to its
+    // runnext slot and pushes the one there onto its LIFO deque, so the
+    // earliest deadline ends in runnext and the rest come out of the
+    // deque in deadline order (woken in deadline order, sleepers due
+    // together ran newest first).
+    for i in (0..due.len()).rev() {
+        if let Some(ahead) = i.checked_sub(PREFETCH_AHEAD).and_then(|j| due.get(j)) {
             ahead.prefetch();
         }
         fiber_wake_via(&due[i], shared);
@@ -1385,11 +1390,23 @@ const FAIR_SOURCES: usize = 4;
 /// `many_children_in_a_spinning_workers_deque_run_while_the_other_worker_ping_pongs`).
 fn take_global_batch(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     let fiber = shared.global.pop()?;
-    for _ in 1..GLOBAL_BATCH {
+    // The rest go into the LIFO deque newest first, so that they come out
+    // in the global queue's order (timer wakes the monitor queued in
+    // deadline order run in deadline order; pushed in that order, they ran
+    // newest first).
+    let mut rest: [Option<Runnable>; GLOBAL_BATCH - 1] = std::array::from_fn(|_| None);
+    let mut taken = 0;
+    while taken < rest.len() {
         match shared.global.pop() {
-            Some(more) => ctx.local.push(more),
+            Some(more) => {
+                rest[taken] = Some(more);
+                taken += 1;
+            }
             None => break,
         }
+    }
+    for more in rest[..taken].iter_mut().rev() {
+        ctx.local.push(more.take().expect("taken above"));
     }
     Some(fiber)
 }
