@@ -9,7 +9,8 @@
 //! # Examples
 //!
 //! ```
-//! use fiber_chan::bounded;
+//! # mod fiber { pub(crate) use fiber_chan as chan; }
+//! use fiber::chan::bounded;
 //!
 //! let (tx, rx) = bounded(0); // rendezvous
 //! let producer = std::thread::spawn(move || {

@@ -4,7 +4,9 @@
 /// completes; when several are ready, one is picked at random.
 ///
 /// ```
-/// use fiber_chan::{after, bounded, never, select, unbounded};
+/// # mod fiber { pub(crate) use fiber_chan as chan; pub use fiber_chan::select; }
+/// use fiber::chan::{after, bounded, never, unbounded};
+/// use fiber::select;
 /// use std::time::Duration;
 ///
 /// let (s1, r1) = unbounded();
@@ -63,7 +65,8 @@ macro_rules! select {
 /// the order written (crossbeam-channel's `select_biased!`).
 ///
 /// ```
-/// use fiber_chan::{select_biased, unbounded};
+/// # mod fiber { pub(crate) use fiber_chan as chan; }
+/// use fiber::chan::{select_biased, unbounded};
 ///
 /// let (s1, r1) = unbounded();
 /// let (s2, r2) = unbounded();

@@ -639,7 +639,8 @@ enum Mode {
 /// A dynamic set of channel operations to wait on (crossbeam's `Select`).
 ///
 /// ```
-/// use fiber_chan::{unbounded, Select};
+/// # mod fiber { pub(crate) use fiber_chan as chan; }
+/// use fiber::chan::{unbounded, Select};
 ///
 /// let (s1, r1) = unbounded::<i32>();
 /// let (_s2, r2) = unbounded::<i32>();
@@ -865,7 +866,8 @@ impl<'a> Select<'a> {
     /// an error); otherwise it runs until the runtime's shutdown unwinds it.
     ///
     /// ```
-    /// use fiber_chan::{unbounded, Select};
+    /// # mod fiber { pub(crate) use fiber_chan as chan; pub use fiber_core::is_cancel_requested as is_cancelled; }
+    /// use fiber::chan::{unbounded, Select};
     ///
     /// let (tx, rx) = unbounded::<u32>();
     /// tx.send(7).unwrap();
@@ -876,7 +878,7 @@ impl<'a> Select<'a> {
     ///     if let Ok(v) = rx.try_recv() {
     ///         break Some(v);
     ///     }
-    ///     if fiber_core::is_cancel_requested() {
+    ///     if fiber::is_cancelled() {
     ///         break None; // cancelled: the index was not a ready one
     ///     }
     /// };

@@ -356,7 +356,8 @@ pub(crate) fn fiber_panicking(fiber: &Fiber) -> bool {
 /// `std::thread::panicking()`.
 ///
 /// ```
-/// assert!(!fiber_core::panicking());
+/// # mod fiber { pub(crate) use fiber_core as core; }
+/// assert!(!fiber::core::panicking());
 /// ```
 #[inline]
 pub fn panicking() -> bool {
@@ -1928,10 +1929,11 @@ pub trait CancelScope: Send + Sync + std::any::Any {
 /// called on a scope by anyone else:
 ///
 /// ```compile_fail,E0451
+/// # mod fiber { pub(crate) use fiber_core as core; }
 /// // A fiber's own root job, reachable from safe code...
-/// if let Some(job) = fiber_core::current_cancel_scope() {
+/// if let Some(job) = fiber::core::current_cancel_scope() {
 ///     // ...cannot be ended behind the fiber's back.
-///     job.fiber_abandoned(fiber_core::RootScopeCall { _private: () });
+///     job.fiber_abandoned(fiber::core::RootScopeCall { _private: () });
 /// }
 /// ```
 #[derive(Debug)]
@@ -2006,8 +2008,9 @@ pub fn is_cancel_requested() -> bool {
 /// (teardown). Nested sections nest. On a plain thread this just calls `f`.
 ///
 /// ```
+/// # mod fiber { pub(crate) use fiber_core as core; }
 /// // On a plain thread it just runs the closure.
-/// assert_eq!(fiber_core::non_cancellable(|| 1 + 1), 2);
+/// assert_eq!(fiber::core::non_cancellable(|| 1 + 1), 2);
 /// ```
 pub fn non_cancellable<R>(f: impl FnOnce() -> R) -> R {
     /// Ends the section on the fiber that entered it, on return or unwind,

@@ -12,8 +12,9 @@
 //! deterministic test scheduler:
 //!
 //! ```
-//! use fiber_core::testing::TestScheduler;
-//! use fiber_core::{fiber_wait, fiber_wake, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+//! # mod fiber { pub(crate) use fiber_core as core; }
+//! use fiber::core::testing::TestScheduler;
+//! use fiber::core::{fiber_wait, fiber_wake, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 //! use std::sync::Mutex;
 //!
 //! /// A one-shot event.

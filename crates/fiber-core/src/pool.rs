@@ -672,7 +672,8 @@ impl FramePool {
     /// Safe code cannot start a teardown under running workers:
     ///
     /// ```compile_fail,E0133
-    /// let pool = fiber_core::FramePool::new(fiber_core::StackConfig::default());
+    /// # mod fiber { pub(crate) use fiber_core as core; }
+    /// let pool = fiber::core::FramePool::new(fiber::core::StackConfig::default());
     /// pool.teardown(&mut Vec::new);
     /// ```
     ///

@@ -192,7 +192,8 @@ impl JoinError {
     /// the same here. `None` for any other error.
     ///
     /// ```
-    /// let sched = fiber_core::testing::TestScheduler::new();
+    /// # mod fiber { pub(crate) use fiber_core as core; }
+    /// let sched = fiber::core::testing::TestScheduler::new();
     /// let h = sched.spawn(|| -> u32 { panic!("boom") });
     /// sched.run();
     /// let err = h.join().unwrap_err();

@@ -5,11 +5,12 @@
 //! # Examples
 //!
 //! ```
-//! use fiber_core::testing::TestScheduler;
+//! # mod fiber { pub(crate) use fiber_core as core; pub use fiber_jobs::scope; }
+//! use fiber::core::testing::TestScheduler;
 //!
 //! let total = TestScheduler::new().block_on(|| {
 //!     let data = vec![1u64, 2, 3, 4];
-//!     fiber_jobs::scope(|s| {
+//!     fiber::scope(|s| {
 //!         let halves: Vec<_> = data.chunks(2).map(|c| s.spawn(move || c.iter().sum::<u64>())).collect();
 //!         halves.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
 //!     })

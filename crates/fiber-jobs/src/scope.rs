@@ -702,10 +702,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// only once every child has ended.
     ///
     /// ```
-    /// # let rt = fiber_sched::Runtime::new().unwrap();
+    /// # mod fiber { pub(crate) use fiber_chan as chan; pub use fiber_jobs::scope; pub use fiber_sched::Runtime; }
+    /// # let rt = fiber::Runtime::new().unwrap();
     /// # rt.block_on(|| {
-    /// let first_even = fiber_jobs::scope(|s| {
-    ///     let (tx, rx) = fiber_chan::bounded(0);
+    /// let first_even = fiber::scope(|s| {
+    ///     let (tx, rx) = fiber::chan::bounded(0);
     ///     for i in [3, 5, 8, 9] {
     ///         let tx = tx.clone();
     ///         // Those still sending when the scope is cancelled stop there.
@@ -1044,15 +1045,16 @@ impl fiber_core::Waitable for Done {
 /// timeout into a panic. The timeout is still the outcome.
 ///
 /// ```
+/// # mod fiber { pub use fiber_core::yield_now; pub use fiber_jobs::{with_timeout, Cancelled}; pub use fiber_sched::Runtime; }
 /// use std::time::Duration;
 ///
-/// let rt = fiber_sched::Runtime::new().unwrap();
+/// let rt = fiber::Runtime::new().unwrap();
 /// let outcome = rt.block_on(|| {
-///     fiber_jobs::with_timeout(Duration::from_millis(20), || -> Result<(), fiber_jobs::Cancelled> {
+///     fiber::with_timeout(Duration::from_millis(20), || -> Result<(), fiber::Cancelled> {
 ///         loop {
 ///             // Work, then a cancellation point: `?` ends the loop at the
 ///             // deadline.
-///             fiber_core::yield_now()?;
+///             fiber::yield_now()?;
 ///         }
 ///     })
 /// });

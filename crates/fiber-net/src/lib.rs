@@ -22,14 +22,15 @@
 //! # Examples
 //!
 //! ```
-//! use fiber_net::{TcpListener, TcpStream};
+//! # mod fiber { pub use fiber_core::spawn; pub(crate) use fiber_net as net; pub use fiber_sched::Runtime; }
+//! use fiber::net::{TcpListener, TcpStream};
 //! use std::io::{Read, Write};
 //!
-//! let rt = fiber_sched::Runtime::builder().workers(2).build().unwrap();
+//! let rt = fiber::Runtime::builder().workers(2).build().unwrap();
 //! let echoed = rt.block_on(|| {
 //!     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
 //!     let addr = listener.local_addr().unwrap();
-//!     let server = fiber_core::spawn(move || {
+//!     let server = fiber::spawn(move || {
 //!         let (mut conn, _) = listener.accept().unwrap();
 //!         let mut buf = [0; 5];
 //!         conn.read_exact(&mut buf).unwrap();

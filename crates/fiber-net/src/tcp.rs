@@ -29,7 +29,8 @@ pub(crate) fn each_addr<A: ToSocketAddrs, T>(addr: A, mut f: impl FnMut(SocketAd
 /// # Examples
 ///
 /// ```
-/// use fiber_net::{TcpListener, TcpStream};
+/// # mod fiber { pub(crate) use fiber_net as net; }
+/// use fiber::net::{TcpListener, TcpStream};
 /// use std::io::{Read, Write};
 ///
 /// let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -16,7 +16,8 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use fiber_net::UdpSocket;
+/// # mod fiber { pub(crate) use fiber_net as net; }
+/// use fiber::net::UdpSocket;
 ///
 /// let a = UdpSocket::bind("127.0.0.1:0").unwrap();
 /// let b = UdpSocket::bind("127.0.0.1:0").unwrap();

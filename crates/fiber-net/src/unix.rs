@@ -20,7 +20,8 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use fiber_net::unix::{UnixListener, UnixStream};
+/// # mod fiber { pub(crate) use fiber_net as net; }
+/// use fiber::net::unix::{UnixListener, UnixStream};
 /// use std::io::{Read, Write};
 ///
 /// let dir = std::env::temp_dir().join(format!("fiber-net-doc-{}", std::process::id()));

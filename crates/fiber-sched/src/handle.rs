@@ -16,7 +16,8 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 /// through a handle fails.
 ///
 /// ```
-/// let rt = fiber_sched::Runtime::builder().workers(2).build().unwrap();
+/// # mod fiber { pub use fiber_sched::Runtime; }
+/// let rt = fiber::Runtime::builder().workers(2).build().unwrap();
 /// let handle = rt.handle();
 /// let from_thread = std::thread::spawn(move || {
 ///     let child = handle.spawn(|| 20);

@@ -6,13 +6,14 @@
 //! # Examples
 //!
 //! ```
-//! use fiber_sched::{sleep, Runtime};
+//! # mod fiber { pub use fiber_core::spawn; pub use fiber_sched::{sleep, Runtime}; }
+//! use fiber::{sleep, Runtime};
 //! use std::time::Duration;
 //!
 //! let rt = Runtime::builder().workers(2).build().unwrap();
 //! let sum = rt.block_on(|| {
 //!     let children: Vec<_> = (0..100u64)
-//!         .map(|i| fiber_core::spawn(move || { sleep(Duration::from_millis(1)).unwrap(); i }))
+//!         .map(|i| fiber::spawn(move || { sleep(Duration::from_millis(1)).unwrap(); i }))
 //!         .collect();
 //!     children.into_iter().map(|c| c.join().unwrap()).sum::<u64>()
 //! });

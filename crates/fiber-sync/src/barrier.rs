@@ -25,7 +25,8 @@ use std::fmt;
 /// # Examples
 ///
 /// ```
-/// use fiber_sync::Barrier;
+/// # mod fiber { pub(crate) use fiber_sync as sync; }
+/// use fiber::sync::Barrier;
 /// use std::sync::Arc;
 ///
 /// let barrier = Arc::new(Barrier::new(3));

@@ -43,7 +43,8 @@ use std::time::{Duration, Instant};
 /// # Examples
 ///
 /// ```
-/// use fiber_sync::{Condvar, Mutex};
+/// # mod fiber { pub(crate) use fiber_sync as sync; }
+/// use fiber::sync::{Condvar, Mutex};
 ///
 /// let queue = Mutex::new(Vec::new());
 /// let ready = Condvar::new();

@@ -16,7 +16,8 @@
 //! # Examples
 //!
 //! ```
-//! use fiber_sync::{Condvar, Mutex};
+//! # mod fiber { pub(crate) use fiber_sync as sync; }
+//! use fiber::sync::{Condvar, Mutex};
 //! use std::sync::Arc;
 //!
 //! let pair = Arc::new((Mutex::new(false), Condvar::new()));

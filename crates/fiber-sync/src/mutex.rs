@@ -40,7 +40,8 @@ use std::sync::{LockResult, TryLockError, TryLockResult};
 /// # Examples
 ///
 /// ```
-/// use fiber_sync::Mutex;
+/// # mod fiber { pub(crate) use fiber_sync as sync; }
+/// use fiber::sync::Mutex;
 /// use std::sync::Arc;
 ///
 /// let counter = Arc::new(Mutex::new(0));

@@ -29,7 +29,8 @@ const COMPLETE: usize = 2;
 /// # Examples
 ///
 /// ```
-/// use fiber_sync::OnceLock;
+/// # mod fiber { pub(crate) use fiber_sync as sync; }
+/// use fiber::sync::OnceLock;
 ///
 /// static CONFIG: OnceLock<String> = OnceLock::new();
 /// let value = CONFIG.get_or_init(|| "ready".to_string());

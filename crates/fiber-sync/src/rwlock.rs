@@ -57,7 +57,8 @@ const WANT_WRITE: usize = 1;
 /// # Examples
 ///
 /// ```
-/// use fiber_sync::RwLock;
+/// # mod fiber { pub(crate) use fiber_sync as sync; }
+/// use fiber::sync::RwLock;
 ///
 /// let lock = RwLock::new(5);
 /// {
@@ -504,7 +505,8 @@ impl<'a, T: ?Sized> RwLockWriteGuard<'a, T> {
     /// along with the caller (a writer at the head goes on waiting).
     ///
     /// ```
-    /// use fiber_sync::{RwLock, RwLockWriteGuard};
+    /// # mod fiber { pub(crate) use fiber_sync as sync; }
+    /// use fiber::sync::{RwLock, RwLockWriteGuard};
     ///
     /// let lock = RwLock::new(1);
     /// let mut w = lock.write().unwrap();

@@ -45,7 +45,8 @@ const SHIFT: u32 = 1;
 /// # Examples
 ///
 /// ```
-/// use fiber_sync::Semaphore;
+/// # mod fiber { pub(crate) use fiber_sync as sync; }
+/// use fiber::sync::Semaphore;
 ///
 /// let sem = Semaphore::new(2);
 /// let a = sem.acquire().unwrap();

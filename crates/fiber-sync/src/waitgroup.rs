@@ -24,7 +24,8 @@ use std::fmt;
 /// # Examples
 ///
 /// ```
-/// use fiber_sync::WaitGroup;
+/// # mod fiber { pub(crate) use fiber_sync as sync; }
+/// use fiber::sync::WaitGroup;
 ///
 /// let wg = WaitGroup::new();
 /// for _ in 0..4 {
