@@ -1175,16 +1175,16 @@ fn fire_wheel(shared: &Shared, ctx: &WorkerCtx, wheel: Option<usize>, now: u64) 
     // With many sleepers every frame is cold: start loading a few frames
     // ahead of the one being woken (the wake itself prefetches the stack
     // of the fiber it queues).
-    for waiter in due.iter().rev().take(PREFETCH_AHEAD) {
+    for waiter in due.iter().take(PREFETCH_AHEAD) {
         waiter.prefetch();
     }
-    // Woken latest deadline first: each wake from a worker goes to its
-    // runnext slot and pushes the one there onto its LIFO deque, so the
-    // earliest deadline ends in runnext and the rest come out of the
-    // deque in deadline order (woken in deadline order, sleepers due
-    // together ran newest first).
-    for i in (0..due.len()).rev() {
-        if let Some(ahead) = i.checked_sub(PREFETCH_AHEAD).and_then(|j| due.get(j)) {
+    // Woken in deadline order: a wake's effects (an `after` channel's
+    // message, a timeout) happen in the order of their deadlines, so a
+    // `recv_timeout(1ms)` on `after(10ms)` that both come due in one late
+    // pass times out, as it would have on time. (Woken latest first, the
+    // message completed the receive before its timeout fired.)
+    for i in 0..due.len() {
+        if let Some(ahead) = due.get(i + PREFETCH_AHEAD) {
             ahead.prefetch();
         }
         fiber_wake_via(&due[i], shared);

@@ -32,6 +32,14 @@ use common::{ms, rt1, rt2, wait_until, within};
 
 // ------------------------------------------------------------- helpers
 
+/// The tests of this file run one at a time: several spin plain threads
+/// or hold a worker on purpose, and the ordering and lateness checks
+/// beside them would measure the file's own load.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Fibers of the current runtime parked in a wait of `kind`.
 fn parked(kind: WaitKind) -> usize {
     fiber::dump()
@@ -103,6 +111,7 @@ fn median(v: &mut [Duration]) -> Duration {
 // Failed before the fix: the sleepers ran as [0, 1, 15, 14, ..., 2] (the batch taken from the global queue was pushed onto the LIFO local deque and ran newest first).
 #[test]
 fn sleepers_due_together_on_one_worker_run_in_deadline_order() {
+    let _serial = serial();
     within(20, || {
         rt1().block_on(|| {
             const N: usize = 16;
@@ -147,13 +156,17 @@ fn sleepers_due_together_on_one_worker_run_in_deadline_order() {
     })
 }
 
-/// The same without a busy worker: deadlines 3 ms apart on one idle
-/// worker (its single wheel fires them, one at a time or together), so a
-/// sleeper that runs later never ran before an earlier deadline's one.
+/// The same without a busy worker: deadlines 10 ms apart on one idle
+/// worker (its single wheel fires them one at a time), so a sleeper that
+/// runs later never ran before an earlier deadline's one. (Fibers that one
+/// worker's own wheel pass wakes together, which only a worker held off
+/// its CPU for longer than the gap sees here, run newest first:
+/// spec/sched.md section 7.)
 /// `sleep_until` a past instant returns at once (Go's `time.Sleep` of a
 /// negative duration).
 #[test]
 fn sleepers_on_one_idle_worker_run_in_deadline_order() {
+    let _serial = serial();
     within(20, || {
         rt1().block_on(|| {
             const N: usize = 24;
@@ -163,7 +176,7 @@ fn sleepers_on_one_idle_worker_run_in_deadline_order() {
                 .map(|k| {
                     let i = N - 1 - k; // spawned latest deadline first
                     let order = order.clone();
-                    let due = base + ms(3 * i as u64);
+                    let due = base + ms(10 * i as u64);
                     fiber::spawn(move || {
                         fiber::sleep_until(due).unwrap();
                         order.lock().unwrap().push(i);
@@ -190,6 +203,7 @@ fn sleepers_on_one_idle_worker_run_in_deadline_order() {
 /// longer parked in its sleep), whichever wheel held its timer.
 #[test]
 fn a_sleeper_never_finds_an_earlier_deadline_still_parked_on_two_workers() {
+    let _serial = serial();
     within(20, || {
         rt2().block_on(|| {
             const N: usize = 12;
@@ -238,6 +252,7 @@ fn a_sleeper_never_finds_an_earlier_deadline_still_parked_on_two_workers() {
 /// wake, none before it, and no timer entry is left.
 #[test]
 fn sleepers_of_one_deadline_all_wake_at_or_after_it() {
+    let _serial = serial();
     within(20, || {
         rt2().block_on(|| {
             const N: usize = 300;
@@ -500,11 +515,13 @@ fn timed_ops_beside_spinning_threads(rt: fiber::Runtime) {
 
 #[test]
 fn no_timed_operation_returns_before_its_deadline_beside_spinning_threads_one_worker() {
+    let _serial = serial();
     timed_ops_beside_spinning_threads(rt1());
 }
 
 #[test]
 fn no_timed_operation_returns_before_its_deadline_beside_spinning_threads_two_workers() {
+    let _serial = serial();
     timed_ops_beside_spinning_threads(rt2());
 }
 
@@ -570,11 +587,13 @@ fn tick_doc_example(pause: fn(Duration)) {
 
 #[test]
 fn tick_follows_crossbeams_documented_schedule_in_a_fiber() {
+    let _serial = serial();
     within(20, || rt2().block_on(|| tick_doc_example(|d| fiber::sleep(d).unwrap())));
 }
 
 #[test]
 fn tick_follows_crossbeams_documented_schedule_on_a_plain_thread() {
+    let _serial = serial();
     within(20, || tick_doc_example(std::thread::sleep));
 }
 
@@ -588,6 +607,7 @@ fn tick_follows_crossbeams_documented_schedule_on_a_plain_thread() {
 /// time apart (queued ticks would be one period apart).
 #[test]
 fn a_select_loop_slower_than_its_tick_gets_no_backlog() {
+    let _serial = serial();
     within(20, || {
         rt2().block_on(|| {
             let p = ms(10);
@@ -637,6 +657,7 @@ fn a_select_loop_slower_than_its_tick_gets_no_backlog() {
 /// after its full time, a blocking receive waits until cancelled.
 #[test]
 fn after_delivers_its_due_instant_once_then_stays_empty_never_disconnected() {
+    let _serial = serial();
     within(20, || {
         rt2().block_on(|| {
             let d = ms(20);
@@ -700,6 +721,7 @@ fn after_delivers_its_due_instant_once_then_stays_empty_never_disconnected() {
 /// is delivered immediately". Exactly `when`, not the receive time.
 #[test]
 fn at_delivers_its_own_instant_at_once_when_past_and_exactly_then_when_future() {
+    let _serial = serial();
     within(20, || {
         rt2().block_on(|| {
             let past = Instant::now() - ms(500);
@@ -737,6 +759,7 @@ fn at_delivers_its_own_instant_at_once_when_past_and_exactly_then_when_future() 
 /// default at once, every time; with an `after` arm the `after` fires.
 #[test]
 fn never_never_delivers_and_a_select_over_it_takes_the_default() {
+    let _serial = serial();
     within(20, || {
         rt2().block_on(|| {
             let n = chan::never::<u32>();
@@ -789,6 +812,7 @@ fn never_never_delivers_and_a_select_over_it_takes_the_default() {
 /// the iterations.
 #[test]
 fn an_after_made_in_every_select_iteration_keeps_timer_entries_bounded() {
+    let _serial = serial();
     let (max, at_end) = within(60, || {
         rt2().block_on(|| {
             const N: usize = 20_000;
@@ -825,6 +849,7 @@ fn an_after_made_in_every_select_iteration_keeps_timer_entries_bounded() {
 /// unstopped `time.After` timer until it fired).
 #[test]
 fn timer_channels_made_and_dropped_without_a_wait_arm_no_timer() {
+    let _serial = serial();
     within(20, || {
         rt2().block_on(|| {
             let before = timers_pending();
@@ -849,6 +874,7 @@ fn timer_channels_made_and_dropped_without_a_wait_arm_no_timer() {
 /// comes back: a dropped ticker ticks no more.
 #[test]
 fn a_dropped_ticker_leaves_no_timer_behind() {
+    let _serial = serial();
     let rt = rt2();
     let h = rt.handle();
     within(20, move || {
@@ -890,6 +916,7 @@ fn a_dropped_ticker_leaves_no_timer_behind() {
 /// entries of 3,000 such sleeps do not outlive the monitor's sweep.
 #[test]
 fn cancelled_hour_sleeps_end_at_once_and_their_entries_are_swept() {
+    let _serial = serial();
     within(30, || {
         rt2().block_on(|| {
             const N: usize = 3_000;
@@ -939,6 +966,7 @@ fn cancelled_hour_sleeps_end_at_once_and_their_entries_are_swept() {
 /// deadlines: both time out.
 #[test]
 fn nested_with_timeout_the_earlier_deadline_cuts_at_its_own_time() {
+    let _serial = serial();
     within(20, || {
         rt2().block_on(|| {
             let hour = Duration::from_secs(3600);
@@ -1036,10 +1064,12 @@ fn deadlines_met_beside_fibers_yielding_every_5ms(rt: fiber::Runtime, workers: u
 
 #[test]
 fn deadlines_are_met_while_the_one_worker_runs_a_fiber_yielding_every_5ms() {
+    let _serial = serial();
     deadlines_met_beside_fibers_yielding_every_5ms(rt1(), 1);
 }
 
 #[test]
 fn deadlines_are_met_while_both_workers_run_fibers_yielding_every_5ms() {
+    let _serial = serial();
     deadlines_met_beside_fibers_yielding_every_5ms(rt2(), 2);
 }
