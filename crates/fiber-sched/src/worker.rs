@@ -460,6 +460,7 @@ impl Schedule for Shared {
                             ctx.push_local(self, fiber);
                         }
                     }
+                    _ if ctx.timer_pass.get() => ctx.timer_woken.borrow_mut().push(fiber),
                     _ if ctx.harvesting.get() => ctx.push_harvested(self, fiber),
                     _ => ctx.push_local(self, fiber),
                 }
@@ -538,6 +539,13 @@ pub(crate) struct WorkerCtx {
     /// runnext slot and deque, so under load no connection's fiber is
     /// pushed back by the ones woken after it.
     harvesting: Cell<bool>,
+    /// Set while this worker wakes the fibers of a timer wheel pass
+    /// (`fire_wheel`): they are claimed in deadline order (so the effects
+    /// of the wakes keep that order) but collected in `timer_woken` and
+    /// queued after the pass, latest first, so that the LIFO runnext slot
+    /// and deque run them in deadline order.
+    timer_pass: Cell<bool>,
+    timer_woken: RefCell<Vec<Runnable>>,
     /// Where a steal lands first (always empty between steals): the
     /// stolen fibers pass through `stolen` on their way to our deques, so
     /// that their frames and stacks can be prefetched (see `steal`).
@@ -840,6 +848,8 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         // stay for the next one).
         own_next: Cell::new(shared.timers.wheel(Some(index)).next_tick()),
         harvesting: Cell::new(false),
+        timer_pass: Cell::new(false),
+        timer_woken: RefCell::new(Vec::new()),
         steal_scratch: Deque::new_fifo(),
         stolen: RefCell::new(Vec::new()),
     };
@@ -1182,14 +1192,46 @@ fn fire_wheel(shared: &Shared, ctx: &WorkerCtx, wheel: Option<usize>, now: u64) 
     // message, a timeout) happen in the order of their deadlines, so a
     // `recv_timeout(1ms)` on `after(10ms)` that both come due in one late
     // pass times out, as it would have on time. (Woken latest first, the
-    // message completed the receive before its timeout fired.)
+    // message completed the receive before its timeout fired.) The fibers
+    // this worker's scheduler gets are queued after the pass, latest
+    // first (`TimerPass`), so that they also run in deadline order.
+    let pass = TimerPass::begin(shared, ctx);
     for i in 0..due.len() {
         if let Some(ahead) = due.get(i + PREFETCH_AHEAD) {
             ahead.prefetch();
         }
         fiber_wake_via(&due[i], shared);
     }
+    drop(pass);
     due.clear();
+}
+
+/// A timer wheel pass of this worker: while it lasts, the fibers its wakes
+/// hand to this worker's scheduler are collected (`WorkerCtx::timer_woken`);
+/// when it ends (also on an unwind), they are queued latest first, each as
+/// a wake from this worker is (`push_local`: runnext, displacing onto the
+/// LIFO deque), so the earliest deadline ends in runnext and the rest
+/// leave the deque in deadline order.
+struct TimerPass<'a> {
+    shared: &'a Shared,
+    ctx: &'a WorkerCtx,
+}
+
+impl<'a> TimerPass<'a> {
+    fn begin(shared: &'a Shared, ctx: &'a WorkerCtx) -> TimerPass<'a> {
+        ctx.timer_pass.set(true);
+        TimerPass { shared, ctx }
+    }
+}
+
+impl Drop for TimerPass<'_> {
+    fn drop(&mut self) {
+        self.ctx.timer_pass.set(false);
+        let woken = std::mem::take(&mut *self.ctx.timer_woken.borrow_mut());
+        for fiber in woken.into_iter().rev() {
+            self.ctx.push_local(self.shared, fiber);
+        }
+    }
 }
 
 /// An idle worker's timer pass: every wheel that is due.
