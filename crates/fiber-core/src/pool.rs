@@ -31,9 +31,10 @@ use std::io;
 /// Large enough to absorb a spawn/finish burst of one worker, small enough
 /// that idle workers do not hoard frames.
 pub const LOCAL_CACHE: usize = 64;
-/// Shards of a pool's in-use count (shard 0 for threads that did not
-/// register; registered threads spread over the others).
-const IN_USE_SHARDS: usize = 8;
+/// One registered thread's part of a pool's in-use count: written by that
+/// thread only (a load and a store, no read-modify-write), read by
+/// [`FramePool::stats`]. A cache line of its own.
+type InUseCell = Arc<crossbeam_utils::CachePadded<AtomicIsize>>;
 
 /// Frames moved at once between a thread's cache and the global side: a
 /// full cache hands its older half over, an empty one takes a batch back.
@@ -101,16 +102,21 @@ pub struct FramePool {
     /// Every frame this pool created, for shutdown and diagnostics.
     all: Mutex<Vec<Arc<Fiber>>>,
     allocated: AtomicUsize,
-    /// Frames in use, as the sum of per-thread shards: bumped at every
-    /// spawn on the spawner's shard and dropped at every finish on the
-    /// finishing thread's, so in spawn-join (one worker spawns, another
-    /// finishes) no counter line moves between the two cores. A shard may
-    /// go negative; the sum is exact once the changes are visible. Each
-    /// shard has a cache line of its own (away from `phase`, read at every
-    /// spawn). Threads that did not register use shard 0.
-    in_use: [crossbeam_utils::CachePadded<AtomicIsize>; IN_USE_SHARDS],
-    /// The next registering thread's shard (1 and up, wrapping).
-    next_shard: AtomicUsize,
+    /// Frames in use, as a sum of parts: bumped at every spawn on the
+    /// spawner's part and dropped at every finish on the finishing
+    /// thread's, so in spawn-join (one worker spawns, another finishes) no
+    /// counter line moves between the two cores. A registered thread has a
+    /// cell of its own ([`InUseCell`], listed in `in_use_cells`), which it
+    /// alone writes, with a plain load and store: no locked instruction
+    /// per spawn or finish. Threads that did not register share
+    /// `in_use_shared` (read-modify-writes). A part may go negative; the
+    /// sum is exact once the changes are visible. A thread that
+    /// unregisters folds its cell into `in_use_retired` and removes it,
+    /// both under the list's lock, which [`stats`](Self::stats) holds
+    /// while it sums.
+    in_use_shared: crossbeam_utils::CachePadded<AtomicIsize>,
+    in_use_cells: Mutex<Vec<InUseCell>>,
+    in_use_retired: AtomicIsize,
     guarded: AtomicUsize,
     unguarded: AtomicUsize,
     stacks: StackAllocator,
@@ -120,15 +126,26 @@ pub struct FramePool {
     gate: crate::gate::SpawnGate,
 }
 
+/// Add `delta` to the calling thread's own in-use cell: it is the cell's
+/// only writer, so a load and a store do (no locked instruction).
+#[inline]
+fn add_own(cell: &InUseCell, delta: isize) {
+    use Ordering::Relaxed;
+    // Relaxed: statistics; a reader sums the cells (`in_use_sum`) and
+    // tolerates a change becoming visible late.
+    cell.store(cell.load(Relaxed) + delta, Relaxed);
+}
+
 thread_local! {
     /// This thread's frame cache: (pool id, frames).
-    static CACHE: RefCell<LocalCache> = const { RefCell::new(LocalCache { pool: 0, shard: 0, frames: Vec::new(), stacks: Vec::new(), owner: None }) };
+    static CACHE: RefCell<LocalCache> = const { RefCell::new(LocalCache { pool: 0, in_use: None, frames: Vec::new(), stacks: Vec::new(), owner: None }) };
 }
 
 struct LocalCache {
     pool: usize,
-    /// This thread's shard of `pool`'s `in_use` count.
-    shard: usize,
+    /// This thread's cell of `pool`'s in-use count (`None` until the
+    /// thread registers).
+    in_use: Option<InUseCell>,
     frames: Vec<Arc<Fiber>>,
     /// Stacks of `pool` that fibers finished on this thread left, for the
     /// next fibers that start here (most recent last: the warmest).
@@ -143,12 +160,15 @@ impl LocalCache {
     fn hand_back(&mut self) {
         let frames: Vec<_> = self.frames.drain(..).collect();
         let stacks: Vec<_> = self.stacks.drain(..).collect();
+        let cell = self.in_use.take();
         if let Some(pool) = self.owner.take().and_then(|w| w.upgrade()) {
             frames.into_iter().for_each(|frame| pool.idle.push(frame));
             stacks.into_iter().for_each(|stack| pool.idle_stacks.push(stack));
+            if let Some(cell) = cell {
+                pool.retire_in_use_cell(&cell);
+            }
         }
         self.pool = 0;
-        self.shard = 0;
     }
 }
 
@@ -183,8 +203,9 @@ impl FramePool {
             batched: AtomicUsize::new(0),
             all: Mutex::new(Vec::new()),
             allocated: AtomicUsize::new(0),
-            in_use: std::array::from_fn(|_| crossbeam_utils::CachePadded::new(AtomicIsize::new(0))),
-            next_shard: AtomicUsize::new(0),
+            in_use_shared: crossbeam_utils::CachePadded::new(AtomicIsize::new(0)),
+            in_use_cells: Mutex::new(Vec::new()),
+            in_use_retired: AtomicIsize::new(0),
             guarded: AtomicUsize::new(0),
             unguarded: AtomicUsize::new(0),
             stacks: StackAllocator::new(config),
@@ -216,8 +237,9 @@ impl FramePool {
             let mut cache = c.borrow_mut();
             cache.hand_back();
             cache.pool = pool.id;
-            // Relaxed: a spread of threads over shards, nothing more.
-            cache.shard = 1 + pool.next_shard.fetch_add(1, Ordering::Relaxed) % (IN_USE_SHARDS - 1);
+            let cell: InUseCell = Arc::new(crossbeam_utils::CachePadded::new(AtomicIsize::new(0)));
+            lock(&pool.in_use_cells).push(cell.clone());
+            cache.in_use = Some(cell);
             cache.owner = Some(std::sync::Arc::downgrade(pool));
         });
     }
@@ -230,21 +252,41 @@ impl FramePool {
         CACHE.with(|c| c.borrow_mut().hand_back());
     }
 
-    /// Add `delta` to the in-use count, on this thread's shard.
+    /// Add `delta` to the in-use count, on this thread's cell if it has
+    /// one for this pool.
     fn count_in_use(&self, delta: isize) {
-        let shard = CACHE
+        let counted = CACHE
             .try_with(|c| {
                 let cache = c.borrow();
-                if cache.pool == self.id {
-                    cache.shard
-                } else {
-                    0
+                if cache.pool != self.id {
+                    return false;
                 }
+                cache.in_use.as_ref().is_some_and(|cell| {
+                    add_own(cell, delta);
+                    true
+                })
             })
-            .unwrap_or(0);
-        // Relaxed: a count read for statistics and shutdown's wait, which
-        // tolerate a change becoming visible late (as before sharding).
-        self.in_use[shard].fetch_add(delta, Ordering::Relaxed);
+            .unwrap_or(false);
+        if !counted {
+            // Relaxed: a count read for statistics and the test
+            // scheduler's end check, which tolerate a change becoming
+            // visible late.
+            self.in_use_shared.fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
+    /// An unregistering thread's cell leaves the sum: its value moves to
+    /// `in_use_retired` under the list's lock, so a concurrent
+    /// [`stats`](Self::stats) sees it in exactly one place.
+    fn retire_in_use_cell(&self, cell: &InUseCell) {
+        let mut cells = lock(&self.in_use_cells);
+        if let Some(at) = cells.iter().position(|c| Arc::ptr_eq(c, cell)) {
+            cells.swap_remove(at);
+            // Relaxed: the lock orders this against `stats`' sum; the
+            // cell's own writes were this thread's.
+            self.in_use_retired
+                .fetch_add(cell.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
     }
 
     /// Usable bytes of each stack.
@@ -256,7 +298,7 @@ impl FramePool {
     /// the fiber first runs ([`start_stack`](Self::start_stack)).
     #[inline]
     pub(crate) fn acquire(&self) -> Arc<Fiber> {
-        let (local, shard) = self.pop_local();
+        let (local, counted) = self.pop_local();
         let frame = local.or_else(|| self.idle.pop()).or_else(|| self.pop_batch());
         let frame = match frame {
             Some(frame) => frame,
@@ -267,9 +309,11 @@ impl FramePool {
                 frame
             }
         };
-        // Relaxed: as in `count_in_use` (the shard found with the cache,
-        // one thread-local access instead of two).
-        self.in_use[shard].fetch_add(1, Ordering::Relaxed);
+        // Counted on this thread's cell with the cache access (one
+        // thread-local access instead of two), or on the shared part.
+        if !counted {
+            self.count_in_use(1);
+        }
         frame
     }
 
@@ -390,8 +434,13 @@ impl FramePool {
             if cache.pool != self.id {
                 return;
             }
-            // Relaxed: as in `count_in_use`.
-            self.in_use[cache.shard].fetch_sub(1, Ordering::Relaxed);
+            match &cache.in_use {
+                Some(cell) => add_own(cell, -1),
+                None => {
+                    // Relaxed: as in `count_in_use`.
+                    self.in_use_shared.fetch_add(-1, Ordering::Relaxed);
+                }
+            }
             let (frame, stack) = rest.take().expect("frame and stack are present");
             if cache.stacks.len() >= LOCAL_CACHE {
                 // The older (colder) half goes to the global side.
@@ -497,38 +546,48 @@ impl FramePool {
         frame
     }
 
-    /// A frame from this thread's cache, and this thread's `in_use` shard
-    /// (0 for a thread without a cache of this pool).
-    fn pop_local(&self) -> (Option<Arc<Fiber>>, usize) {
+    /// A frame from this thread's cache, and whether the frame that
+    /// [`acquire`](Self::acquire) hands out was counted in use on this
+    /// thread's cell (false for a thread without a cache of this pool).
+    fn pop_local(&self) -> (Option<Arc<Fiber>>, bool) {
         CACHE
             .try_with(|c| {
                 let mut cache = c.borrow_mut();
                 if cache.pool != self.id {
-                    return (None, 0);
+                    return (None, false);
                 }
+                let counted = cache.in_use.as_ref().is_some_and(|cell| {
+                    add_own(cell, 1);
+                    true
+                });
                 if cache.frames.is_empty() {
                     // Refill with a whole batch another thread handed over.
                     let Some(batch) = self.batches.pop() else {
-                        return (None, cache.shard);
+                        return (None, counted);
                     };
                     self.batched.fetch_sub(batch.len(), Ordering::Relaxed);
                     cache.frames.extend(batch);
                 }
-                (cache.frames.pop(), cache.shard)
+                (cache.frames.pop(), counted)
             })
-            .unwrap_or((None, 0))
+            .unwrap_or((None, false))
+    }
+
+    /// The in-use count: every part summed under the cell list's lock.
+    fn in_use_sum(&self) -> isize {
+        use Ordering::Relaxed;
+        let cells = lock(&self.in_use_cells);
+        // Relaxed: statistics (see `in_use_shared`); the lock keeps a
+        // retiring cell from being counted twice or not at all.
+        let registered: isize = cells.iter().map(|cell| cell.load(Relaxed)).sum();
+        registered + self.in_use_shared.load(Relaxed) + self.in_use_retired.load(Relaxed)
     }
 
     /// Counters at this instant.
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             allocated: self.allocated.load(Ordering::Relaxed),
-            in_use: self
-                .in_use
-                .iter()
-                .map(|shard| shard.load(Ordering::Relaxed))
-                .sum::<isize>()
-                .max(0) as usize,
+            in_use: self.in_use_sum().max(0) as usize,
             guarded_stacks: self.guarded.load(Ordering::Relaxed),
             unguarded_stacks: self.unguarded.load(Ordering::Relaxed),
         }
@@ -973,7 +1032,7 @@ mod tests {
     }
 
     #[test]
-    fn the_in_use_count_sums_the_threads_shards() {
+    fn the_in_use_count_sums_the_threads_parts() {
         let pool = std::sync::Arc::new(FramePool::new(StackConfig::default()));
         const N: usize = 100;
         // Taken on one registered thread, given back on another and on an

@@ -26,7 +26,7 @@
 
 use crate::stats::{bump, Counter};
 use crate::sync::{lock, AtomicU8, Mutex, Ordering};
-use fiber_core::{fiber_wait, fiber_wake, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
@@ -779,8 +779,11 @@ impl JobCore {
                 (false, Taken::new())
             }
         };
-        for waiter in waiters.iter().flatten() {
-            fiber_wake(waiter);
+        // Consumed: each record's frame reference moves into the run queue.
+        // (Taken out in place: a by-value iterator would copy the list.)
+        let mut waiters = waiters;
+        for waiter in waiters.iter_mut().filter_map(Option::take) {
+            waiter.wake();
         }
         if finalize {
             self.finalize();
@@ -941,8 +944,12 @@ impl JobCore {
         if woken > 0 {
             bump(Counter::WaitersWoken, woken);
         }
-        for waiter in waiters.iter().flatten() {
-            fiber_wake(waiter);
+        // Consumed (`Waiter::wake`): each record's frame reference moves
+        // into the run queue instead of a clone and a drop.
+        // (Taken out in place: a by-value iterator would copy the list.)
+        let mut waiters = waiters;
+        for waiter in waiters.iter_mut().filter_map(Option::take) {
+            waiter.wake();
             crate::trace_event!("JOB_WAIT_WAKE", self.id);
         }
         if let Some(parent) = &self.parent {

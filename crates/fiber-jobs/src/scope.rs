@@ -1122,7 +1122,7 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
         d.1.take()
     };
     if let Some(w) = waiter {
-        fiber_core::fiber_wake(&w);
+        w.wake();
     }
     // The job ends before this fiber parks for the watchdog: a deadline
     // passing while it waits there (a busy worker) must not turn a body

@@ -3,11 +3,13 @@
 //! # Protocol
 //!
 //! The arrival count and the waiter queue sit under one small lock. A
-//! caller arrives in `publish`: it counts itself and either queues its node
-//! or, as the n-th arrival, resets the count, releases every queued node
-//! (`Granted`) and returns as the leader. A waiter that leaves before the
-//! release (cancelled) unlinks its node and takes its arrival back, so the
-//! generation still needs n live callers.
+//! caller that is the n-th arrival resets the count, releases every queued
+//! node (`Granted`) and returns as the leader, without a wait and so even
+//! when its fiber is cancelled (`try_complete`, before fiber-core's
+//! cancellation check). Any other caller arrives in `publish`, after that
+//! check: it counts itself and queues its node. A waiter that leaves before
+//! the release (cancelled) unlinks its node and takes its arrival back, so
+//! the generation still needs n live callers.
 
 use crate::queue::{Node, Status, WaitQueue};
 use crate::sync::SpinLock;
@@ -19,8 +21,10 @@ use std::fmt;
 /// return and the barrier is ready for the next generation.
 ///
 /// `wait` is a cancellation point: a fiber whose job is cancelled while it
-/// waits withdraws its arrival and returns early with
-/// [`BarrierWaitResult::is_cancelled`] set.
+/// waits (or before it would have to) withdraws its arrival and returns
+/// early with [`BarrierWaitResult::is_cancelled`] set. The n-th arrival
+/// needs no wait: it releases the generation and leads even in a cancelled
+/// fiber, so the parties already waiting are never stranded by it.
 ///
 /// # Examples
 ///
@@ -123,6 +127,15 @@ impl Barrier {
         }
     }
 
+    /// Under the lock, as the n-th arrival: start the next generation,
+    /// lead it, and take every queued node (granted) to wake.
+    fn release(&self, inner: &mut Inner, io: &mut BarrierIo<'_>) -> Vec<Waiter> {
+        inner.arrived = 0;
+        inner.generation += 1;
+        io.leader = true;
+        inner.queue.drain(Status::Granted)
+    }
+
     /// The number of completed generations (for diagnostics and tests).
     pub fn generation(&self) -> u64 {
         self.inner.lock().generation
@@ -192,10 +205,22 @@ impl<'a> Waitable for BarrierWait<'a> {
         fiber_core::WaitKind::Lock
     }
 
-    fn try_complete(&self, _: &mut BarrierIo<'a>) -> Option<WaitResult> {
-        // Arrival happens in `publish`, after fiber-core's cancellation
-        // check, so a cancelled fiber never counts.
-        None
+    fn try_complete(&self, io: &mut BarrierIo<'a>) -> Option<WaitResult> {
+        // The n-th arrival needs no wait: it completes the generation here,
+        // before fiber-core's cancellation check, so a cancelled fiber
+        // still releases the parties already waiting (as a free semaphore
+        // permit is taken, cancelled or not). An arrival that would have
+        // to wait happens in `publish`, after that check: a cancelled
+        // fiber never counts there.
+        let wakes = {
+            let mut inner = self.0.inner.lock();
+            if inner.arrived + 1 < self.0.n {
+                return None;
+            }
+            self.0.release(&mut inner, io)
+        };
+        WaitQueue::wake_all(wakes);
+        Some(WaitResult::Ok)
     }
 
     fn publish(&self, waiter: &Waiter, io: &mut BarrierIo<'a>) -> Publish {
@@ -207,12 +232,9 @@ impl<'a> Waitable for BarrierWait<'a> {
                 inner.queue.push(&mut io.node, waiter, false);
                 return Publish::Published;
             }
-            inner.arrived = 0;
-            inner.generation += 1;
-            io.leader = true;
-            inner.queue.drain(Status::Granted)
+            self.0.release(&mut inner, io)
         };
-        WaitQueue::wake_all(&wakes);
+        WaitQueue::wake_all(wakes);
         Publish::Ready(WaitResult::Ok)
     }
 

@@ -253,7 +253,8 @@ impl Condvar {
             wake.flatten()
         };
         if let Some(w) = wake {
-            fiber_core::fiber_wake(&w);
+            // Consumed: the frame reference moves into the run queue.
+            w.wake();
         }
     }
 
@@ -270,7 +271,7 @@ impl Condvar {
             self.waiting.store(0, Ordering::Relaxed);
             wakes
         };
-        WaitQueue::wake_all(&wakes);
+        WaitQueue::wake_all(wakes);
     }
 
     /// A wait begins with `raw`: every wait in progress must use the same

@@ -274,7 +274,7 @@ impl<T> OnceLock<T> {
         // the waitable, publishing the value.
         self.state.store(to, Ordering::Release);
         let wakes = self.queue.lock().drain(Status::Granted);
-        WaitQueue::wake_all(&wakes);
+        WaitQueue::wake_all(wakes);
     }
 }
 

@@ -318,9 +318,11 @@ impl WaitQueue {
     }
 
     /// Wake every waiter in `wakes` (after the lock is released).
-    pub(crate) fn wake_all(wakes: &[Waiter]) {
+    /// The records are consumed: each frame reference moves into the run
+    /// queue (no clone and drop per wake).
+    pub(crate) fn wake_all(wakes: impl IntoIterator<Item = Waiter>) {
         for w in wakes {
-            fiber_core::fiber_wake(w);
+            w.wake();
         }
     }
 }

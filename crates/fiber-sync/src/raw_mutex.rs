@@ -204,7 +204,8 @@ impl RawMutex {
             }
         };
         if let Some(w) = wake {
-            fiber_core::fiber_wake(&w);
+            // Consumed: the frame reference moves into the run queue.
+            w.wake();
         }
     }
 

@@ -318,7 +318,7 @@ impl Raw<'_> {
                 self.state.fetch_and(!WRITER, Ordering::Release);
                 self.grant(&mut queue)
             };
-            WaitQueue::wake_all(&wakes);
+            WaitQueue::wake_all(wakes);
         }
     }
 
@@ -343,7 +343,7 @@ impl Raw<'_> {
             let mut queue = self.queue.lock();
             self.grant(&mut queue)
         };
-        WaitQueue::wake_all(&wakes);
+        WaitQueue::wake_all(wakes);
     }
 
     /// Under the queue lock: hand the lock to the head of the queue (one
@@ -567,7 +567,7 @@ impl Drop for RwIo<'_> {
             let status = queue.unlink(&mut self.node);
             (status, self.lock.grant(&mut queue))
         };
-        WaitQueue::wake_all(&wakes);
+        WaitQueue::wake_all(wakes);
         if status == Status::Granted {
             if self.node.arg == WANT_WRITE {
                 self.lock.unlock_write();
@@ -652,7 +652,7 @@ impl<'a> Waitable for RwWait<'a> {
             };
             (status, wakes)
         };
-        WaitQueue::wake_all(&wakes);
+        WaitQueue::wake_all(wakes);
         (status == Status::Granted).then_some(WaitResult::Ok)
     }
 }

@@ -228,7 +228,7 @@ impl Semaphore {
                 let mut queue = self.queue.lock();
                 self.grant(&mut queue)
             };
-            WaitQueue::wake_all(&wakes);
+            WaitQueue::wake_all(wakes);
         }
     }
 
@@ -320,7 +320,7 @@ impl Drop for SemIo<'_> {
             let wakes = self.sem.grant(&mut queue);
             (status, wakes)
         };
-        WaitQueue::wake_all(&wakes);
+        WaitQueue::wake_all(wakes);
         if status == Status::Granted {
             self.sem.release(self.node.arg);
         }
@@ -382,7 +382,7 @@ impl<'a> Waitable for SemWait<'a> {
             };
             (status, wakes)
         };
-        WaitQueue::wake_all(&wakes);
+        WaitQueue::wake_all(wakes);
         (status == Status::Granted).then_some(WaitResult::Ok)
     }
 }

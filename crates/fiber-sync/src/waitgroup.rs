@@ -100,7 +100,7 @@ impl Drop for WaitGroup {
         // the last dropper see the others' before it wakes.
         if self.inner.count.fetch_sub(1, Ordering::AcqRel) == 1 {
             let wakes = self.inner.queue.lock().drain(Status::Granted);
-            WaitQueue::wake_all(&wakes);
+            WaitQueue::wake_all(wakes);
         }
     }
 }
