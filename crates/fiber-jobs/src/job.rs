@@ -563,6 +563,19 @@ impl JobCore {
         self.state() != JobState::Active
     }
 
+    /// Was this job cancelled on its own (its handle's `cancel`), with its
+    /// parent still ACTIVE and not past a deadline? Then the error its
+    /// body returns is that cancellation passed on, not a failure of the
+    /// group (Kotlin's parents ignore a child's `CancellationException`).
+    #[cfg(not(loom))]
+    pub(crate) fn cancelled_alone(&self) -> bool {
+        self.is_cancelled()
+            && self
+                .parent
+                .as_ref()
+                .is_some_and(|p| p.observed_state() == JobState::Active)
+    }
+
     /// The state a user sees (`Job::state`): an ACTIVE job past its
     /// `with_timeout` deadline (its own or an ancestor's) is CANCELLING from
     /// that instant, as the fiber's own cancellation check sees it

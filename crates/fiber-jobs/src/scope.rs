@@ -367,6 +367,17 @@ where
             }
             match outcome {
                 Ok(Ok(value)) => Outcome::Value(value),
+                // A child cancelled on its own (its handle's `cancel`, the
+                // scope still active) that returns `Err` passed that
+                // cancellation on (`fiber::sleep(d)?`): it ends CANCELLED
+                // and its error is dropped, so the siblings and the scope
+                // go on, as Kotlin's parent ignores a child's
+                // `CancellationException`. When the scope itself is
+                // cancelling, the error is recorded as below.
+                Ok(Err(e)) if self.job.cancelled_alone() => match catch_unwind(AssertUnwindSafe(move || drop(e))) {
+                    Ok(()) => Outcome::Cancelled,
+                    Err(payload) => self.panicked(payload),
+                },
                 Ok(Err(e)) => {
                     if let Some(error) = &self.error {
                         let mut slot = lock(error);
@@ -945,6 +956,12 @@ where
 /// The fallible scope: children return `Result<_, E>`; the first `Err`
 /// fails the scope, cancels the siblings and is what `try_scope` returns
 /// (after every child has ended). The body may return its own `Err` too.
+///
+/// A child cancelled on its own (through its handle's `cancel`, while the
+/// scope is not cancelling) that returns `Err` is taken to pass that
+/// cancellation on (`fiber::sleep(d)?`): it ends cancelled, its error is
+/// dropped, and the scope and the siblings go on, as a Kotlin parent
+/// ignores a child's `CancellationException`.
 #[track_caller]
 pub fn try_scope<'env, F, T, E>(f: F) -> Result<T, E>
 where
