@@ -780,7 +780,7 @@ impl FramePool {
     pub unsafe fn revive_abandoned_in_blocking(&self) -> usize {
         let mut revived = 0;
         for frame in lock(&self.all).iter() {
-            if frame.is_abandoned() && frame.last_park_kind() == crate::dump::WaitKind::Blocking {
+            if frame.is_abandoned() && unwinds_after_its_blocking_call(frame) {
                 frame.revive();
                 revived += 1;
             }
@@ -897,7 +897,7 @@ impl FramePool {
         let mut abandoned = Vec::new();
         for frame in lock(&self.all).iter() {
             if frame.take_abandon_report() {
-                let blocking = frame.last_park_kind() == crate::dump::WaitKind::Blocking;
+                let blocking = unwinds_after_its_blocking_call(frame);
                 report.note_abandoned(frame.id(), frame.spawned_at(), blocking);
                 // SAFETY: abandoned, so never resumed again: teardown skips
                 // it, the workers have stopped (a worker stuck in a fiber
@@ -986,6 +986,16 @@ impl TeardownReport {
             self.abandoned_fibers.push((id, at));
         }
     }
+}
+
+/// Will a fiber given up on inside a `fiber::blocking` call be unwound once
+/// the call returns ([`FramePool::revive_abandoned_in_blocking`] and a
+/// later teardown)? Not a pinned one (nor one pinned for an unwind): it
+/// resumes only on its home worker, which has stopped, so teardown gives
+/// it up for good; the shutdown report must say so, and the runtime's
+/// memory stays leaked (`adversarial_review21.rs::a_pinned_fiber_given_up_in_a_blocking_call_is_unwound_or_reported_as_lost`).
+fn unwinds_after_its_blocking_call(frame: &Fiber) -> bool {
+    frame.last_park_kind() == crate::dump::WaitKind::Blocking && !frame.is_pinned() && !frame.is_unwind_pinned()
 }
 
 impl Runnable {

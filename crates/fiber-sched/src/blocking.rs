@@ -71,6 +71,13 @@ pub(crate) fn on_pool_thread_of(runtime_id: usize) -> bool {
     POOL_THREAD_OF.try_with(|id| id.get() == runtime_id).unwrap_or(false)
 }
 
+/// On a blocking-pool thread, the id of the runtime it serves
+/// (`Handle::current` there names that runtime, as tokio's does inside
+/// `spawn_blocking`).
+pub(crate) fn pool_runtime() -> Option<usize> {
+    POOL_THREAD_OF.try_with(|id| id.get()).ok().filter(|&id| id != 0)
+}
+
 /// Is this thread a blocking-pool thread of any runtime (running, or
 /// waiting to run, a `fiber::blocking` call)? For misuse messages.
 pub fn on_blocking_thread() -> bool {

@@ -314,9 +314,11 @@ impl Config {
     pub fn resolve_with(overrides: &Overrides, var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         let mut max_from_user = false;
+        let mut workers_from_user = false;
         let mut max_setting = "max_workers";
         if let Some(v) = var("FIBER_WORKERS") {
             config.workers = parse_count("FIBER_WORKERS", &v)?;
+            workers_from_user = true;
         }
         if let Some(v) = var("FIBER_MAX_WORKERS") {
             config.max_workers = parse_count("FIBER_MAX_WORKERS", &v)?;
@@ -411,6 +413,7 @@ impl Config {
         }
         if let Some(n) = overrides.workers {
             config.workers = n;
+            workers_from_user = true;
         }
         if let Some(n) = overrides.max_workers {
             config.max_workers = n;
@@ -437,6 +440,14 @@ impl Config {
         config.on_thread_stop = overrides.on_thread_stop.clone();
         if !max_from_user {
             config.max_workers = config.max_workers.max(config.workers);
+        } else if !workers_from_user {
+            // A default gives way to an explicit setting both ways: a
+            // ceiling below the core count lowers the default worker count
+            // (`max_workers(1)` runs one worker on any machine, as
+            // `GOMAXPROCS=1` does), as an explicit `workers` above the
+            // default ceiling raises that. A ceiling of 0 stays an error
+            // (`validate`).
+            config.workers = config.workers.min(config.max_workers).max(1);
         } else if config.max_workers < config.workers {
             return Err(err(
                 max_setting,

@@ -50,10 +50,15 @@ impl Handle {
     /// hook, which runs outside any fiber: capture a `Handle` before
     /// building the hook instead).
     ///
+    /// Inside a `fiber::blocking` call it is the runtime whose blocking
+    /// pool runs the call (as tokio's `Handle::current` inside
+    /// `spawn_blocking`).
+    ///
     /// # Panics
     ///
-    /// Panics outside a fiber: there is no current runtime on a plain
-    /// thread (use [`Handle::try_current`], or `Runtime::handle`).
+    /// Panics outside a fiber and outside a `fiber::blocking` call: there
+    /// is no current runtime on a plain thread (use
+    /// [`Handle::try_current`], or `Runtime::handle`).
     #[track_caller]
     pub fn current() -> Handle {
         match Handle::try_current() {
@@ -65,7 +70,8 @@ impl Handle {
         }
     }
 
-    /// The handle of the current runtime, or `None` on a plain thread.
+    /// The handle of the current runtime (inside a `fiber::blocking`
+    /// call: the runtime whose pool runs it), or `None` on a plain thread.
     pub fn try_current() -> Option<Handle> {
         current_shared().map(|shared| Handle { shared })
     }
@@ -287,10 +293,28 @@ pub(crate) fn another_runtime_running(id: usize) -> bool {
         .any(|shared| shared.id != id && !shared.is_shutdown())
 }
 
+/// Does a runtime other than `id`, built and not shut down, still act
+/// (`monitor::may_still_act`)? Its fibers may wake one of `id`'s through
+/// a channel, a lock or a park token, so `id`'s quiet is no deadlock.
+pub(crate) fn another_runtime_acting(id: usize) -> bool {
+    let others: Vec<Arc<Shared>> = {
+        let live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+        live.iter()
+            .filter_map(|w| w.upgrade())
+            .filter(|shared| shared.id != id && !shared.is_shutdown())
+            .collect()
+    };
+    // Looked at outside the registry's lock (a look takes the other
+    // runtime's own locks).
+    others.iter().any(|shared| crate::monitor::may_still_act(shared))
+}
+
 /// The runtime the calling code belongs to: the running fiber's (a fiber
 /// of one runtime can run on another's thread: torn down there when its
 /// runtime was dropped inside the other's fiber, or on a plain thread),
-/// else the worker thread's. `None` on a plain thread outside any fiber.
+/// else the worker thread's, else, on a blocking-pool thread, the runtime
+/// that pool serves (while it is not freed). `None` on a plain thread
+/// outside any fiber.
 pub(crate) fn current_shared() -> Option<Arc<Shared>> {
     let ctx = crate::worker::context::get();
     let fiber_sched = fiber_core::current_scheduler();
@@ -304,9 +328,15 @@ pub(crate) fn current_shared() -> Option<Arc<Shared>> {
             return Some(shared.clone());
         }
     }
-    let sched = fiber_sched?;
     let live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
-    live.iter()
-        .filter_map(|w| w.upgrade())
-        .find(|shared| std::ptr::addr_eq(Arc::as_ptr(shared), Arc::as_ptr(&sched)))
+    match fiber_sched {
+        Some(sched) => live
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .find(|shared| std::ptr::addr_eq(Arc::as_ptr(shared), Arc::as_ptr(&sched))),
+        None => {
+            let id = crate::blocking::pool_runtime()?;
+            live.iter().filter_map(|w| w.upgrade()).find(|shared| shared.id == id)
+        }
+    }
 }

@@ -570,6 +570,26 @@ fn decide_growth(
     (busy, false)
 }
 
+/// Will runtime `shared` act again by itself: a fiber running or runnable
+/// there, a timer pending, a blocking call in flight? (Another runtime's
+/// deadlock report asks: while this one acts, that one's quiet is no
+/// deadlock.) A socket wait does not count: an idle server of one runtime
+/// parked in `accept` for good must not hide another runtime's deadlock
+/// for good (`adversarial_roots.rs::a_deadlock_is_reported_while_another_runtime_waits_on_a_socket`).
+pub(crate) fn may_still_act(shared: &Shared) -> bool {
+    // Relaxed loads throughout: a snapshot for a report that waits a
+    // whole quiet window before it fires, like `check_deadlock`'s own.
+    let alive = shared.alive.load(Ordering::Relaxed);
+    shared.idle.sleeping() < alive
+        || !shared.global.is_empty()
+        || shared
+            .slots
+            .iter()
+            .any(|s| s.running.load(Ordering::Relaxed) != 0 || s.blocking.load(Ordering::Relaxed))
+        || crate::blocking::in_flight(shared.id) != 0
+        || shared.timers.any_pending()
+}
+
 /// Go-style "all fibers are asleep" report.
 fn check_deadlock(
     shared: &Shared,
@@ -629,6 +649,15 @@ fn check_deadlock(
     // which that runtime's timers, sockets or threads may still end: with
     // another runtime running in the process, a join is no deadlock.
     if shared.pool.any_parked_on(fiber_core::WaitKind::Join) && crate::handle::another_runtime_running(shared.id) {
+        *quiet_since = Some(now);
+        return;
+    }
+    // Nor is any other wait while another runtime still acts (a fiber
+    // running or runnable there, a timer pending, a blocking call): its
+    // fibers may send on a channel, release a lock or unpark a fiber of
+    // this one (`adversarial_review21.rs::a_root_waiting_on_a_channel_fed_by_another_runtime_is_not_a_deadlock`).
+    // The report is about the whole process, as Go's is.
+    if crate::handle::another_runtime_acting(shared.id) {
         *quiet_since = Some(now);
         return;
     }

@@ -37,14 +37,18 @@ impl Builder {
         Builder::default()
     }
 
-    /// Worker threads at start (default: the number of cores).
+    /// Worker threads at start (default: the number of cores, lowered to
+    /// an explicit [`max_workers`](Self::max_workers) below that).
     pub fn workers(&mut self, n: usize) -> &mut Self {
         self.overrides.workers = Some(n);
         self
     }
 
     /// Ceiling of the elastic pool (default: twice the cores, at least
-    /// `workers`). Equal to `workers` turns growth off.
+    /// `workers`). Equal to `workers` turns growth off. Set alone, below
+    /// the core count, it lowers the default worker count too:
+    /// `max_workers(1)` runs one worker on any machine; below an explicit
+    /// `workers` it is an error.
     pub fn max_workers(&mut self, n: usize) -> &mut Self {
         self.overrides.max_workers = Some(n);
         self
@@ -615,8 +619,8 @@ fn report_abandoned(report: &fiber_core::TeardownReport) {
         .collect();
     let blocking = "waiting for a fiber::blocking call that has not returned, whose closure may borrow the \
                     fiber's stack: unwound once the call returns";
-    let lost = "parked on a wait nothing completes, or catching the shutdown unwind: their stacks and the \
-                runtime's memory are leaked";
+    let lost = "parked on a wait nothing completes, pinned to a worker that has stopped, or catching the shutdown \
+                unwind: their stacks and the runtime's memory are leaked";
     let why = match (report.abandoned_in_blocking, report.abandoned) {
         (0, _) => lost.to_string(),
         (b, all) if b == all => blocking.to_string(),

@@ -45,6 +45,27 @@ fn fiber_max_workers_below_workers_is_an_error() {
 }
 
 #[test]
+fn a_ceiling_alone_lowers_the_default_worker_count() {
+    // The default worker count (the cores) gives way to an explicit
+    // ceiling below it, whatever the machine: one worker, growth off.
+    let config = resolve(&[("FIBER_MAX_WORKERS", "1")]).unwrap();
+    assert_eq!((config.workers, config.max_workers), (1, 1));
+    let config = Config::resolve_with(
+        &Overrides {
+            max_workers: Some(1),
+            ..Overrides::default()
+        },
+        |_| None,
+    )
+    .unwrap();
+    assert_eq!((config.workers, config.max_workers), (1, 1));
+    // A ceiling above the cores leaves the default alone.
+    let cores = Config::default().workers;
+    let config = resolve(&[("FIBER_MAX_WORKERS", &(cores + 1).to_string())]).unwrap();
+    assert_eq!(config.workers, cores);
+}
+
+#[test]
 fn max_equal_to_workers_turns_growth_off() {
     let config = resolve(&[("FIBER_WORKERS", "3"), ("FIBER_MAX_WORKERS", "3")]).unwrap();
     assert_eq!((config.workers, config.max_workers), (3, 3));
