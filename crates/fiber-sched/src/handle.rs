@@ -73,7 +73,9 @@ impl Handle {
     /// The handle of the current runtime (inside a `fiber::blocking`
     /// call: the runtime whose pool runs it), or `None` on a plain thread.
     pub fn try_current() -> Option<Handle> {
-        current_shared().map(|shared| Handle { shared })
+        current_shared()
+            .or_else(blocking_pool_shared)
+            .map(|shared| Handle { shared })
     }
 
     /// The runtime as the contract's scheduler.
@@ -312,9 +314,8 @@ pub(crate) fn another_runtime_acting(id: usize) -> bool {
 /// The runtime the calling code belongs to: the running fiber's (a fiber
 /// of one runtime can run on another's thread: torn down there when its
 /// runtime was dropped inside the other's fiber, or on a plain thread),
-/// else the worker thread's, else, on a blocking-pool thread, the runtime
-/// that pool serves (while it is not freed). `None` on a plain thread
-/// outside any fiber.
+/// else the worker thread's. `None` on a plain thread outside any fiber
+/// (and on a blocking-pool thread: see `blocking_pool_shared`).
 pub(crate) fn current_shared() -> Option<Arc<Shared>> {
     let ctx = crate::worker::context::get();
     let fiber_sched = fiber_core::current_scheduler();
@@ -328,15 +329,17 @@ pub(crate) fn current_shared() -> Option<Arc<Shared>> {
             return Some(shared.clone());
         }
     }
+    let sched = fiber_sched?;
     let live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
-    match fiber_sched {
-        Some(sched) => live
-            .iter()
-            .filter_map(|w| w.upgrade())
-            .find(|shared| std::ptr::addr_eq(Arc::as_ptr(shared), Arc::as_ptr(&sched))),
-        None => {
-            let id = crate::blocking::pool_runtime()?;
-            live.iter().filter_map(|w| w.upgrade()).find(|shared| shared.id == id)
-        }
-    }
+    live.iter()
+        .filter_map(|w| w.upgrade())
+        .find(|shared| std::ptr::addr_eq(Arc::as_ptr(shared), Arc::as_ptr(&sched)))
+}
+
+/// On a blocking-pool thread, the runtime that pool serves (while it is
+/// not freed): what `Handle::current` names there.
+fn blocking_pool_shared() -> Option<Arc<Shared>> {
+    let id = crate::blocking::pool_runtime()?;
+    let live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+    live.iter().filter_map(|w| w.upgrade()).find(|shared| shared.id == id)
 }
