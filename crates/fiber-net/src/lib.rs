@@ -102,10 +102,12 @@ macro_rules! adopt_fd {
 /// `Read` and `Write` for a stream type and for a shared reference to it
 /// (so a reader fiber and a writer fiber can use one connection): each call
 /// parks on the socket's readiness through its `io` field. With
-/// `short_read_drains = true` a short read counts as having emptied the
-/// receive queue (spec/net.md section 4a); not for Unix streams, whose
-/// reads also stop short at a message carrying file descriptors or other
-/// credentials, with more queued behind it.
+/// `short_read_drains = true` (TCP) a short read counts as having emptied
+/// the receive queue (spec/net.md section 4a), and an empty read whose
+/// timeout expires returns 0; not for Unix streams, whose reads also stop
+/// short at a message carrying file descriptors or other credentials, with
+/// more queued behind it, and whose empty read times out with `WouldBlock`
+/// as std's does.
 #[cfg(not(loom))]
 macro_rules! stream_io {
     ($stream:ty, short_read_drains = $drains:expr) => {
@@ -120,7 +122,10 @@ macro_rules! stream_io {
                     self.io
                         .read::<$crate::readiness::op::Read, _>(|mut s| std::io::Read::read(&mut s, buf))
                 };
-                if len == 0 {
+                // An empty read whose timeout expires: 0 on TCP, as a
+                // blocking `recv` of 0 bytes returns there; a unix stream's
+                // blocking read says `EAGAIN` (`WouldBlock`) instead.
+                if len == 0 && $drains {
                     return self.io.empty_read(read);
                 }
                 read

@@ -71,8 +71,10 @@ impl UnixListener {
             }
             other => other,
         })?;
+        // No timeouts inherited: Linux copies a listener's `SO_RCVTIMEO` and
+        // `SO_SNDTIMEO` to the TCP sockets it accepts, not to unix ones
+        // (std's accepted unix stream has none).
         let io = Io::new(stream)?;
-        io.inherit_timeouts(&self.io);
         Ok((UnixStream { io }, addr))
     }
 
@@ -116,8 +118,8 @@ impl UnixListener {
     pub fn from_std(listener: net::UnixListener) -> io::Result<UnixListener> {
         listener.set_nonblocking(true)?;
         let io = Io::new(mio::net::UnixListener::from_std(listener))?;
-        // `SO_RCVTIMEO` set on it bounds `accept` (as std's), and goes to
-        // the sockets it accepts.
+        // `SO_RCVTIMEO` set on it bounds `accept` (as std's); unlike TCP's,
+        // it does not go to the sockets it accepts.
         io.adopt_kernel_timeouts()?;
         Ok(UnixListener { io })
     }
