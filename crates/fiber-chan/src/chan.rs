@@ -425,6 +425,62 @@ impl<T> Node<T> {
     }
 }
 
+/// The end of a select send arm's reservation on a node whose owner is
+/// being unwound (`Chan::wait_reservation_end`). The owner's record in the
+/// node is replaced by this wait's, under the channel lock while the node
+/// is still reserved, so the party that completes or gives back the
+/// reservation (`complete_reservation`, `release_reservation`: both take
+/// the node's record under that lock) wakes this wait.
+#[cfg(not(loom))]
+struct ReservationEnd<'a, T> {
+    chan: &'a Chan<T>,
+    node: &'a Node<T>,
+}
+
+#[cfg(not(loom))]
+impl<T> ReservationEnd<'_, T> {
+    /// Under the lock: has the reservation ended?
+    fn ended(&self) -> Option<WaitResult> {
+        (self.node.state() != NodeState::Reserved).then_some(WaitResult::Ok)
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> Waitable for ReservationEnd<'_, T> {
+    type Io = ();
+
+    fn kind(&self) -> fiber_core::WaitKind {
+        fiber_core::WaitKind::Recv
+    }
+
+    fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
+        let _inner = self.chan.lock();
+        self.ended()
+    }
+
+    fn publish(&self, waiter: &Waiter, _: &mut ()) -> Publish {
+        let replaced = {
+            let _inner = self.chan.lock();
+            if let Some(result) = self.ended() {
+                return Publish::Ready(result);
+            }
+            // SAFETY: the node's record is read and written under the
+            // channel lock (held), and a reserved node's record is taken
+            // only by the reservation's holder, under it too.
+            self.node.waiter.with_mut(|w| unsafe { (*w).replace(waiter.clone()) })
+        };
+        // The owner's old record (of the wait it was unwound from) is
+        // dropped outside the lock.
+        drop(replaced);
+        Publish::Published
+    }
+
+    fn unpublish(&self, _: &Waiter, _: &mut ()) -> Option<WaitResult> {
+        let _inner = self.chan.lock();
+        self.ended()
+    }
+}
+
 impl<T> Drop for Node<T> {
     fn drop(&mut self) {
         // A node can only be queued while its owner waits; if the owner is
@@ -434,6 +490,10 @@ impl<T> Drop for Node<T> {
             // the owner holds a handle (Sender/Receiver) to it for the
             // node's life.
             let chan = unsafe { &*self.chan };
+            #[cfg(not(loom))]
+            if fiber_core::in_fiber() {
+                chan.wait_reservation_end(self);
+            }
             let _ = chan.unregister(self, false);
         }
         // Under loom the node's end counts as a write of its cells (its
@@ -2073,6 +2133,29 @@ impl<T> Chan<T> {
             return Some(result);
         }
         self.unregister_locked(node, fiber_may_yield)
+    }
+
+    /// A node dropped on its owner fiber while a select's send arm holds a
+    /// reservation on it (the owner was unwound mid-wait, at shutdown):
+    /// park until the reservation is completed or given back, instead of
+    /// spinning. Teardown runs every fiber on one thread; the reserving
+    /// fiber, parked in its arm's value expression, could run (or be
+    /// unwound, which gives the reservation back) only if this one let
+    /// the thread go, so a spin there never ended
+    /// (`adversarial_review23.rs::shutdown_unwinding_a_receiver_reserved_by_a_parked_send_arm_returns`).
+    /// The wait is not cancellable: the reservation is a committed
+    /// hand-off that ends soon or with its holder's unwind.
+    #[cfg(not(loom))]
+    #[cold]
+    fn wait_reservation_end(&self, node: &Node<T>) {
+        while node.state() == NodeState::Reserved {
+            let result = fiber_wait(
+                &ReservationEnd { chan: self, node },
+                &mut (),
+                WaitOptions::new().interrupt(Interrupt::Never),
+            );
+            debug_assert_eq!(result, WaitResult::Ok);
+        }
     }
 
     #[inline(never)]
