@@ -379,14 +379,29 @@ where
                     Err(payload) => self.panicked(payload),
                 },
                 Ok(Err(e)) => {
-                    if let Some(error) = &self.error {
-                        let mut slot = lock(error);
-                        if slot.is_none() {
-                            *slot = Some(e);
+                    // The first error is the scope's; a later one is
+                    // dropped here, outside the slot's lock, and a panic of
+                    // its `Drop` makes this child a panicked one (its
+                    // locals and its end still follow, below).
+                    let unwanted = match &self.error {
+                        Some(error) => {
+                            let mut slot = lock(error);
+                            if slot.is_none() {
+                                *slot = Some(e);
+                                None
+                            } else {
+                                Some(e)
+                            }
                         }
+                        None => Some(e),
+                    };
+                    match catch_unwind(AssertUnwindSafe(move || drop(unwanted))) {
+                        Ok(()) => {
+                            self.job.fail(Failure::Error, CancelReason::ChildFailed);
+                            Outcome::Failed
+                        }
+                        Err(payload) => self.panicked(payload),
                     }
-                    self.job.fail(Failure::Error, CancelReason::ChildFailed);
-                    Outcome::Failed
                 }
                 Err(payload) if fiber_core::is_shutdown_unwind(&*payload) => Outcome::Cancelled,
                 Err(payload) => self.panicked(payload),
@@ -985,6 +1000,11 @@ where
         _error: PhantomData,
     };
     let body = run_in_job(&job, || f(scope));
+    // The body's own error when a child's came first: kept until every
+    // child has ended (its `Drop` may panic, and a panic out of here
+    // before `close_scope` would leave children running on the caller's
+    // borrows).
+    let mut later_error = None;
     let body = match body {
         Ok(Err(e)) => {
             // The body's own error: record it, then fail the scope (which
@@ -995,6 +1015,8 @@ where
             let first = slot.is_none();
             if first {
                 *slot = Some(e);
+            } else {
+                later_error = Some(e);
             }
             drop(slot);
             if first {
@@ -1008,6 +1030,8 @@ where
         Err(p) => Err(p),
     };
     let result = close_scope(&job, body);
+    // Every child has ended: a panic of this drop leaves nothing running.
+    drop(later_error);
     let first_error = lock(&error).take();
     match (result, first_error) {
         (_, Some(e)) => Err(e),
