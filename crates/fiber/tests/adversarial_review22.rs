@@ -18,7 +18,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{in_child, ms, rt2, wait_parked, within};
+use common::{in_child, ms, rt2, set_sock_timeout, wait_parked, within};
 
 fn tcp_pair() -> (TcpStream, TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -969,25 +969,6 @@ fn a_runtime_dropped_with_fibers_parked_non_cancellably_on_sockets_leaves_nothin
             assert_eq!(after, before, "descriptors before {before}, after {after}");
         },
     );
-}
-
-/// Set `option` (`SO_RCVTIMEO` / `SO_SNDTIMEO`) on `fd` with `setsockopt`.
-fn set_sock_timeout(fd: std::os::fd::RawFd, option: libc::c_int, d: Duration) {
-    let tv = libc::timeval {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_usec: d.subsec_micros() as libc::suseconds_t,
-    };
-    // SAFETY: `fd` is an open socket; `tv` is a valid timeval of the size given.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            option,
-            (&raw const tv).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0);
 }
 
 /// Linux copies a TCP listener's `SO_RCVTIMEO` / `SO_SNDTIMEO` to the

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, panic_message, rt2, wait_parked, within};
+use common::{last_instant, ms, panic_message, rt2, wait_parked, within};
 
 /// A value that counts its drops.
 struct Counted(Arc<AtomicUsize>);
@@ -667,33 +667,6 @@ fn shutdown_unwinding_a_receiver_reserved_by_a_parked_send_arm_returns() {
             }
         },
     );
-}
-
-/// The last representable `Instant` (any later one overflows).
-fn last_instant() -> Instant {
-    let now = Instant::now();
-    let (mut lo, mut hi) = (0u64, u64::MAX);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if now.checked_add(Duration::from_secs(mid)).is_some() {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    let base = now + Duration::from_secs(lo);
-    let (mut lo, mut hi) = (0u32, 999_999_999u32);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if base.checked_add(Duration::from_nanos(u64::from(mid))).is_some() {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    let last = base + Duration::from_nanos(u64::from(lo));
-    assert!(last.checked_add(Duration::from_nanos(1)).is_none());
-    last
 }
 
 /// Deadlines at the very last representable `Instant`: every timed

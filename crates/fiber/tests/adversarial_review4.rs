@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, rt2, rt_fixed_grace, spin_until, within};
+use common::{last_instant, ms, rt2, rt_fixed_grace, spin_until, within};
 
 /// Run `f` in a fiber of a two-worker runtime and on a plain thread.
 fn both(f: fn()) {
@@ -24,29 +24,6 @@ fn both(f: fn()) {
         rt2().block_on(f);
         f();
     })
-}
-
-/// The last `Instant` this platform can represent (to the second; plus
-/// 999,999,999 ns): any `+ Duration` on it but zero overflows.
-fn last_instant() -> Instant {
-    let now = Instant::now();
-    let (mut lo, mut hi) = (0u64, u64::MAX);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if now.checked_add(Duration::from_secs(mid)).is_some() {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    let base = now + Duration::from_secs(lo);
-    let mut nanos = 999_999_999u32;
-    loop {
-        if let Some(t) = base.checked_add(Duration::from_nanos(nanos as u64)) {
-            return t;
-        }
-        nanos /= 2;
-    }
 }
 
 /// An instant `d` in the past (or the earliest representable one).

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{ms, rt, within};
+use common::{ms, rt, set_sock_timeout, within};
 
 /// `body` in a fiber of a two-worker runtime, then on a plain thread.
 fn in_fiber_and_thread(body: fn()) {
@@ -41,24 +41,6 @@ fn is_nonblocking_fd(fd: std::os::fd::RawFd) -> bool {
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     assert!(flags >= 0);
     flags & libc::O_NONBLOCK != 0
-}
-
-fn set_sock_timeout(fd: std::os::fd::RawFd, option: libc::c_int, d: Duration) {
-    let tv = libc::timeval {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_usec: d.subsec_micros() as libc::suseconds_t,
-    };
-    // SAFETY: a valid timeval for an open socket the caller owns.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            option,
-            (&raw const tv).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0);
 }
 
 // ---------------------------------------------------------------------

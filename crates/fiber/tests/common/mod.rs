@@ -287,3 +287,46 @@ pub fn wait_until(what: &str, secs: u64, cond: impl Fn() -> bool) {
         fiber::sleep(ms(1)).unwrap();
     }
 }
+
+/// The last `Instant` this platform can represent (to the second; plus
+/// 999,999,999 ns): any `+ Duration` on it but zero overflows.
+pub fn last_instant() -> Instant {
+    let now = Instant::now();
+    let (mut lo, mut hi) = (0u64, u64::MAX);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if now.checked_add(Duration::from_secs(mid)).is_some() {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let base = now + Duration::from_secs(lo);
+    let mut nanos = 999_999_999u32;
+    loop {
+        if let Some(t) = base.checked_add(Duration::from_nanos(nanos as u64)) {
+            return t;
+        }
+        nanos /= 2;
+    }
+}
+
+/// Set a socket's `SO_RCVTIMEO` or `SO_SNDTIMEO` (`option`) behind fiber's
+/// back, as a std handle or another library would.
+pub fn set_sock_timeout(fd: std::os::fd::RawFd, option: libc::c_int, d: Duration) {
+    let tv = libc::timeval {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_usec: d.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: a valid timeval for an open socket the caller owns.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            option,
+            (&raw const tv).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0);
+}
