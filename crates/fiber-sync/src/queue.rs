@@ -248,6 +248,15 @@ impl WaitQueue {
         }
     }
 
+    /// A node still queued after a wake that did not complete it (a
+    /// cancel's interrupt of a wait that goes on): its owner parks again
+    /// with a new record, keeping its place. Under the lock.
+    pub(crate) fn rewait(&mut self, node: &Node, waiter: &Waiter) {
+        debug_assert_eq!(node.status(), Status::Waiting, "only a waiting node keeps its place");
+        // SAFETY: under the queue lock (module rules).
+        node.waiter.with_mut(|w| unsafe { *w = Some(waiter.clone()) });
+    }
+
     /// Take `node` (queued) out of the list. Under the lock.
     fn detach(&mut self, node: &Node) {
         let (prev, next) = (node.prev(), node.next());

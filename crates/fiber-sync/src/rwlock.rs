@@ -259,7 +259,6 @@ impl<T: ?Sized> RwLock<T> {
         let mut io = RwIo {
             node: Node::new(want),
             lock: self.as_raw(),
-            left: false,
         };
         let result = fiber_wait(
             &RwWait(self.as_raw()),
@@ -543,22 +542,11 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLockWriteGuard<'_, T> {
 struct RwIo<'a> {
     node: Node,
     lock: Raw<'a>,
-    /// Owner-only: the node left a non-empty queue on a wake that did not
-    /// grant it (a cancellation's interrupt, which this wait ignores) and
-    /// has not queued again yet. Nobody behind it was granted for its
-    /// leaving: it goes back to the front, keeping its place (a reader
-    /// queued behind a waiting writer must not get in first). If the wait
-    /// ends instead (unwound at teardown), the drop grants whoever its
-    /// leaving lets in.
-    left: bool,
 }
 
 impl Drop for RwIo<'_> {
     fn drop(&mut self) {
         if !self.node.queued {
-            if self.left {
-                self.lock.grant_now();
-            }
             return;
         }
         // Unwound while parked (shutdown): leave, or give back a grant.
@@ -608,9 +596,18 @@ impl<'a> Waitable for RwWait<'a> {
     }
 
     fn publish(&self, waiter: &Waiter, io: &mut RwIo<'a>) -> Publish {
-        io.left = false;
         let state = self.0.state;
         let mut queue = self.0.queue.lock();
+        if io.node.queued {
+            // Still in the queue after a wake that granted nothing (see
+            // `unpublish`): granted since, or parks again in its place.
+            if io.node.status() == Status::Granted {
+                queue.unlink(&mut io.node);
+                return Publish::Ready(WaitResult::Ok);
+            }
+            queue.rewait(&io.node, waiter);
+            return Publish::Published;
+        }
         // Relaxed on the RMW: its place in the word's modification order
         // against the unlocks is what matters; the CAS below acquires.
         let mut seen = state.fetch_or(QUEUED, Ordering::Relaxed) | QUEUED;
@@ -630,29 +627,29 @@ impl<'a> Waitable for RwWait<'a> {
                 }
             }
         }
-        // A node back from a wake that did not grant it (`RwIo::left`)
-        // takes its old place at the front: strict FIFO (section 3.2).
-        let front = WaitQueue::is_requeue(&io.node);
-        queue.push(&mut io.node, waiter, front);
+        // A node woken without a grant never leaves the queue (see
+        // `unpublish`): every push is a first one, at the back (strict
+        // FIFO, section 3.2).
+        queue.push(&mut io.node, waiter, false);
         Publish::Published
     }
 
     fn unpublish(&self, _: &Waiter, io: &mut RwIo<'a>) -> Option<WaitResult> {
-        let (status, wakes) = {
-            let mut queue = self.0.queue.lock();
-            let status = queue.unlink(&mut io.node);
-            let wakes = if status == Status::Waiting && queue.is_empty() {
-                // Nobody behind: only `QUEUED` to clear.
-                self.0.grant(&mut queue)
-            } else {
-                // Woken without a grant, others behind: they stay behind
-                // (it queues again at the front, or grants on drop).
-                io.left = status == Status::Waiting;
-                Vec::new()
-            };
-            (status, wakes)
-        };
-        WaitQueue::wake_all(wakes);
+        let mut queue = self.0.queue.lock();
+        if io.node.status() == Status::Waiting {
+            // Woken without a grant (a cancel's interrupt: a lock wait is
+            // no cancellation point and goes on): the node keeps its place
+            // in the queue and `QUEUED` stays set, so no reader passes a
+            // waiting writer and no grant skips it while its fiber is
+            // awake; `publish` parks it again there (or finds it granted
+            // meanwhile), and the `Io`'s drop takes it out if the fiber is
+            // unwound instead
+            // (`adversarial_review24.rs::rwlock_try_read_never_passes_a_waiting_writer_whose_fiber_is_cancelled`).
+            return None;
+        }
+        // Granted (the lock is ours), or handed out of the queue otherwise.
+        let status = queue.unlink(&mut io.node);
+        drop(queue);
         (status == Status::Granted).then_some(WaitResult::Ok)
     }
 }
