@@ -1272,6 +1272,11 @@ fn a_parking_body_leaves_no_node_that_swallows_values() {
         }
     }
     done_s.send(()).unwrap();
+    // The loop ends when the peer is done, which can be before the ticker
+    // is: its next send on the rendezvous channel must fail, not wait for
+    // a receiver that stopped receiving (it hung the test about once in
+    // 30 runs when the peer finished first).
+    drop(r1);
     ticker.join();
     let sent = peer.join();
     assert_eq!(got, sent, "a value the peer sent was not received");
