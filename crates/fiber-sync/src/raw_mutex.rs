@@ -209,8 +209,10 @@ impl RawMutex {
         }
     }
 
-    /// A parked waiter's frame is being unwound (runtime shutdown): undo
-    /// whatever its queued node stands for.
+    /// A wait ends with its node still queued: its fiber barged in after a
+    /// wake that kept the node in place (`unpublish`), or its parked frame
+    /// is being unwound (runtime shutdown). Undo whatever the node stands
+    /// for.
     fn abandon(&self, node: &mut Node) {
         let status = {
             let mut queue = self.queue.lock();
@@ -225,7 +227,9 @@ impl RawMutex {
             // The lock was handed to us: pass it on.
             Status::Granted => self.unlock(),
             // We were woken to retry and the lock may be free with nobody
-            // else to wake the queue: wake the next waiter if so.
+            // else to wake the queue: wake the next waiter if so. (A wait
+            // that barged in holds the lock: `try_lock` fails, and its
+            // own unlock serves the queue.)
             Status::Woken if self.try_lock() => self.unlock(),
             _ => {}
         }
@@ -263,6 +267,25 @@ impl<'a> Waitable for LockWait<'a> {
     fn publish(&self, waiter: &Waiter, io: &mut LockIo<'a>) -> Publish {
         let raw = self.0;
         let mut queue = raw.queue.lock();
+        if io.node.queued {
+            // Still in the queue after a wake that handed nothing over (see
+            // `unpublish`): handed over since, still waiting (parks again
+            // in its place), or woken to retry and beaten to it (queues
+            // again at the front below, as any woken waiter that lost).
+            match io.node.status() {
+                Status::Granted => {
+                    queue.unlink(&mut io.node);
+                    return Publish::Ready(WaitResult::Ok);
+                }
+                Status::Waiting => {
+                    queue.rewait(&io.node, waiter);
+                    return Publish::Published;
+                }
+                _ => {
+                    queue.unlink(&mut io.node);
+                }
+            }
+        }
         // Relaxed on the RMW itself: what matters is its place in the
         // word's modification order against the unlock CAS (module docs);
         // the CAS below acquires.
@@ -285,16 +308,19 @@ impl<'a> Waitable for LockWait<'a> {
 
     fn unpublish(&self, _: &Waiter, io: &mut LockIo<'a>) -> Option<WaitResult> {
         let mut queue = self.0.queue.lock();
-        match queue.unlink(&mut io.node) {
-            Status::Granted => Some(WaitResult::Ok),
-            Status::Waiting => {
-                if queue.is_empty() {
-                    // Relaxed: as in `unlock_slow`.
-                    self.0.state.fetch_and(!QUEUED, Ordering::Relaxed);
-                }
-                None
-            }
-            _ => None,
+        if io.node.status() == Status::Waiting {
+            // Woken while still queued (a cancel's interrupt: a lock wait
+            // is no cancellation point and goes on): the node keeps its
+            // place and `QUEUED` stays set, so an unlock while its fiber is
+            // awake still hands the lock to it when its turn has come;
+            // `publish` parks it again there (or finds the lock handed
+            // over), and the `Io`'s drop takes it out if the wait ends
+            // otherwise (a barging `try_complete`, or unwinding at
+            // teardown)
+            // (`adversarial_review24.rs::mutex_starving_first_waiter_keeps_its_hand_off_when_its_fiber_is_cancelled`).
+            return None;
         }
+        // Handed over (the lock is ours), or woken to retry.
+        (queue.unlink(&mut io.node) == Status::Granted).then_some(WaitResult::Ok)
     }
 }

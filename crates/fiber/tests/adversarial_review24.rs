@@ -796,6 +796,52 @@ fn rwlock_try_read_never_passes_a_waiting_writer_whose_fiber_is_cancelled() {
     })
 }
 
+/// spec/sync.md 3.1: once the first waiter of a `Mutex` has waited 1 ms
+/// the next unlock hands the lock to it (Go's starvation mode: "ownership
+/// of the mutex is directly handed off from the unlocking goroutine to the
+/// waiter at the front of the queue"). A lock wait is no cancellation
+/// point, so a cancel of that waiter's fiber is only a spurious wake-up: it
+/// must not cost the waiter its turn. Two fibers wait, in order, past the
+/// threshold; the first one's fiber is cancelled and the holder (a plain
+/// thread) unlocks right after, at a varying delay, to land in the few
+/// microseconds in which the woken waiter is awake: the first waiter still
+/// gets the lock first.
+#[test]
+// Failed before the fix: a cancel wakes the starving first waiter of a Mutex, which leaves the queue before it queues again, so an unlock in between hands the lock to the waiter behind it
+fn mutex_starving_first_waiter_keeps_its_hand_off_when_its_fiber_is_cancelled() {
+    within(60, || {
+        let rt = rt2();
+        let start = Instant::now();
+        let mut rounds = 0u32;
+        while start.elapsed() < BUDGET {
+            rounds += 1;
+            let lock = Arc::new(Mutex::new(Vec::new()));
+            let held = lock.lock().unwrap();
+            let l = lock.clone();
+            let first = rt.spawn(move || l.lock().unwrap().push(1));
+            wait_parked(&rt, 1);
+            let l = lock.clone();
+            let second = rt.spawn(move || l.lock().unwrap().push(2));
+            wait_parked(&rt, 2);
+            wait_fiber(&rt, second.id(), |since| since >= ms(2));
+            first.cancel();
+            // Sweep the unlock across the woken waiter's window.
+            for _ in 0..(rounds % 64) * 16 {
+                std::hint::spin_loop();
+            }
+            drop(held);
+            let _ = first.join();
+            let _ = second.join();
+            let order = lock.lock().unwrap().clone();
+            assert_eq!(
+                order,
+                [1, 2],
+                "round {rounds}: the waiter behind got the hand-off while the cancelled first waiter was awake"
+            );
+        }
+    })
+}
+
 /// How long the cancel test above keeps trying.
 const BUDGET: Duration = Duration::from_secs(6);
 
