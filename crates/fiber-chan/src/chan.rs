@@ -450,7 +450,7 @@ impl<T> Waitable for ReservationEnd<'_, T> {
     type Io = ();
 
     fn kind(&self) -> fiber_core::WaitKind {
-        fiber_core::WaitKind::Recv
+        fiber_core::WaitKind::Handoff
     }
 
     fn try_complete(&self, _: &mut ()) -> Option<WaitResult> {
@@ -2121,7 +2121,8 @@ impl<T> Chan<T> {
 
     /// Unlink `node` if still queued; report a completion that raced. A
     /// node reserved by a select's send arm is a committed hand-off: wait
-    /// (yielding) until the value arrives or the reservation is released.
+    /// until the value arrives or the reservation is released (a fiber
+    /// parks for it, a thread yields).
     ///
     /// `fiber_may_yield`: false when called from a `publish` (the fiber is
     /// PARKING and must not yield) or from a node's drop.
@@ -2135,16 +2136,22 @@ impl<T> Chan<T> {
         self.unregister_locked(node, fiber_may_yield)
     }
 
-    /// A node dropped on its owner fiber while a select's send arm holds a
-    /// reservation on it (the owner was unwound mid-wait, at shutdown):
-    /// park until the reservation is completed or given back, instead of
-    /// spinning. Teardown runs every fiber on one thread; the reserving
-    /// fiber, parked in its arm's value expression, could run (or be
-    /// unwound, which gives the reservation back) only if this one let
-    /// the thread go, so a spin there never ended
+    /// A fiber's wait on `node` is over (a deadline, a cancel, shutdown) or
+    /// its node is dropped mid-wait, while a select's send arm holds a
+    /// reservation on it: park until the reservation is completed or given
+    /// back, instead of spinning. The holder's value expression may park
+    /// (or run a blocking call) for as long as it likes; teardown runs
+    /// every fiber on one thread, and the holder could run (or be unwound,
+    /// which gives the reservation back) only if this one let the thread
+    /// go, so a spin there never ended
     /// (`adversarial_review23.rs::shutdown_unwinding_a_receiver_reserved_by_a_parked_send_arm_returns`).
-    /// The wait is not cancellable: the reservation is a committed
-    /// hand-off that ends soon or with its holder's unwind.
+    /// Parked as `WaitKind::Handoff`: a shutdown that gives up on the
+    /// fiber here takes it back once the hand-off ends, as it does a fiber
+    /// in a blocking call (`adversarial_review26.rs`). Waiting from
+    /// `unpublish`, before any unwind begins, also keeps the fiber from
+    /// parking in the middle of one (which would pin it, and its panic
+    /// count, to the thread). The wait is not cancellable: the reservation
+    /// is a committed hand-off that ends soon or with its holder's unwind.
     #[cfg(not(loom))]
     #[cold]
     fn wait_reservation_end(&self, node: &Node<T>) {
@@ -2164,6 +2171,11 @@ impl<T> Chan<T> {
             let mut inner = self.lock();
             if node.state() == NodeState::Reserved {
                 drop(inner);
+                #[cfg(not(loom))]
+                if fiber_may_yield && fiber_core::in_fiber() {
+                    self.wait_reservation_end(node);
+                    continue;
+                }
                 backoff(fiber_may_yield);
                 continue;
             }

@@ -29,6 +29,11 @@ pub enum WaitKind {
     Other = 9,
     /// A call running on the blocking pool (`fiber::blocking`).
     Blocking = 10,
+    /// A channel operation whose wait was over (a deadline or a cancel)
+    /// but whose value another party's `select!` send arm had already
+    /// claimed: it waits for that hand-off to be completed or given back,
+    /// which its holder does even while it unwinds. Not cancellable.
+    Handoff = 11,
 }
 
 impl WaitKind {
@@ -39,7 +44,7 @@ impl WaitKind {
     pub(crate) fn may_end_from_a_thread(self) -> bool {
         matches!(
             self,
-            WaitKind::Recv | WaitKind::Send | WaitKind::Select | WaitKind::Park | WaitKind::Lock
+            WaitKind::Recv | WaitKind::Send | WaitKind::Select | WaitKind::Park | WaitKind::Lock | WaitKind::Handoff
         )
     }
 
@@ -55,6 +60,7 @@ impl WaitKind {
             8 => WaitKind::Io,
             9 => WaitKind::Other,
             10 => WaitKind::Blocking,
+            11 => WaitKind::Handoff,
             _ => WaitKind::None,
         }
     }
@@ -73,6 +79,7 @@ impl WaitKind {
             WaitKind::Io => "I/O",
             WaitKind::Other => "wait",
             WaitKind::Blocking => "blocking call",
+            WaitKind::Handoff => "chan hand-off",
         }
     }
 }

@@ -767,11 +767,14 @@ impl FramePool {
     }
 
     /// Take back the fibers a teardown gave up on because they waited for a
-    /// blocking call (`WaitKind::Blocking`, a wait teardown never ends),
+    /// blocking call (`WaitKind::Blocking`, a wait teardown never ends) or
+    /// for a channel hand-off another party holds (`WaitKind::Handoff`),
     /// once every such call has returned: a later
     /// [`teardown`](Self::teardown) then resumes them (the call's wake
-    /// queued them), and they run to their end, their destructors with
-    /// them (sockets and files closed). Returns how many.
+    /// queued them; one still waiting for its hand-off parks again, and
+    /// its holder's unwind in that teardown, or the holder's completion
+    /// elsewhere, wakes it), and they run to their end, their destructors
+    /// with them (sockets and files closed). Returns how many.
     ///
     /// # Safety
     ///
@@ -780,12 +783,29 @@ impl FramePool {
     pub unsafe fn revive_abandoned_in_blocking(&self) -> usize {
         let mut revived = 0;
         for frame in lock(&self.all).iter() {
-            if frame.is_abandoned() && unwinds_after_its_blocking_call(frame) {
+            if frame.is_abandoned() && unwinds_later(frame).is_some() {
                 frame.revive();
                 revived += 1;
             }
         }
         revived
+    }
+
+    /// How many fibers a teardown gave up on still wait for a channel
+    /// hand-off (`WaitKind::Handoff`) that nothing has ended yet: its
+    /// holder is in another runtime, a plain thread, or this runtime's
+    /// blocking call. Once it ends (the holder's wake makes the fiber
+    /// runnable), [`revive_abandoned_in_blocking`](Self::revive_abandoned_in_blocking)
+    /// and a [`teardown`](Self::teardown) finish the fiber.
+    pub fn abandoned_awaiting_handoff(&self) -> usize {
+        lock(&self.all)
+            .iter()
+            .filter(|frame| {
+                frame.is_abandoned()
+                    && unwinds_later(frame) == Some(Later::Handoff)
+                    && frame.state.load(Ordering::Acquire).state() == FiberState::Parked
+            })
+            .count()
     }
 
     fn teardown_rounds(&self, drain: &mut dyn FnMut() -> Vec<Runnable>, last: bool) -> TeardownReport {
@@ -897,8 +917,7 @@ impl FramePool {
         let mut abandoned = Vec::new();
         for frame in lock(&self.all).iter() {
             if frame.take_abandon_report() {
-                let blocking = unwinds_after_its_blocking_call(frame);
-                report.note_abandoned(frame.id(), frame.spawned_at(), blocking);
+                report.note_abandoned(frame.id(), frame.spawned_at(), unwinds_later(frame));
                 // SAFETY: abandoned, so never resumed again: teardown skips
                 // it, the workers have stopped (a worker stuck in a fiber
                 // that never yields leaves its loop once that fiber
@@ -970,6 +989,11 @@ pub struct TeardownReport {
     /// How many of the abandoned fibers wait for a `blocking` call that
     /// has not returned (its closure may borrow their stacks).
     pub abandoned_in_blocking: usize,
+    /// How many of the abandoned fibers wait for a channel hand-off that
+    /// another party (a `select!` send arm in a blocking call, in another
+    /// runtime, or on a plain thread) holds: they can be finished once it
+    /// ends ([`FramePool::abandoned_awaiting_handoff`]).
+    pub abandoned_in_handoff: usize,
 }
 
 impl TeardownReport {
@@ -979,23 +1003,48 @@ impl TeardownReport {
         self.abandoned > 0
     }
 
-    fn note_abandoned(&mut self, id: crate::FiberId, at: &'static std::panic::Location<'static>, blocking: bool) {
+    /// Fibers given up on that a later teardown can finish (they wait for
+    /// a blocking call or a hand-off); the rest are lost for good.
+    pub fn abandoned_for_later(&self) -> usize {
+        self.abandoned_in_blocking + self.abandoned_in_handoff
+    }
+
+    fn note_abandoned(&mut self, id: crate::FiberId, at: &'static std::panic::Location<'static>, later: Option<Later>) {
         self.abandoned += 1;
-        self.abandoned_in_blocking += usize::from(blocking);
+        self.abandoned_in_blocking += usize::from(later == Some(Later::Blocking));
+        self.abandoned_in_handoff += usize::from(later == Some(Later::Handoff));
         if self.abandoned_fibers.len() < 16 {
             self.abandoned_fibers.push((id, at));
         }
     }
 }
 
-/// Will a fiber given up on inside a `fiber::blocking` call be unwound once
-/// the call returns ([`FramePool::revive_abandoned_in_blocking`] and a
-/// later teardown)? Not a pinned one (nor one pinned for an unwind): it
+/// What a fiber given up on by a teardown waits for that ends without the
+/// teardown: a later teardown can finish it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Later {
+    /// A `fiber::blocking` call: it returns on its pool thread.
+    Blocking,
+    /// A channel hand-off another party holds (`WaitKind::Handoff`).
+    Handoff,
+}
+
+/// Will a fiber given up on inside a `fiber::blocking` call (or while it
+/// waits for a channel hand-off) be unwound once the call returns (the
+/// hand-off ends), by [`FramePool::revive_abandoned_in_blocking`] and a
+/// later teardown? Not a pinned one (nor one pinned for an unwind): it
 /// resumes only on its home worker, which has stopped, so teardown gives
 /// it up for good; the shutdown report must say so, and the runtime's
 /// memory stays leaked (`adversarial_review21.rs::a_pinned_fiber_given_up_in_a_blocking_call_is_unwound_or_reported_as_lost`).
-fn unwinds_after_its_blocking_call(frame: &Fiber) -> bool {
-    frame.last_park_kind() == crate::dump::WaitKind::Blocking && !frame.is_pinned() && !frame.is_unwind_pinned()
+fn unwinds_later(frame: &Fiber) -> Option<Later> {
+    if frame.is_pinned() || frame.is_unwind_pinned() {
+        return None;
+    }
+    match frame.last_park_kind() {
+        crate::dump::WaitKind::Blocking => Some(Later::Blocking),
+        crate::dump::WaitKind::Handoff => Some(Later::Handoff),
+        _ => None,
+    }
 }
 
 impl Runnable {

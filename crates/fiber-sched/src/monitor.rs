@@ -587,7 +587,12 @@ pub(crate) fn may_still_act(shared: &Shared) -> bool {
             .iter()
             .any(|s| s.running.load(Ordering::Relaxed) != 0 || s.blocking.load(Ordering::Relaxed))
         || crate::blocking::in_flight(shared.id) != 0
-        || shared.timers.any_pending()
+        // Live timers only, as in `check_deadlock`: dead entries (waits
+        // that ended early) wake nobody, and must not hold another
+        // runtime's report off until they expire
+        // (`adversarial_review26.rs::a_real_deadlock_is_reported_while_another_runtime_holds_only_dead_timer_entries`).
+        // The sweep runs only when the other runtime's quiet window is up.
+        || (shared.timers.any_pending() && shared.timers.purge_dead(1) > 0)
 }
 
 /// Go-style "all fibers are asleep" report.

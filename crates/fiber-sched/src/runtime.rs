@@ -532,7 +532,7 @@ impl Runtime {
         // 6: the blocking pool's threads exit (an abandoned call's thread
         // once its call returns) instead of waiting out their keep-alive.
         crate::blocking::close(shared.id);
-        if !stuck.is_empty() || report.abandoned_in_blocking > 0 {
+        if !stuck.is_empty() || report.abandoned_for_later() > 0 {
             reap_later(shared, stuck, &report);
             return;
         }
@@ -551,10 +551,15 @@ impl Runtime {
 /// the call returns (its wake queues them, before the in-flight count
 /// drops): the reaper waits for the runtime's calls, takes those fibers
 /// back and unwinds them, so what they own (sockets, files) is released.
-/// It keeps the runtime's memory alive meanwhile, and frees it unless a
-/// fiber was given up on for good.
+/// Fibers given up on while they waited for a channel hand-off another
+/// party holds are finished the same way once it ends: a holder of this
+/// runtime ends it as it unwinds in the same teardown; one elsewhere (a
+/// `select!` of another runtime or of a plain thread) when it completes or
+/// gives the hand-off back, which the reaper waits for
+/// (`adversarial_review26.rs`). It keeps the runtime's memory alive
+/// meanwhile, and frees it unless a fiber was given up on for good.
 fn reap_later(shared: Arc<Shared>, stuck: Vec<std::thread::JoinHandle<()>>, first: &fiber_core::TeardownReport) {
-    let lost_for_good = first.abandoned > first.abandoned_in_blocking;
+    let lost_for_good = first.abandoned > first.abandoned_for_later();
     let reaper_shared = shared.clone();
     let reaper = std::thread::Builder::new()
         .name(format!("{}-reaper", shared.config.thread_name))
@@ -563,17 +568,29 @@ fn reap_later(shared: Arc<Shared>, stuck: Vec<std::thread::JoinHandle<()>>, firs
                 let _ = thread.join();
             }
             let shared = reaper_shared;
-            let mut pause = Duration::from_millis(1);
-            while crate::blocking::in_flight(shared.id) > 0 {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(100));
-            }
-            // SAFETY: every worker thread of the runtime has now been
-            // joined (the others before this thread started), and no
-            // blocking call of this runtime is in flight.
-            let report = unsafe {
-                shared.pool.revive_abandoned_in_blocking();
-                shared.pool.teardown(&mut || drain_queues(&shared))
+            let report = loop {
+                wait_for(|| crate::blocking::in_flight(shared.id) == 0);
+                // SAFETY: every worker thread of the runtime has now been
+                // joined (the others before this thread started), and no
+                // blocking call of this runtime is in flight.
+                let report = unsafe {
+                    shared.pool.revive_abandoned_in_blocking();
+                    shared.pool.teardown(&mut || drain_queues(&shared))
+                };
+                let later = report.abandoned_for_later();
+                // Done; or some are lost for good anyway; or what is left
+                // waits for blocking calls only, and none is in flight
+                // (one that began in an unwind's destructor is waited for).
+                let calls = crate::blocking::in_flight(shared.id);
+                if later == 0 || report.abandoned > later || (report.abandoned_in_handoff == 0 && calls == 0) {
+                    break report;
+                }
+                // Fibers wait for hand-offs held outside this runtime:
+                // go round again once one has ended (or a call began).
+                let waiting = report.abandoned_in_handoff;
+                wait_for(|| {
+                    shared.pool.abandoned_awaiting_handoff() < waiting || crate::blocking::in_flight(shared.id) > 0
+                });
             };
             report_abandoned(&report);
             shared.timers.clear();
@@ -585,6 +602,16 @@ fn reap_later(shared: Arc<Shared>, stuck: Vec<std::thread::JoinHandle<()>>, firs
         // No thread for the reaper: what it would have finished stays as
         // it is, for good.
         std::mem::forget(shared);
+    }
+}
+
+/// Sleep (backing off to 100 ms) until `done` holds: the reaper's wait for
+/// what only other threads can end.
+fn wait_for(done: impl Fn() -> bool) {
+    let mut pause = Duration::from_millis(1);
+    while !done() {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
     }
 }
 
@@ -618,10 +645,10 @@ fn report_abandoned(report: &fiber_core::TeardownReport) {
         .map(|(id, at)| format!("{id} (spawned at {at})"))
         .collect();
     let blocking = "waiting for a fiber::blocking call that has not returned, whose closure may borrow the \
-                    fiber's stack: unwound once the call returns";
+                    fiber's stack, or for a channel hand-off another select holds: unwound once it ends";
     let lost = "parked on a wait nothing completes, pinned to a worker that has stopped, or catching the shutdown \
                 unwind: their stacks and the runtime's memory are leaked";
-    let why = match (report.abandoned_in_blocking, report.abandoned) {
+    let why = match (report.abandoned_for_later(), report.abandoned) {
         (0, _) => lost.to_string(),
         (b, all) if b == all => blocking.to_string(),
         (b, all) => format!("{b} {blocking}; {} {lost}", all - b),
