@@ -808,6 +808,19 @@ impl FramePool {
             .count()
     }
 
+    /// Is a fiber (not given up on) RUNNABLE or WAKING while every queue
+    /// teardown drains was empty: claimed by a waker on another thread
+    /// that has not queued it yet?
+    fn any_in_transit(&self) -> bool {
+        lock(&self.all).iter().any(|frame| {
+            !frame.is_abandoned()
+                && matches!(
+                    frame.state.load(Ordering::Acquire).state(),
+                    FiberState::Runnable | FiberState::Waking
+                )
+        })
+    }
+
     fn teardown_rounds(&self, drain: &mut dyn FnMut() -> Vec<Runnable>, last: bool) -> TeardownReport {
         // What the fiber running this teardown (if any) has pending for its
         // own scheduler; given back at the end.
@@ -828,6 +841,7 @@ impl FramePool {
         let mut idle_rounds = 0;
         let mut resumes: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
         let mut requeue = Vec::new();
+        let mut transit_waits = 0;
         loop {
             let mut batch = drain();
             batch.append(&mut requeue);
@@ -845,6 +859,22 @@ impl FramePool {
                 }
             }
             if batch.is_empty() {
+                // A fiber that another thread is waking right now (a
+                // blocking call returning, a plain thread's send) is
+                // RUNNABLE before it reaches a queue: neither parked nor
+                // drained, it would be neither run nor given up on, and its
+                // joiners would wait for ever
+                // (`adversarial_review27.rs::a_fiber_given_up_in_a_blocking_call_can_be_joined_after_the_runtime_is_dropped`).
+                // Its waker is in the middle of a few lines: wait for it.
+                if transit_waits < TEARDOWN_TRANSIT_WAITS && self.any_in_transit() {
+                    transit_waits += 1;
+                    if transit_waits <= 64 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_micros(100));
+                    }
+                    continue;
+                }
                 break;
             }
             batch.sort_by_key(|r| std::cmp::Reverse(r.id()));
@@ -942,6 +972,11 @@ impl FramePool {
         report
     }
 }
+
+/// How many times teardown looks again for a fiber being woken when its
+/// queues are empty: 64 thread yields, then 100 us sleeps (about 1 s in
+/// all, for a waker descheduled in the middle of its wake).
+const TEARDOWN_TRANSIT_WAITS: u32 = 64 + 10_000;
 
 /// Resume budget of one fiber during teardown: a fiber that catches the
 /// teardown unwind and waits again this many times is abandoned.
