@@ -324,3 +324,89 @@ impl<'a> Waitable for LockWait<'a> {
         (queue.unlink(&mut io.node) == Status::Granted).then_some(WaitResult::Ok)
     }
 }
+
+/// A lock waiter woken while its node is still `Waiting` (on a fiber, a
+/// cancel's interrupt; here a third thread fires the waiter's record, the
+/// same claim) keeps its node in place and parks again with a new record
+/// (`WaitQueue::rewait`), so the unlock that comes later wakes the record
+/// it now parks on. Mutation caught: `publish` leaves the old record in the
+/// kept node (no `rewait`): the unlock wakes a stale ticket and the waiter
+/// sleeps for ever (loom: deadlock).
+#[cfg(all(test, loom))]
+mod loom_spurious_wake {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// `LockWait`, keeping a copy of each record it publishes for the
+    /// spurious waker.
+    struct Spy<'a> {
+        inner: LockWait<'a>,
+        last: &'a loom::sync::Mutex<Option<Waiter>>,
+    }
+
+    impl<'a> Waitable for Spy<'a> {
+        type Io = LockIo<'a>;
+
+        fn kind(&self) -> fiber_core::WaitKind {
+            self.inner.kind()
+        }
+
+        fn try_complete(&self, io: &mut LockIo<'a>) -> Option<WaitResult> {
+            self.inner.try_complete(io)
+        }
+
+        fn publish(&self, waiter: &Waiter, io: &mut LockIo<'a>) -> Publish {
+            *self.last.lock().unwrap() = Some(waiter.clone());
+            self.inner.publish(waiter, io)
+        }
+
+        fn unpublish(&self, waiter: &Waiter, io: &mut LockIo<'a>) -> Option<WaitResult> {
+            self.inner.unpublish(waiter, io)
+        }
+    }
+
+    #[test]
+    fn loom_mutex_waiter_woken_spuriously_keeps_its_node_and_gets_the_lock() {
+        loom::model(|| {
+            let raw = Arc::new(RawMutex::new());
+            let last = Arc::new(loom::sync::Mutex::new(None::<Waiter>));
+            let owners = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+            raw.lock();
+            let waiter = {
+                let (raw, last, owners) = (raw.clone(), last.clone(), owners.clone());
+                thread::spawn(move || {
+                    let mut io = LockIo {
+                        node: Node::new(0),
+                        raw: &raw,
+                    };
+                    let spy = Spy {
+                        inner: LockWait(&raw),
+                        last: &last,
+                    };
+                    let result = fiber_wait(&spy, &mut io, WaitOptions::new().interrupt(Interrupt::NotCancellable));
+                    assert_eq!(result, WaitResult::Ok);
+                    drop(io);
+                    assert_eq!(owners.fetch_add(1, Ordering::Relaxed), 0, "two owners");
+                    owners.fetch_sub(1, Ordering::Relaxed);
+                    raw.unlock();
+                })
+            };
+            let spurious = {
+                let last = last.clone();
+                thread::spawn(move || {
+                    let record = last.lock().unwrap().take();
+                    if let Some(record) = record {
+                        fiber_core::fiber_wake(&record);
+                    }
+                })
+            };
+            assert_eq!(owners.fetch_add(1, Ordering::Relaxed), 0, "two owners");
+            owners.fetch_sub(1, Ordering::Relaxed);
+            raw.unlock();
+            spurious.join().unwrap();
+            waiter.join().unwrap();
+            assert!(raw.try_lock(), "the lock ends free");
+        });
+    }
+}
