@@ -653,3 +653,87 @@ impl<'a> Waitable for RwWait<'a> {
         (status == Status::Granted).then_some(WaitResult::Ok)
     }
 }
+
+/// A waiting writer woken while its node is still `Waiting` (on a fiber, a
+/// cancel's interrupt; here a third thread fires the writer's record, the
+/// same claim) keeps its node, and `QUEUED`, in place and parks again with
+/// a new record (`WaitQueue::rewait`): a reader arriving meanwhile queues
+/// behind it, and the last reader's unlock grants the writer the record it
+/// now parks on. Mutations caught: `publish` leaves the old record in the
+/// kept node (no `rewait`): the grant wakes a stale ticket and the writer
+/// sleeps for ever (loom: deadlock).
+#[cfg(all(test, loom))]
+mod loom_spurious_wake {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// `RwWait`, keeping a copy of each record it publishes for the
+    /// spurious waker.
+    struct Spy<'a> {
+        inner: RwWait<'a>,
+        last: &'a loom::sync::Mutex<Option<Waiter>>,
+    }
+
+    impl<'a> Waitable for Spy<'a> {
+        type Io = RwIo<'a>;
+
+        fn kind(&self) -> fiber_core::WaitKind {
+            self.inner.kind()
+        }
+
+        fn try_complete(&self, io: &mut RwIo<'a>) -> Option<WaitResult> {
+            self.inner.try_complete(io)
+        }
+
+        fn publish(&self, waiter: &Waiter, io: &mut RwIo<'a>) -> Publish {
+            *self.last.lock().unwrap() = Some(waiter.clone());
+            self.inner.publish(waiter, io)
+        }
+
+        fn unpublish(&self, waiter: &Waiter, io: &mut RwIo<'a>) -> Option<WaitResult> {
+            self.inner.unpublish(waiter, io)
+        }
+    }
+
+    #[test]
+    fn loom_rwlock_writer_woken_spuriously_keeps_its_place_and_gets_the_lock() {
+        loom::model(|| {
+            let lock = Arc::new(RwLock::new(0u32));
+            let last = Arc::new(loom::sync::Mutex::new(None::<Waiter>));
+            let held = lock.read().unwrap();
+            let writer = {
+                let (lock, last) = (lock.clone(), last.clone());
+                thread::spawn(move || {
+                    let mut io = RwIo {
+                        node: Node::new(WANT_WRITE),
+                        lock: lock.as_raw(),
+                    };
+                    let spy = Spy {
+                        inner: RwWait(lock.as_raw()),
+                        last: &last,
+                    };
+                    let result = fiber_wait(&spy, &mut io, WaitOptions::new().interrupt(Interrupt::NotCancellable));
+                    assert_eq!(result, WaitResult::Ok);
+                    drop(io);
+                    // The writer holds the lock: no reader may be inside.
+                    assert_eq!(lock.state.load(Ordering::Relaxed) & !QUEUED, WRITER);
+                    lock.unlock_write();
+                })
+            };
+            let spurious = {
+                let last = last.clone();
+                thread::spawn(move || {
+                    let record = last.lock().unwrap().take();
+                    if let Some(record) = record {
+                        fiber_core::fiber_wake(&record);
+                    }
+                })
+            };
+            drop(held);
+            spurious.join().unwrap();
+            writer.join().unwrap();
+            assert!(lock.try_write().is_ok(), "the lock ends free");
+        });
+    }
+}
