@@ -335,36 +335,9 @@ impl<'a> Waitable for LockWait<'a> {
 #[cfg(all(test, loom))]
 mod loom_spurious_wake {
     use super::*;
+    use crate::tests::{fire, Spy};
     use loom::sync::Arc;
     use loom::thread;
-
-    /// `LockWait`, keeping a copy of each record it publishes for the
-    /// spurious waker.
-    struct Spy<'a> {
-        inner: LockWait<'a>,
-        last: &'a loom::sync::Mutex<Option<Waiter>>,
-    }
-
-    impl<'a> Waitable for Spy<'a> {
-        type Io = LockIo<'a>;
-
-        fn kind(&self) -> fiber_core::WaitKind {
-            self.inner.kind()
-        }
-
-        fn try_complete(&self, io: &mut LockIo<'a>) -> Option<WaitResult> {
-            self.inner.try_complete(io)
-        }
-
-        fn publish(&self, waiter: &Waiter, io: &mut LockIo<'a>) -> Publish {
-            *self.last.lock().unwrap() = Some(waiter.clone());
-            self.inner.publish(waiter, io)
-        }
-
-        fn unpublish(&self, waiter: &Waiter, io: &mut LockIo<'a>) -> Option<WaitResult> {
-            self.inner.unpublish(waiter, io)
-        }
-    }
 
     #[test]
     fn loom_mutex_waiter_woken_spuriously_keeps_its_node_and_gets_the_lock() {
@@ -394,12 +367,7 @@ mod loom_spurious_wake {
             };
             let spurious = {
                 let last = last.clone();
-                thread::spawn(move || {
-                    let record = last.lock().unwrap().take();
-                    if let Some(record) = record {
-                        fiber_core::fiber_wake(&record);
-                    }
-                })
+                thread::spawn(move || fire(&last))
             };
             assert_eq!(owners.fetch_add(1, Ordering::Relaxed), 0, "two owners");
             owners.fetch_sub(1, Ordering::Relaxed);

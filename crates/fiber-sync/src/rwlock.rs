@@ -665,36 +665,9 @@ impl<'a> Waitable for RwWait<'a> {
 #[cfg(all(test, loom))]
 mod loom_spurious_wake {
     use super::*;
+    use crate::tests::{fire, Spy};
     use loom::sync::Arc;
     use loom::thread;
-
-    /// `RwWait`, keeping a copy of each record it publishes for the
-    /// spurious waker.
-    struct Spy<'a> {
-        inner: RwWait<'a>,
-        last: &'a loom::sync::Mutex<Option<Waiter>>,
-    }
-
-    impl<'a> Waitable for Spy<'a> {
-        type Io = RwIo<'a>;
-
-        fn kind(&self) -> fiber_core::WaitKind {
-            self.inner.kind()
-        }
-
-        fn try_complete(&self, io: &mut RwIo<'a>) -> Option<WaitResult> {
-            self.inner.try_complete(io)
-        }
-
-        fn publish(&self, waiter: &Waiter, io: &mut RwIo<'a>) -> Publish {
-            *self.last.lock().unwrap() = Some(waiter.clone());
-            self.inner.publish(waiter, io)
-        }
-
-        fn unpublish(&self, waiter: &Waiter, io: &mut RwIo<'a>) -> Option<WaitResult> {
-            self.inner.unpublish(waiter, io)
-        }
-    }
 
     #[test]
     fn loom_rwlock_writer_woken_spuriously_keeps_its_place_and_gets_the_lock() {
@@ -723,12 +696,7 @@ mod loom_spurious_wake {
             };
             let spurious = {
                 let last = last.clone();
-                thread::spawn(move || {
-                    let record = last.lock().unwrap().take();
-                    if let Some(record) = record {
-                        fiber_core::fiber_wake(&record);
-                    }
-                })
+                thread::spawn(move || fire(&last))
             };
             drop(held);
             spurious.join().unwrap();
