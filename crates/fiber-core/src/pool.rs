@@ -801,6 +801,9 @@ impl FramePool {
         lock(&self.all)
             .iter()
             .filter(|frame| {
+                // Acquire: pairs with the Release of the holder's claim
+                // (`fiber_wake`), so a frame seen woken is queued for the
+                // next teardown's drain once the waker's push is done.
                 frame.is_abandoned()
                     && unwinds_later(frame) == Some(Later::Handoff)
                     && frame.state.load(Ordering::Acquire).state() == FiberState::Parked
@@ -813,6 +816,10 @@ impl FramePool {
     /// that has not queued it yet?
     fn any_in_transit(&self) -> bool {
         lock(&self.all).iter().any(|frame| {
+            // Acquire: pairs with the Release of a waker's claim CAS; the
+            // loop drains again after seeing it, and the waker's push to
+            // a queue (under that queue's own synchronisation) is what
+            // the drain then finds.
             !frame.is_abandoned()
                 && matches!(
                     frame.state.load(Ordering::Acquire).state(),
