@@ -30,6 +30,7 @@
 
 mod common;
 
+use common::fuzz::Rng;
 use common::{ms, within};
 use fiber::chan::{self, Receiver, Select, Sender};
 use fiber::sync::{Barrier, Condvar, Mutex, RwLock, Semaphore, WaitGroup};
@@ -39,39 +40,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-// ---------------------------------------------------------------- PRNG
-
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03);
-        if r.0 == 0 {
-            r.0 = 1;
-        }
-        for _ in 0..4 {
-            r.next();
-        }
-        r
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    /// Uniform in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 // ---------------------------------------------------------------- tokens
 
@@ -1341,14 +1309,8 @@ fn fuzz_shutdown_with_parked_actors() {
 #[test]
 #[ignore = "long fuzz run (minutes): FUZZ_SEEDS=n, FUZZ_START=first seed, --release"]
 fn fuzz_long() {
-    let n: u64 = std::env::var("FUZZ_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
-    let start: u64 = std::env::var("FUZZ_START")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100_000);
+    let n: u64 = common::fuzz::env_u64("FUZZ_SEEDS", 2000);
+    let start: u64 = common::fuzz::env_u64("FUZZ_START", 100_000);
     let kinds = [RtKind::One, RtKind::Two, RtKind::Elastic];
     for (k, kind) in kinds.into_iter().enumerate() {
         let base = start + k as u64 * 1_000_000;
@@ -1360,14 +1322,8 @@ fn fuzz_long() {
 #[test]
 #[ignore = "long fuzz run of the shutdown mode (minutes): FUZZ_SEEDS=n, FUZZ_START=first seed, --release"]
 fn fuzz_long_shutdown() {
-    let n: u64 = std::env::var("FUZZ_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
-    let start: u64 = std::env::var("FUZZ_START")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(700_000);
+    let n: u64 = common::fuzz::env_u64("FUZZ_SEEDS", 1000);
+    let start: u64 = common::fuzz::env_u64("FUZZ_START", 700_000);
     let kinds = [RtKind::One, RtKind::Two, RtKind::Elastic];
     for (k, kind) in kinds.into_iter().enumerate() {
         let base = start + k as u64 * 1_000_000;

@@ -39,6 +39,7 @@
 
 mod common;
 
+use common::fuzz::Rng;
 use common::{ms, within};
 use fiber::chan::{self, Receiver, Sender};
 use fiber::sync::{Barrier, OnceLock, Semaphore};
@@ -50,41 +51,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-// ---------------------------------------------------------------- PRNG
-
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03);
-        if r.0 == 0 {
-            r.0 = 1;
-        }
-        for _ in 0..4 {
-            r.next();
-        }
-        r
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn fork(&mut self) -> Rng {
-        Rng::new(self.next())
-    }
-}
 
 fn dur(rng: &mut Rng) -> Duration {
     match rng.below(10) {
@@ -1625,14 +1591,13 @@ fn fuzz_shutdown_with_parked_actors() {
     fuzz(5000..5050, RtKind::Elastic, true, 120);
 }
 
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
-}
-
 #[test]
 #[ignore = "long fuzz run (minutes): FUZZ_SEEDS=n, FUZZ_START=first seed, --release"]
 fn fuzz_long() {
-    let (n, start) = (env("FUZZ_SEEDS", 2000), env("FUZZ_START", 100_000));
+    let (n, start) = (
+        common::fuzz::env_u64("FUZZ_SEEDS", 2000),
+        common::fuzz::env_u64("FUZZ_START", 100_000),
+    );
     for (k, kind) in [RtKind::One, RtKind::Two, RtKind::Elastic].into_iter().enumerate() {
         let base = start + k as u64 * 1_000_000;
         fuzz(base..base + n, kind, false, 3600);
@@ -1643,7 +1608,10 @@ fn fuzz_long() {
 #[test]
 #[ignore = "long fuzz run of the shutdown mode (minutes): FUZZ_SEEDS=n, FUZZ_START=first seed, --release"]
 fn fuzz_long_shutdown() {
-    let (n, start) = (env("FUZZ_SEEDS", 1000), env("FUZZ_START", 700_000));
+    let (n, start) = (
+        common::fuzz::env_u64("FUZZ_SEEDS", 1000),
+        common::fuzz::env_u64("FUZZ_START", 700_000),
+    );
     for (k, kind) in [RtKind::One, RtKind::Two, RtKind::Elastic].into_iter().enumerate() {
         let base = start + k as u64 * 1_000_000;
         fuzz(base..base + n, kind, true, 3600);

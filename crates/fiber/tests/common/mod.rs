@@ -3,6 +3,8 @@
 //! and panic-message capture.
 #![allow(dead_code)]
 
+pub mod fuzz;
+
 use std::panic::AssertUnwindSafe;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
