@@ -168,6 +168,12 @@ struct Sync_ {
     fibers: smallvec::SmallVec<[fiber_core::FiberRef; 1]>,
     #[cfg(loom)]
     fibers: Vec<Arc<fiber_core::FiberRef>>,
+    /// Every job below this CANCELLING one has been cancelled too: a
+    /// cancel walk that reached this job went all the way down (or it had
+    /// no child left to cancel). Until then a second `cancel` of the job
+    /// walks the subtree as well instead of returning at once (see
+    /// [`JobCore::cancel`]).
+    subtree_cancelled: bool,
 }
 
 /// A scoped child's outcome (`scope.rs`'s `Outcome<T>`), type-erased so
@@ -521,6 +527,7 @@ impl JobCore {
                 failure_handed_up: false,
                 later_panics: Vec::new(),
                 fibers: Default::default(),
+                subtree_cancelled: false,
             }),
             reason: AtomicU8::new(NO_REASON),
             #[cfg(not(loom))]
@@ -657,7 +664,13 @@ impl JobCore {
         lock(&self.sync).fibers.retain(|f| f.id() != id);
     }
 
-    /// Request cancellation (and of every child).
+    /// Request cancellation (and of every child). When this returns, the
+    /// job and every job below it are cancelling (or ended), as Go's
+    /// `context` cancel leaves every derived context done: a job found
+    /// CANCELLING already, whose first canceller is still part way down
+    /// its subtree (or parked in a `tracing` callback there), is walked
+    /// again here rather than taken as done. A fiber that cancels an
+    /// enclosing job and then checks `fiber::is_cancelled()` sees `true`.
     pub(crate) fn cancel(&self, reason: CancelReason) {
         // The subtree is walked with a list, not by recursion: a chain of
         // hundreds of nested scopes would overflow the canceller's stack (a
@@ -665,24 +678,43 @@ impl JobCore {
         let Some(mut pending) = self.cancel_one(reason) else {
             return;
         };
+        // The jobs with children this walk went down into: their subtrees
+        // are cancelled once the walk is over (a job without one was
+        // marked by `cancel_one`).
+        let root_walked = !pending.is_empty();
+        let mut walked: Vec<Arc<JobCore>> = Vec::new();
         while let Some(child) = pending.pop() {
             if let Some(grandchildren) = child.cancel_one(CancelReason::Cancelled) {
+                if !grandchildren.is_empty() {
+                    walked.push(child);
+                }
                 // Listed in reverse: children are cancelled in the order
                 // they were added, each subtree before the next sibling.
                 pending.extend(grandchildren);
             }
         }
+        if root_walked {
+            lock(&self.sync).subtree_cancelled = true;
+        }
+        for job in walked {
+            lock(&job.sync).subtree_cancelled = true;
+        }
     }
 
     /// Move this job alone to CANCELLING and interrupt its fibers. Returns
-    /// the children still to cancel (in reverse order), or `None` if the
-    /// job was not ACTIVE (already cancelling or ended: nothing below it to
-    /// do for this request).
+    /// the children still to cancel (in reverse order), or `None` if there
+    /// is nothing below it to do for this request: the job ended, or it
+    /// was cancelling already and a finished walk cancelled its subtree.
+    /// A job cancelling already whose subtree is not known to be cancelled
+    /// yet (its canceller is still on its way down) has its fibers
+    /// interrupted again (a spurious wake-up at worst) and its children
+    /// returned: a second canceller does the walk too, so that it returns
+    /// only once the subtree is cancelled.
     fn cancel_one(&self, reason: CancelReason) -> Option<Vec<Arc<JobCore>>> {
         crate::trace_event!("JOB_CANCEL_REQ", self.id);
         let (reason, fibers, children) = {
             let mut sync = lock(&self.sync);
-            match self.state() {
+            let first = match self.state() {
                 JobState::Active => {
                     // A request that arrives after this job's deadline
                     // passed (its timer not fired yet: a busy machine)
@@ -697,31 +729,36 @@ impl JobCore {
                     // Counted once per job: only the request that changed
                     // the state.
                     bump(Counter::CancellationsRequested, 1);
+                    true
                 }
-                JobState::Cancelling => {
-                    // The first reason stands (Kotlin keeps the first
-                    // cancellation cause): an explicit cancel after a
-                    // timeout does not turn it into an explicit one, and a
-                    // timeout never replaces an explicit reason.
-                    return None;
-                }
+                // The first reason stands (Kotlin keeps the first
+                // cancellation cause): an explicit cancel after a timeout
+                // does not turn it into an explicit one, and a timeout
+                // never replaces an explicit reason. Only the walk below
+                // may still be unfinished.
+                JobState::Cancelling if !sync.subtree_cancelled => false,
                 _ => return None,
+            };
+            // Finished children (not swept yet) need no cancel.
+            let children = sync
+                .children
+                .iter()
+                .rev()
+                .filter(|c| !c.state().is_terminal())
+                .cloned()
+                .collect::<Vec<_>>();
+            if children.is_empty() {
+                // Nothing below to walk: a child attached from now on
+                // starts cancelled (`with_deadline`).
+                sync.subtree_cancelled = true;
             }
-            (
-                self.reason(),
-                sync.fibers.clone(),
-                // Finished children (not swept yet) need no cancel.
-                sync.children
-                    .iter()
-                    .rev()
-                    .filter(|c| !c.state().is_terminal())
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            )
+            (first.then(|| self.reason()), sync.fibers.clone(), children)
         };
         // Logged outside the job's lock: a subscriber's callback may park
         // the calling fiber (`tracing_layers.rs`).
-        self.trace_transition(JobState::Active, JobState::Cancelling, reason);
+        if let Some(reason) = reason {
+            self.trace_transition(JobState::Active, JobState::Cancelling, reason);
+        }
         // `interrupt` is the canceller's half of fiber-core's handshake
         // (`wait.rs::enter_parking`): state stored; fence(SeqCst); read the
         // fiber's state; wake it if it is PARKING or PARKED.

@@ -144,12 +144,19 @@ impl Job {
             // cancelled by `cancel_and_join` of its own job ends here too).
             return Err(Cancelled);
         }
-        if !self.core.state().is_terminal() && runs_inside(&self.core) {
-            panic!(
+        match inside(&self.core) {
+            Inside::No => {}
+            // A cancellation of this job (or of one between it and the
+            // caller) is on its way down to the caller: another canceller
+            // is part way through the subtree, and this fiber's own
+            // `cancel` found the job cancelling already. The caller is
+            // cancelled as surely as once the walk reaches it.
+            Inside::Cancelled => return Err(Cancelled),
+            Inside::Yes => panic!(
                 "fiber::Job::join: the calling fiber (or the fiber whose fiber::blocking call this is) runs \
                  inside the job it joins (its own job or an enclosing scope's), which ends only after that \
                  fiber does; the join would wait for itself"
-            );
+            ),
         }
         self.core.join().ok_or(Cancelled)
     }
@@ -167,23 +174,49 @@ impl Job {
     }
 }
 
-/// Does the running fiber run inside `job` (its job is `job` or one of
-/// `job`'s descendants)? On a plain thread running a `fiber::blocking`
-/// call, the fiber waiting for that call counts. Makes no root job.
-fn runs_inside(job: &Arc<JobCore>) -> bool {
+/// Where the running fiber stands to `job` (see [`inside`]).
+enum Inside {
+    /// Not inside it (or it has ended): a join can wait.
+    No,
+    /// Inside it, and no job from the caller's up to `job` is cancelled:
+    /// a join would wait for the caller itself.
+    Yes,
+    /// Inside it, and a job on the way up to `job` (or `job` itself) is
+    /// cancelled while the caller does not hold cancellation off: that
+    /// cancellation reaches the caller (perhaps not yet: a canceller part
+    /// way down the subtree), which is cancelled.
+    Cancelled,
+}
+
+/// Does the running fiber run inside the unfinished `job` (its job is
+/// `job` or one of `job`'s descendants), and is it being cancelled from
+/// there? On a plain thread running a `fiber::blocking` call, the fiber
+/// waiting for that call counts. Makes no root job.
+fn inside(job: &Arc<JobCore>) -> Inside {
+    if job.state().is_terminal() {
+        return Inside::No;
+    }
     // On a blocking-pool thread: the job of the fiber waiting for the call.
     let Some(scope) = fiber_core::current_cancel_scope().or_else(fiber_core::behalf_cancel_scope) else {
-        return false;
+        return Inside::No;
     };
     let scope: Arc<dyn std::any::Any + Send + Sync> = scope;
     let mut at = scope.downcast::<JobCore>().ok();
+    let mut cancelled = false;
     while let Some(current) = at {
+        cancelled |= current.observed_state() != JobState::Active;
         if Arc::ptr_eq(&current, job) {
-            return true;
+            // Directly inside `non_cancellable` the caller's scope is held
+            // off: the cancellation never reaches it there.
+            return if cancelled && !fiber_core::cancellation_held_off() {
+                Inside::Cancelled
+            } else {
+                Inside::Yes
+            };
         }
         at = current.parent.clone();
     }
-    false
+    Inside::No
 }
 
 /// The running fiber's job: the one it runs in, or (for a fiber outside
@@ -552,13 +585,17 @@ impl<T> ScopedJoinHandle<'_, T> {
         // A fiber inside the child's job (a grandchild, in a scope the
         // child waits on) would wait for itself: refused as `Job::join`
         // refuses it.
-        if !self.job.state().is_terminal() && !by_parent && runs_inside(&self.job) {
-            panic!(
+        // Such a fiber that is being cancelled from the child's job (a
+        // canceller part way down the subtree) is a cancelled joiner.
+        let cancelled = match if by_parent { Inside::No } else { inside(&self.job) } {
+            Inside::No => false,
+            Inside::Cancelled => true,
+            Inside::Yes => panic!(
                 "ScopedJoinHandle::join called from inside the child it joins ({}), by a fiber of a scope \
                  that child opened: the child ends only after this fiber does; the join would wait for itself",
                 self.id
-            );
-        }
+            ),
+        };
         // The body's join of its own child is not ended by cancellation
         // (std waits for the thread): whatever cancels the body cancels
         // the child too, so it ends soon, and a failed sibling cancels the
@@ -566,7 +603,9 @@ impl<T> ScopedJoinHandle<'_, T> {
         // the child's value, or left its panic unjoined (re-raised by the
         // scope). Any other joiner (a sibling the handle was sent to) is
         // cancelled on its own, and its join is a cancellation point.
-        let state = if by_parent {
+        let state = if cancelled {
+            None
+        } else if by_parent {
             self.job.join_child()
         } else {
             self.job.join()

@@ -173,3 +173,32 @@ fn loom_root_job_end_is_what_the_handle_reports() {
         );
     });
 }
+
+/// Two cancels of one job, each from its own thread: whichever returns
+/// sees the job's child and grandchild cancelling (Go's `context`: once
+/// `cancel` returns, every derived context is done). A second canceller
+/// that finds the job CANCELLING and returns at once (before the first
+/// one's walk reached the children) fails it.
+#[test]
+fn loom_second_cancel_returns_only_once_the_subtree_is_cancelled() {
+    loom::model(|| {
+        let parent = JobCore::new(None, false, false);
+        let child = JobCore::new(Some(parent.clone()), false, true);
+        let grandchild = JobCore::new(Some(child.clone()), false, true);
+        let spawn_canceller = || {
+            let (parent, child, grandchild) = (parent.clone(), child.clone(), grandchild.clone());
+            thread::spawn(move || {
+                parent.cancel(CancelReason::Cancelled);
+                assert_ne!(
+                    child.state(),
+                    JobState::Active,
+                    "the child after a cancel of its parent returned"
+                );
+                assert_ne!(grandchild.state(), JobState::Active, "the grandchild after the same");
+            })
+        };
+        let (a, b) = (spawn_canceller(), spawn_canceller());
+        a.join().unwrap();
+        b.join().unwrap();
+    });
+}

@@ -1,0 +1,234 @@
+//! A job's cancellation walks its subtree one job at a time. While one
+//! canceller is part way down (here: held in a `tracing` layer right after
+//! the job it cancels turned CANCELLING, before any child), a second
+//! `cancel` of that job finds it already cancelling and returns at once.
+//! A fiber below it that then joins the job must not be told it joins
+//! itself: it is being cancelled, so `join` gives `Err(Cancelled)` as it
+//! does once the walk has reached it. Each test runs in a child process
+//! (the subscriber is global).
+//!
+//! Failed before the fix: `cancel_and_join` of an enclosing job panicked
+//! with the self-join misuse message (seen once in the review-29 fuzzer
+//! under shutdown: a scope child joining its sibling's job while the scope
+//! was being cancelled).
+
+mod common;
+use common::*;
+
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::OnceLock;
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+/// Set by the fiber about to cancel: the next DEBUG event of fiber-jobs it
+/// logs (the job's "job state" transition to CANCELLING) parks it until
+/// released.
+static ARMED: AtomicBool = AtomicBool::new(false);
+
+struct Gate {
+    parked: (fiber::chan::Sender<()>, fiber::chan::Receiver<()>),
+    release: (fiber::chan::Sender<()>, fiber::chan::Receiver<()>),
+}
+
+fn gate() -> &'static Gate {
+    static GATE: OnceLock<Gate> = OnceLock::new();
+    GATE.get_or_init(|| Gate {
+        parked: fiber::chan::bounded(1),
+        release: fiber::chan::bounded(1),
+    })
+}
+
+/// Holds the armed canceller between its job's CANCELLING transition and
+/// the walk to the job's children.
+struct HoldCanceller;
+impl<S: Subscriber> Layer<S> for HoldCanceller {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        let meta = event.metadata();
+        if fiber::core::in_fiber()
+            && meta.target() == "fiber_jobs"
+            && *meta.level() == Level::DEBUG
+            && ARMED.swap(false, SeqCst)
+        {
+            gate().parked.0.send(()).unwrap();
+            // Held off: another canceller may reach this fiber's job.
+            fiber::non_cancellable(|| gate().release.1.recv()).unwrap();
+        }
+    }
+}
+
+/// A panic payload's message.
+fn message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+fn install() {
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry()
+            .with(HoldCanceller)
+            .with(tracing_subscriber::filter::LevelFilter::DEBUG),
+    )
+    .unwrap();
+}
+
+/// One scope child cancels the scope and is held mid-walk; another joins
+/// the scope's job (`cancel_and_join`: its own cancel finds the job
+/// already cancelling).
+#[test]
+fn cancel_and_join_of_an_enclosing_job_while_its_cancel_is_in_flight() {
+    in_child(
+        "cancel_and_join_of_an_enclosing_job_while_its_cancel_is_in_flight",
+        30,
+        || {
+            install();
+            let rt = rt2();
+            let (tx, rx) = std::sync::mpsc::channel();
+            rt.block_on(|| {
+                fiber::scope(|s| {
+                    let j = s.job();
+                    let jc = j.clone();
+                    s.spawn(move || {
+                        ARMED.store(true, SeqCst);
+                        jc.cancel();
+                    });
+                    s.spawn(move || {
+                        gate().parked.1.recv().unwrap();
+                        assert!(j.is_cancelled(), "the scope's job is cancelling");
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| j.cancel_and_join()));
+                        let in_flight = fiber::is_cancelled();
+                        gate().release.0.send(()).unwrap();
+                        tx.send((r.map_err(message), in_flight)).unwrap();
+                    });
+                })
+            });
+            let (joined, seen_cancelled) = rx.recv().unwrap();
+            assert_eq!(
+                joined,
+                Ok(Err(fiber::Cancelled)),
+                "join of an enclosing job being cancelled"
+            );
+            assert!(
+                seen_cancelled,
+                "fiber::is_cancelled() once the enclosing job is cancelling"
+            );
+        },
+    );
+}
+
+/// The same with the join inside `with_timeout` (the joiner's cancel scope
+/// is then a job two levels below the one being cancelled).
+#[test]
+fn cancel_and_join_under_with_timeout_while_the_cancel_is_in_flight() {
+    in_child(
+        "cancel_and_join_under_with_timeout_while_the_cancel_is_in_flight",
+        30,
+        || {
+            install();
+            let rt = rt2();
+            let (tx, rx) = std::sync::mpsc::channel();
+            rt.block_on(|| {
+                fiber::scope(|s| {
+                    let j = s.job();
+                    let jc = j.clone();
+                    s.spawn(move || {
+                        ARMED.store(true, SeqCst);
+                        jc.cancel();
+                    });
+                    s.spawn(move || {
+                        gate().parked.1.recv().unwrap();
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            fiber::with_timeout(std::time::Duration::from_secs(60), || j.cancel_and_join())
+                        }));
+                        gate().release.0.send(()).unwrap();
+                        tx.send(r.map_err(message)).unwrap();
+                    });
+                })
+            });
+            let joined = rx.recv().unwrap();
+            // `with_timeout` reports the cancellation of its caller as
+            // `Err(Cancelled)` of its own, or passes the body's on.
+            assert!(
+                matches!(joined, Ok(Err(_)) | Ok(Ok(Err(_)))),
+                "join of an enclosing job being cancelled, under with_timeout: {joined:?}"
+            );
+        },
+    );
+}
+
+/// A plain `join` of the enclosing job (no cancel of its own) while
+/// another fiber's cancel of it is part way down: the joiner is being
+/// cancelled, not joining itself.
+#[test]
+fn join_of_an_enclosing_job_while_its_cancel_is_in_flight() {
+    in_child("join_of_an_enclosing_job_while_its_cancel_is_in_flight", 30, || {
+        install();
+        let rt = rt2();
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.block_on(|| {
+            fiber::scope(|s| {
+                let j = s.job();
+                let jc = j.clone();
+                s.spawn(move || {
+                    ARMED.store(true, SeqCst);
+                    jc.cancel();
+                });
+                s.spawn(move || {
+                    gate().parked.1.recv().unwrap();
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| j.join()));
+                    gate().release.0.send(()).unwrap();
+                    tx.send(r.map_err(message)).unwrap();
+                });
+            })
+        });
+        assert_eq!(rx.recv().unwrap(), Ok(Err(fiber::Cancelled)));
+    });
+}
+
+/// Go's `context`: once `cancel` returns, every context derived from the
+/// cancelled one is done. Here: once `Job::cancel` returns, a fiber
+/// anywhere below the job reads `fiber::is_cancelled()` as true, even
+/// while the first canceller of that job is still part way down.
+#[test]
+fn a_second_cancel_returns_only_once_the_subtree_is_cancelled() {
+    in_child("a_second_cancel_returns_only_once_the_subtree_is_cancelled", 30, || {
+        install();
+        let rt = rt2();
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.block_on(|| {
+            fiber::scope(|s| {
+                let j = s.job();
+                let jc = j.clone();
+                s.spawn(move || {
+                    ARMED.store(true, SeqCst);
+                    jc.cancel();
+                });
+                s.spawn(move || {
+                    gate().parked.1.recv().unwrap();
+                    // Two levels below the scope's job: this child's job
+                    // and a nested scope's.
+                    let seen = fiber::scope(|inner| {
+                        let before = fiber::is_cancelled();
+                        j.cancel();
+                        let after = fiber::is_cancelled();
+                        let child = inner.spawn(fiber::is_cancelled);
+                        (before, after, child.join().ok())
+                    });
+                    gate().release.0.send(()).unwrap();
+                    tx.send(seen).unwrap();
+                });
+            })
+        });
+        let (before, after, child) = rx.recv().unwrap();
+        assert!(!before, "not cancelled before either cancel reached this fiber");
+        assert!(after, "cancelled once a cancel of an enclosing job returned");
+        // A child spawned in a cancelled scope starts cancelled (its join
+        // reports that, or the value it saw).
+        assert_ne!(
+            child,
+            Some(false),
+            "a child of a cancelled scope saw itself not cancelled"
+        );
+    });
+}
