@@ -52,6 +52,14 @@ impl ModelFiber {
         self.state.transition_to_parked(Actor::Worker) == Commit::Parked
     }
 
+    /// Is the fiber still PARKED (no waker has claimed it)? A waker that
+    /// claimed it has moved it on (to WAKING) before it counts the
+    /// enqueue.
+    pub fn is_parked(&self) -> bool {
+        // Acquire: pairs with a waker's claiming CAS.
+        self.state.load(Ordering::Acquire).state() == crate::state::FiberState::Parked
+    }
+
     /// Claims won by wakers (enqueues).
     pub fn enqueues(&self) -> usize {
         self.enqueues.load(Ordering::Relaxed)

@@ -25,7 +25,7 @@
 //!   reads the flag (fiber-core's Dekker pair), so no cancel is lost.
 
 use crate::stats::{bump, Counter};
-use crate::sync::{lock, AtomicU8, Mutex, Ordering};
+use crate::sync::{lock, AtomicBool, AtomicU8, Mutex, Ordering};
 use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::any::Any;
 use std::fmt;
@@ -168,12 +168,6 @@ struct Sync_ {
     fibers: smallvec::SmallVec<[fiber_core::FiberRef; 1]>,
     #[cfg(loom)]
     fibers: Vec<Arc<fiber_core::FiberRef>>,
-    /// Every job below this CANCELLING one has been cancelled too: a
-    /// cancel walk that reached this job went all the way down (or it had
-    /// no child left to cancel). Until then a second `cancel` of the job
-    /// walks the subtree as well instead of returning at once (see
-    /// [`JobCore::cancel`]).
-    subtree_cancelled: bool,
 }
 
 /// A scoped child's outcome (`scope.rs`'s `Outcome<T>`), type-erased so
@@ -319,6 +313,13 @@ pub(crate) struct JobCore {
     /// never after: read under the lock, or without it once the job is
     /// seen terminal (its final value).
     reason: AtomicU8,
+    /// This CANCELLING job's fibers have been interrupted and every job
+    /// below it is cancelling too: a cancel walk that reached this job went
+    /// all the way down (or the job had no unfinished child), after the
+    /// interrupts. Until then a second `cancel` of the job interrupts and
+    /// walks as well instead of returning at once (see
+    /// [`JobCore::cancel`]). Only ever set, never cleared.
+    subtree_cancelled: AtomicBool,
     /// A scoped child's outcome, waiting for its handle.
     #[cfg(not(loom))]
     outcome: OutcomeCell,
@@ -527,9 +528,9 @@ impl JobCore {
                 failure_handed_up: false,
                 later_panics: Vec::new(),
                 fibers: Default::default(),
-                subtree_cancelled: false,
             }),
             reason: AtomicU8::new(NO_REASON),
+            subtree_cancelled: AtomicBool::new(false),
             #[cfg(not(loom))]
             outcome: OutcomeCell(std::cell::UnsafeCell::new(OutcomeSlot::default())),
             #[cfg(not(loom))]
@@ -694,11 +695,21 @@ impl JobCore {
             }
         }
         if root_walked {
-            lock(&self.sync).subtree_cancelled = true;
+            self.mark_subtree_cancelled();
         }
         for job in walked {
-            lock(&job.sync).subtree_cancelled = true;
+            job.mark_subtree_cancelled();
         }
+    }
+
+    /// Record that this job's fibers were interrupted and its subtree
+    /// cancelled (see `subtree_cancelled`).
+    fn mark_subtree_cancelled(&self) {
+        // Release: pairs with the Acquire in `cancel_one`; a canceller that
+        // reads the mark and returns at once is ordered after every state
+        // change and interrupt of this walk, so it then sees the subtree
+        // cancelling.
+        self.subtree_cancelled.store(true, Ordering::Release);
     }
 
     /// Move this job alone to CANCELLING and interrupt its fibers. Returns
@@ -736,7 +747,9 @@ impl JobCore {
                 // does not turn it into an explicit one, and a timeout
                 // never replaces an explicit reason. Only the walk below
                 // may still be unfinished.
-                JobState::Cancelling if !sync.subtree_cancelled => false,
+                // Acquire: pairs with the Release of
+                // `mark_subtree_cancelled`.
+                JobState::Cancelling if !self.subtree_cancelled.load(Ordering::Acquire) => false,
                 _ => return None,
             };
             // Finished children (not swept yet) need no cancel.
@@ -747,11 +760,6 @@ impl JobCore {
                 .filter(|c| !c.state().is_terminal())
                 .cloned()
                 .collect::<Vec<_>>();
-            if children.is_empty() {
-                // Nothing below to walk: a child attached from now on
-                // starts cancelled (`with_deadline`).
-                sync.subtree_cancelled = true;
-            }
             (first.then(|| self.reason()), sync.fibers.clone(), children)
         };
         // Logged outside the job's lock: a subscriber's callback may park
@@ -764,6 +772,13 @@ impl JobCore {
         // fiber's state; wake it if it is PARKING or PARKED.
         for fiber in &fibers {
             fiber.interrupt();
+        }
+        if children.is_empty() {
+            // Nothing below to walk (a child attached from now on starts
+            // cancelled: `with_deadline`), and the fibers are interrupted:
+            // marked only now, so a second canceller never returns before
+            // a fiber parked in this job was woken.
+            self.mark_subtree_cancelled();
         }
         Some(children)
     }

@@ -183,8 +183,9 @@ enum Inside {
     Yes,
     /// Inside it, and a job on the way up to `job` (or `job` itself) is
     /// cancelled while the caller does not hold cancellation off: that
-    /// cancellation reaches the caller (perhaps not yet: a canceller part
-    /// way down the subtree), which is cancelled.
+    /// cancellation reaches the caller (a canceller still part way down
+    /// the subtree has had its walk finished by [`inside`]), which is
+    /// cancelled.
     Cancelled,
 }
 
@@ -203,16 +204,28 @@ fn inside(job: &Arc<JobCore>) -> Inside {
     let scope: Arc<dyn std::any::Any + Send + Sync> = scope;
     let mut at = scope.downcast::<JobCore>().ok();
     let mut cancelled = false;
+    // The highest job on the way up that is CANCELLING (not only past a
+    // deadline, which every job below it inherits and reads at once).
+    let mut cancelling = None;
     while let Some(current) = at {
         cancelled |= current.observed_state() != JobState::Active;
+        if current.state() == JobState::Cancelling {
+            cancelling = Some(current.clone());
+        }
         if Arc::ptr_eq(&current, job) {
             // Directly inside `non_cancellable` the caller's scope is held
             // off: the cancellation never reaches it there.
-            return if cancelled && !fiber_core::cancellation_held_off() {
-                Inside::Cancelled
-            } else {
-                Inside::Yes
-            };
+            if !cancelled || fiber_core::cancellation_held_off() {
+                return Inside::Yes;
+            }
+            // The cancel that turned that job CANCELLING may still be on
+            // its way down: finish its walk here (it changes no reason),
+            // so the caller, told it is cancelled, also reads
+            // `is_cancelled()` as true from now on.
+            if let Some(top) = cancelling {
+                top.cancel(CancelReason::Cancelled);
+            }
+            return Inside::Cancelled;
         }
         at = current.parent.clone();
     }

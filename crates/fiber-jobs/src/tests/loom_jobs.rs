@@ -202,3 +202,34 @@ fn loom_second_cancel_returns_only_once_the_subtree_is_cancelled() {
         b.join().unwrap();
     });
 }
+
+/// Two cancels of a job with no child, whose fiber is parked: whichever
+/// cancel returns, the fiber has been claimed by a waker (and is
+/// enqueued once in the end). Marking the
+/// job's walk finished before its fibers are interrupted (at the state
+/// change) lets the second canceller return while the first has not
+/// interrupted yet: the fiber still parked.
+#[test]
+fn loom_second_cancel_of_a_leaf_returns_only_once_its_fiber_is_woken() {
+    loom::model(|| {
+        let job = JobCore::new(None, false, false);
+        let fiber = fiber_core::FiberRef::running(1);
+        job.add_model_fiber(fiber.clone());
+        assert!(fiber.park_unless(|| false), "parks: nothing cancelled yet");
+        let spawn_canceller = || {
+            let (job, fiber) = (job.clone(), fiber.clone());
+            thread::spawn(move || {
+                job.cancel(CancelReason::Cancelled);
+                // Claimed (a waker moved it on), if not enqueued yet.
+                assert!(
+                    !fiber.is_parked(),
+                    "the fiber still parked after a cancel of its job returned"
+                );
+            })
+        };
+        let (a, b) = (spawn_canceller(), spawn_canceller());
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(fiber.enqueues(), 1, "woken exactly once");
+    });
+}
