@@ -307,6 +307,11 @@ pub(crate) struct JobCore {
     /// by unwinding or return value in the fiber that runs them).
     propagates: bool,
     pub(crate) parent: Option<Arc<JobCore>>,
+    /// For a job made directly inside `fiber::non_cancellable` (it has no
+    /// parent there): the job the fiber was running in. Not a parent: no
+    /// cancellation or failure travels along it; only the check that
+    /// refuses a join waiting for itself reads it.
+    pub(crate) enclosing: Option<Arc<JobCore>>,
     sync: Mutex<Sync_>,
     /// Why the job was cancelled (`reason_to_word`; `NO_REASON` while it
     /// was not). Written only under the job lock, before the job ends, and
@@ -463,7 +468,7 @@ impl JobCore {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let fresh = |parent: Option<Arc<JobCore>>| JobCore::alloc(parent, supervisor, propagates, deadline);
+        let fresh = |parent: Option<Arc<JobCore>>| JobCore::alloc(parent, None, supervisor, propagates, deadline);
         let Some(parent) = parent else {
             let job = fresh(None);
             job.count_root_created();
@@ -500,9 +505,25 @@ impl JobCore {
         job
     }
 
+    /// A new ACTIVE job with no parent, made directly inside
+    /// `fiber::non_cancellable` while the fiber ran in `enclosing` (see
+    /// the field). Its own deadline only: the held-off job's does not
+    /// reach it either.
+    #[cfg(not(loom))]
+    pub(crate) fn held_off(
+        enclosing: Option<Arc<JobCore>>,
+        supervisor: bool,
+        deadline: Option<Instant>,
+    ) -> Arc<JobCore> {
+        let job = JobCore::alloc(None, enclosing, supervisor, false, deadline);
+        job.count_root_created();
+        job
+    }
+
     /// A new ACTIVE job's memory: no counting, no tracing, not attached.
     fn alloc(
         parent: Option<Arc<JobCore>>,
+        enclosing: Option<Arc<JobCore>>,
         supervisor: bool,
         propagates: bool,
         deadline: Option<Instant>,
@@ -516,6 +537,7 @@ impl JobCore {
             supervisor,
             propagates,
             parent,
+            enclosing,
             deadline,
             sync: Mutex::new(Sync_ {
                 children: Vec::new(),
@@ -546,7 +568,7 @@ impl JobCore {
     /// and make another, and so on until the stack overflowed.
     #[cfg(not(loom))]
     pub(crate) fn new_root_uncounted() -> Arc<JobCore> {
-        JobCore::alloc(None, false, false, None)
+        JobCore::alloc(None, None, false, false, None)
     }
 
     /// Count and trace the creation of a root job made by
@@ -676,7 +698,14 @@ impl JobCore {
         // The subtree is walked with a list, not by recursion: a chain of
         // hundreds of nested scopes would overflow the canceller's stack (a
         // fiber's is 256 KiB).
-        let Some(mut pending) = self.cancel_one(reason) else {
+        // A `tracing` layer's callback (the "job state" event of each job
+        // turned CANCELLING) may panic: the walk still goes all the way
+        // down, and the first such panic reaches the caller after it, so
+        // no job is left reading cancelled with its fibers asleep (Kotlin
+        // runs every cancellation handler before it reports one that
+        // threw).
+        let mut panicked = None;
+        let Some(mut pending) = self.cancel_one(reason, &mut panicked) else {
             return;
         };
         // The jobs with children this walk went down into: their subtrees
@@ -685,7 +714,7 @@ impl JobCore {
         let root_walked = !pending.is_empty();
         let mut walked: Vec<Arc<JobCore>> = Vec::new();
         while let Some(child) = pending.pop() {
-            if let Some(grandchildren) = child.cancel_one(CancelReason::Cancelled) {
+            if let Some(grandchildren) = child.cancel_one(CancelReason::Cancelled, &mut panicked) {
                 if !grandchildren.is_empty() {
                     walked.push(child);
                 }
@@ -699,6 +728,9 @@ impl JobCore {
         }
         for job in walked {
             job.mark_subtree_cancelled();
+        }
+        if let Some(payload) = panicked {
+            std::panic::resume_unwind(payload);
         }
     }
 
@@ -721,7 +753,15 @@ impl JobCore {
     /// interrupted again (a spurious wake-up at worst) and its children
     /// returned: a second canceller does the walk too, so that it returns
     /// only once the subtree is cancelled.
-    fn cancel_one(&self, reason: CancelReason) -> Option<Vec<Arc<JobCore>>> {
+    ///
+    /// A panic of the `tracing` callback that logs the state change is
+    /// kept in `panicked` (the first one; a later one is dropped) for the
+    /// caller to raise once its walk is over.
+    fn cancel_one(
+        &self,
+        reason: CancelReason,
+        panicked: &mut Option<Box<dyn Any + Send>>,
+    ) -> Option<Vec<Arc<JobCore>>> {
         crate::trace_event!("JOB_CANCEL_REQ", self.id);
         let (reason, fibers, children) = {
             let mut sync = lock(&self.sync);
@@ -765,7 +805,20 @@ impl JobCore {
         // Logged outside the job's lock: a subscriber's callback may park
         // the calling fiber (`tracing_layers.rs`).
         if let Some(reason) = reason {
-            self.trace_transition(JobState::Active, JobState::Cancelling, reason);
+            let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.trace_transition(JobState::Active, JobState::Cancelling, reason)
+            }));
+            if let Err(payload) = traced {
+                if panicked.is_none() {
+                    *panicked = Some(payload);
+                } else {
+                    // Said on stderr: only one panic can reach the caller.
+                    #[cfg(not(loom))]
+                    fiber_core::layer_panicked("logging a job's cancellation (a second panic in one cancel)", payload);
+                    #[cfg(loom)]
+                    drop(payload);
+                }
+            }
         }
         // `interrupt` is the canceller's half of fiber-core's handshake
         // (`wait.rs::enter_parking`): state stored; fence(SeqCst); read the

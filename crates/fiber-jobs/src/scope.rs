@@ -74,7 +74,13 @@ impl Job {
     /// Request cancellation of this job and its subtree. Fibers parked at
     /// cancellable points (channel operations, `sleep`, waits) are woken and
     /// see `Cancelled`; a fiber that never reaches such a point is not
-    /// interrupted.
+    /// interrupted. When `cancel` returns, the job and every job below it
+    /// are cancelling (or ended) and every fiber parked in them has been
+    /// woken, even if another cancel of the job started first and is still
+    /// on its way down (as Go's `context` cancel leaves every derived
+    /// context done): a fiber inside the job reads
+    /// [`is_cancelled`](crate::is_cancelled) as true
+    /// right after.
     pub fn cancel(&self) {
         self.core.cancel(CancelReason::Cancelled);
     }
@@ -190,9 +196,10 @@ enum Inside {
 }
 
 /// Does the running fiber run inside the unfinished `job` (its job is
-/// `job` or one of `job`'s descendants), and is it being cancelled from
-/// there? On a plain thread running a `fiber::blocking` call, the fiber
-/// waiting for that call counts. Makes no root job.
+/// `job` or one of `job`'s descendants, or a job made inside
+/// `fiber::non_cancellable` there), and is it being cancelled? On a plain
+/// thread running a `fiber::blocking` call, the fiber waiting for that
+/// call counts. Makes no root job.
 fn inside(job: &Arc<JobCore>) -> Inside {
     if job.state().is_terminal() {
         return Inside::No;
@@ -203,50 +210,73 @@ fn inside(job: &Arc<JobCore>) -> Inside {
     };
     let scope: Arc<dyn std::any::Any + Send + Sync> = scope;
     let mut at = scope.downcast::<JobCore>().ok();
+    let mut found = false;
+    // A cancellation reaches the caller down the parent links from its own
+    // job; not through a job made inside `non_cancellable` (reached by its
+    // `enclosing` link, which the cancellation held off there does not
+    // cross), and not at all directly inside such a section.
+    let mut reaches = !fiber_core::cancellation_held_off();
     let mut cancelled = false;
     // The highest job on the way up that is CANCELLING (not only past a
     // deadline, which every job below it inherits and reads at once).
     let mut cancelling = None;
+    // The whole chain: a cancel of a job above `job` reaches the caller as
+    // well.
     while let Some(current) = at {
-        cancelled |= current.observed_state() != JobState::Active;
-        if current.state() == JobState::Cancelling {
-            cancelling = Some(current.clone());
-        }
-        if Arc::ptr_eq(&current, job) {
-            // Directly inside `non_cancellable` the caller's scope is held
-            // off: the cancellation never reaches it there.
-            if !cancelled || fiber_core::cancellation_held_off() {
-                return Inside::Yes;
+        if reaches {
+            cancelled |= current.observed_state() != JobState::Active;
+            if current.state() == JobState::Cancelling {
+                cancelling = Some(current.clone());
             }
-            // The cancel that turned that job CANCELLING may still be on
-            // its way down: finish its walk here (it changes no reason),
-            // so the caller, told it is cancelled, also reads
-            // `is_cancelled()` as true from now on.
-            if let Some(top) = cancelling {
-                top.cancel(CancelReason::Cancelled);
-            }
-            return Inside::Cancelled;
         }
-        at = current.parent.clone();
+        found |= Arc::ptr_eq(&current, job);
+        at = match &current.parent {
+            Some(parent) => Some(parent.clone()),
+            None => {
+                reaches = false;
+                current.enclosing.clone()
+            }
+        };
     }
-    Inside::No
+    if !found {
+        return Inside::No;
+    }
+    if !cancelled {
+        return Inside::Yes;
+    }
+    // The cancel that turned that job CANCELLING may still be on its way
+    // down: finish its walk here (it changes no reason), so the caller,
+    // told it is cancelled, also reads `is_cancelled()` as true from now
+    // on.
+    if let Some(top) = cancelling {
+        top.cancel(CancelReason::Cancelled);
+    }
+    Inside::Cancelled
+}
+
+/// A new job for a scope (`supervisor` for a supervisor scope) or a
+/// `with_timeout` (with its `deadline`) opened here: a child of the
+/// current job, except directly inside `fiber::non_cancellable`, where the
+/// job starts with no parent (the cancellation held off there must not
+/// reach it, as the children of Kotlin's `NonCancellable` are not
+/// cancelled with the outer job; the scope still returns its failure to
+/// its caller) and only remembers the job it was made in (`enclosing`).
+fn new_job(supervisor: bool, deadline: Option<Instant>) -> Arc<JobCore> {
+    if fiber_core::cancellation_held_off() {
+        JobCore::held_off(existing_job(), supervisor, deadline)
+    } else {
+        JobCore::with_deadline(current_job(), supervisor, false, deadline)
+    }
+}
+
+/// The running fiber's job if it has one (none is made here).
+fn existing_job() -> Option<Arc<JobCore>> {
+    let scope: Arc<dyn std::any::Any + Send + Sync> = fiber_core::current_cancel_scope()?;
+    scope.downcast::<JobCore>().ok()
 }
 
 /// The running fiber's job: the one it runs in, or (for a fiber outside
 /// any job) a root job made now and installed as the fiber's root scope.
-/// The parent of a job a scope or `with_timeout` makes here: the current
-/// job, except directly inside `fiber::non_cancellable`, where the job
-/// starts with none (the cancellation held off there must not reach it,
-/// as the children of Kotlin's `NonCancellable` are not cancelled with the
-/// outer job; the scope still returns its failure to its caller).
-fn parent_for_new_job() -> Option<Arc<JobCore>> {
-    if fiber_core::cancellation_held_off() {
-        None
-    } else {
-        current_job()
-    }
-}
-
 fn current_job() -> Option<Arc<JobCore>> {
     match fiber_core::current_cancel_scope() {
         Some(scope) => {
@@ -875,7 +905,7 @@ impl<'scope, 'env, E: Send> TryScope<'scope, 'env, E> {
 }
 
 fn open_scope(kind: Kind) -> Arc<JobCore> {
-    JobCore::new(parent_for_new_job(), kind == Kind::Supervisor, false)
+    new_job(kind == Kind::Supervisor, None)
 }
 
 /// Finish a scope after its body: wait for the children, finalize, then
@@ -1167,7 +1197,7 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
         return Err(TimedOut);
     }
     let deadline = Instant::now().checked_add(timeout);
-    let job = JobCore::with_deadline(parent_for_new_job(), false, false, deadline);
+    let job = new_job(false, deadline);
     let done = Arc::new(Done(Mutex::new((false, None))));
     // The dump shows the watchdog parked at the user's `with_timeout` call.
     let site = std::panic::Location::caller();
@@ -1186,7 +1216,12 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
                 .deadline(deadline)
                 .interrupt(fiber_core::Interrupt::NotCancellable);
             if fiber_core::fiber_wait_at(&*done, &mut (), options, site) == fiber_core::WaitResult::TimedOut {
-                job.cancel(CancelReason::TimedOut);
+                // A `tracing` layer panicking as it logs the cancellation:
+                // the walk has still been done (the deadline holds); the
+                // panic is said on stderr, as one on a runtime thread.
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| job.cancel(CancelReason::TimedOut))) {
+                    fiber_core::layer_panicked("cancelling a with_timeout job at its deadline", payload);
+                }
             }
         })
     };

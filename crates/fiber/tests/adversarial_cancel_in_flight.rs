@@ -232,3 +232,38 @@ fn a_second_cancel_returns_only_once_the_subtree_is_cancelled() {
         );
     });
 }
+
+/// A scope opened inside `non_cancellable` has no parent (the held-off
+/// cancellation must not reach it), but its fibers still run inside the
+/// enclosing scope: a join of that scope's job from there would wait for
+/// itself, and panics naming the misuse instead of hanging.
+/// Failed before the fix: the join waited for ever (the chain from the
+/// inner scope's job up to the outer one was lost).
+#[test]
+fn joining_the_enclosing_scope_from_a_scope_opened_in_non_cancellable_panics() {
+    let msg = within(20, || {
+        let rt = rt2();
+        rt.block_on(|| {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                fiber::scope(|s| {
+                    let j = s.job();
+                    s.spawn(move || {
+                        fiber::non_cancellable(|| {
+                            fiber::scope(|inner| {
+                                inner.spawn(move || {
+                                    let _ = j.join();
+                                });
+                            })
+                        })
+                    });
+                })
+            }));
+            r.err().map(message)
+        })
+    });
+    assert!(
+        msg.as_deref()
+            .is_some_and(|m| m.contains("runs inside the job it joins")),
+        "the self-join misuse panic, got {msg:?}"
+    );
+}
