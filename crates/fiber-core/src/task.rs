@@ -793,6 +793,12 @@ pub struct SpawnOptions {
     /// Otherwise a fiber whose first run finds no stack never runs, and
     /// its join reports the failure as a panic (see [`try_spawn_with`]).
     pub stack_now: bool,
+    /// Start the fiber even if its runtime is shutting down by then (in
+    /// its grace time, not in teardown), instead of cancelling it before
+    /// it runs as every other fiber spawned then is. For a fiber a layer
+    /// spawns to serve clean-up code (the deadline of a `with_timeout`
+    /// opened in `non_cancellable` while the runtime shuts down).
+    pub starts_in_shutdown: bool,
 }
 
 /// Spawn `f` as a fiber of `sched`. Fails if the runtime is shutting down,
@@ -822,8 +828,10 @@ where
     T: Send + 'static,
 {
     let location = Location::caller();
+    let starts_in_shutdown = options.starts_in_shutdown;
     // Fibers of the runtime may still spawn while it shuts down (their
-    // children are cancelled before they start); nobody else may, and a
+    // children are cancelled before they start, unless
+    // `starts_in_shutdown`); nobody else may, and a
     // spawn from outside holds the pool's gate until its fiber is in a
     // queue, so that teardown's drain finds it (`SpawnGate`). The id and
     // the span come first: a span's creation runs a subscriber's code,
@@ -861,8 +869,12 @@ where
         let fiber = current::get();
         // SAFETY: this body runs on the fiber's own stack, so `current` is
         // this fiber's frame and the running fiber owns its slots.
-        let shutting_down = unsafe { (*fiber).phase() } != crate::pool::Phase::Open;
-        if shutting_down || completion.task.is_cancel_requested() {
+        let refused = match unsafe { (*fiber).phase() } {
+            crate::pool::Phase::Open => false,
+            crate::pool::Phase::Cancelling => !starts_in_shutdown,
+            crate::pool::Phase::Teardown => true,
+        };
+        if refused || completion.task.is_cancel_requested() {
             // Never started: the closure is dropped here, on the fiber's
             // stack, not by whoever discards the frame. Its drop is
             // clean-up after a body that will never run: a wait in a

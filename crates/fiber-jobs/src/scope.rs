@@ -1209,6 +1209,10 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
         let sched = fiber_core::current_scheduler().expect("with_timeout runs in a fiber (checked above)");
         let options = fiber_core::SpawnOptions {
             stack_now: true,
+            // Clean-up code of a runtime shutting down may open a
+            // `with_timeout` in `non_cancellable`: its deadline must
+            // still fire in the grace time (the body ends it otherwise).
+            starts_in_shutdown: true,
             ..Default::default()
         };
         fiber_core::try_spawn_with(&sched, options, move || {

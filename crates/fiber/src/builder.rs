@@ -161,6 +161,7 @@ impl Builder {
             // `Builder::spawn` reports a stack that cannot be mapped as its
             // error, as `std::thread::Builder::spawn` does a thread.
             stack_now: true,
+            starts_in_shutdown: false,
         }
     }
 }
