@@ -133,8 +133,15 @@ macro_rules! stream_io {
 
             #[track_caller]
             fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
-                self.io
-                    .read::<$crate::readiness::op::Read, _>(|mut s| std::io::Read::read_vectored(&mut s, bufs))
+                let read = self
+                    .io
+                    .read::<$crate::readiness::op::Read, _>(|mut s| std::io::Read::read_vectored(&mut s, bufs));
+                if matches!(read, Ok(0)) && bufs.iter().any(|b| !b.is_empty()) {
+                    // End of file, at once and on every later call: a loop
+                    // that reads on is polling (as `read` at end of file).
+                    fiber_core::poll_missed();
+                }
+                read
             }
 
             // std's provided loops, here so that the fiber dump names the

@@ -293,6 +293,11 @@ impl TcpStream {
             // As `read`: an empty buffer's expired timeout is `Ok(0)`.
             return self.io.empty_read(peeked);
         }
+        if matches!(peeked, Ok(0)) {
+            // End of file, at once and on every later call: a loop that
+            // peeks on is polling (as `read` at end of file).
+            fiber_core::poll_missed();
+        }
         peeked
     }
 

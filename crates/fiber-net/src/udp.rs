@@ -36,7 +36,12 @@ impl UdpSocket {
     /// `EAGAIN`, and no further event would wake a parked one).
     fn or_shut_down(&self, received: io::Result<usize>) -> io::Result<usize> {
         match received {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => {
+                // Returned at once, and by every later call: a loop that
+                // receives on is polling (as an error at once is).
+                fiber_core::poll_missed();
+                Ok(0)
+            }
             other => other,
         }
     }

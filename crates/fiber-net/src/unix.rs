@@ -413,6 +413,8 @@ impl UnixDatagram {
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.io.read::<op::Recv, _>(|s| match s.recv_from(buf) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => {
+                // At once, every time: a loop on it is polling.
+                fiber_core::poll_missed();
                 Ok((0, net::UnixDatagram::unbound()?.local_addr()?))
             }
             other => other,
@@ -430,7 +432,11 @@ impl UnixDatagram {
     #[track_caller]
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.io.read::<op::Recv, _>(|s| match s.recv(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => {
+                // At once, every time: a loop on it is polling.
+                fiber_core::poll_missed();
+                Ok(0)
+            }
             other => other,
         })
     }
