@@ -15,63 +15,8 @@
 mod common;
 use common::*;
 
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::OnceLock;
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-
-/// Set by the fiber about to cancel: the next DEBUG event of fiber-jobs it
-/// logs (the job's "job state" transition to CANCELLING) parks it until
-/// released.
-static ARMED: AtomicBool = AtomicBool::new(false);
-
-struct Gate {
-    parked: (fiber::chan::Sender<()>, fiber::chan::Receiver<()>),
-    release: (fiber::chan::Sender<()>, fiber::chan::Receiver<()>),
-}
-
-fn gate() -> &'static Gate {
-    static GATE: OnceLock<Gate> = OnceLock::new();
-    GATE.get_or_init(|| Gate {
-        parked: fiber::chan::bounded(1),
-        release: fiber::chan::bounded(1),
-    })
-}
-
-/// Holds the armed canceller between its job's CANCELLING transition and
-/// the walk to the job's children.
-struct HoldCanceller;
-impl<S: Subscriber> Layer<S> for HoldCanceller {
-    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
-        let meta = event.metadata();
-        if fiber::core::in_fiber()
-            && meta.target() == "fiber_jobs"
-            && *meta.level() == Level::DEBUG
-            && ARMED.swap(false, SeqCst)
-        {
-            gate().parked.0.send(()).unwrap();
-            // Held off: another canceller may reach this fiber's job.
-            fiber::non_cancellable(|| gate().release.1.recv()).unwrap();
-        }
-    }
-}
-
-/// A panic payload's message.
-fn message(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
-
-fn install() {
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::registry()
-            .with(HoldCanceller)
-            .with(tracing_subscriber::filter::LevelFilter::DEBUG),
-    )
-    .unwrap();
-}
+use common::hold::{gate, install, message, ARMED};
+use std::sync::atomic::Ordering::SeqCst;
 
 /// One scope child cancels the scope and is held mid-walk; another joins
 /// the scope's job (`cancel_and_join`: its own cancel finds the job

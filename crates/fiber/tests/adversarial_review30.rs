@@ -9,55 +9,13 @@
 mod common;
 use common::*;
 
+use common::hold::{gate, install, ARMED};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
-// ---------------------------------------------------------------------
-// The holding layer (child processes only).
-// ---------------------------------------------------------------------
-
-static ARMED: AtomicBool = AtomicBool::new(false);
-
-struct Gate {
-    parked: (fiber::chan::Sender<()>, fiber::chan::Receiver<()>),
-    release: (fiber::chan::Sender<()>, fiber::chan::Receiver<()>),
-}
-
-fn gate() -> &'static Gate {
-    static GATE: OnceLock<Gate> = OnceLock::new();
-    GATE.get_or_init(|| Gate {
-        parked: fiber::chan::bounded(1),
-        release: fiber::chan::bounded(1),
-    })
-}
-
-struct HoldCanceller;
-impl<S: Subscriber> Layer<S> for HoldCanceller {
-    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
-        let meta = event.metadata();
-        if fiber::core::in_fiber()
-            && meta.target() == "fiber_jobs"
-            && *meta.level() == Level::DEBUG
-            && ARMED.swap(false, SeqCst)
-        {
-            gate().parked.0.send(()).unwrap();
-            fiber::non_cancellable(|| gate().release.1.recv()).unwrap();
-        }
-    }
-}
-
-fn install() {
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::registry()
-            .with(HoldCanceller)
-            .with(tracing_subscriber::filter::LevelFilter::DEBUG),
-    )
-    .unwrap();
-}
+// The holding layer (child processes only): `common::hold`.
 
 /// In a fiber: wait until the fiber `id` is parked (read from the dump).
 fn wait_fiber_parked(id: fiber::FiberId) {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fuzz;
+pub mod hold;
 
 use std::panic::AssertUnwindSafe;
 use std::process::{Command, Stdio};
