@@ -1254,34 +1254,16 @@ fn program(seed: u64, kind: RtKind, shutdown: bool) {
 
 /// Keep the planned panics out of the output (other panics print as usual).
 fn quiet_planned_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if info.payload().downcast_ref::<&str>() == Some(&PANIC_MARK)
-                || info.payload().downcast_ref::<String>().map(|s| s.as_str()) == Some(PANIC_MARK)
-            {
-                return;
-            }
-            default(info);
-        }));
-    });
+    common::fuzz::quiet_panics(is_planned);
 }
 
 fn fuzz(seeds: std::ops::Range<u64>, kind: RtKind, shutdown: bool, secs: u64) {
     quiet_planned_panics();
-    within(secs, move || {
-        for seed in seeds {
-            if std::env::var_os("FUZZ_VERBOSE").is_some() {
-                eprintln!("seed {seed} {kind:?} shutdown={shutdown}");
-            }
-            let r = std::panic::catch_unwind(|| within(60, move || program(seed, kind, shutdown)));
-            if let Err(e) = r {
-                eprintln!("FAILED seed {seed} {kind:?} shutdown={shutdown}");
-                std::panic::resume_unwind(e);
-            }
-        }
-    });
+    common::fuzz::run_seeds(seeds, kind, shutdown, secs, program);
+}
+
+fn is_planned(p: &(dyn std::any::Any + Send)) -> bool {
+    p.downcast_ref::<&str>() == Some(&PANIC_MARK) || p.downcast_ref::<String>().map(|s| s.as_str()) == Some(PANIC_MARK)
 }
 
 #[test]

@@ -40,7 +40,7 @@
 mod common;
 
 use common::fuzz::Rng;
-use common::{ms, within};
+use common::ms;
 use fiber::chan::{self, Receiver, Sender};
 use fiber::sync::{Barrier, OnceLock, Semaphore};
 use fiber::{Job, JobState};
@@ -1540,33 +1540,14 @@ fn program(seed: u64, kind: RtKind, shutdown: bool) {
     led.check(&format!("seed {seed} {kind:?} shutdown={shutdown}"));
 }
 
+/// Keep the planned panics out of the output (other panics print as usual).
 fn quiet_planned_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if is_planned(info.payload()) {
-                return;
-            }
-            default(info);
-        }));
-    });
+    common::fuzz::quiet_panics(is_planned);
 }
 
 fn fuzz(seeds: std::ops::Range<u64>, kind: RtKind, shutdown: bool, secs: u64) {
     quiet_planned_panics();
-    within(secs, move || {
-        for seed in seeds {
-            if std::env::var_os("FUZZ_VERBOSE").is_some() {
-                eprintln!("seed {seed} {kind:?} shutdown={shutdown}");
-            }
-            let r = std::panic::catch_unwind(|| within(60, move || program(seed, kind, shutdown)));
-            if let Err(e) = r {
-                eprintln!("FAILED seed {seed} {kind:?} shutdown={shutdown}");
-                std::panic::resume_unwind(e);
-            }
-        }
-    });
+    common::fuzz::run_seeds(seeds, kind, shutdown, secs, program);
 }
 
 #[test]

@@ -17,16 +17,6 @@ use std::time::Duration;
 
 // The holding layer (child processes only): `common::hold`.
 
-/// In a fiber: wait until the fiber `id` is parked (read from the dump).
-fn wait_fiber_parked(id: fiber::FiberId) {
-    wait_until("the fiber to park", 10, || {
-        fiber::dump()
-            .fibers
-            .iter()
-            .any(|f| f.id == id && f.state == fiber::core::state::FiberState::Parked)
-    });
-}
-
 /// One cancelled leaf job (a scoped child parked in `recv`, no child of
 /// its own): the first canceller is held right after the job turned
 /// CANCELLING, before it interrupted the job's fiber. A second `cancel` of

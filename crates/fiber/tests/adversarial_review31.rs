@@ -140,16 +140,6 @@ fn payload_str(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_default()
 }
 
-/// In a fiber: wait until the fiber `id` is parked (read from the dump).
-fn wait_fiber_parked(id: fiber::FiberId) {
-    wait_until("the fiber to park", 10, || {
-        fiber::dump()
-            .fibers
-            .iter()
-            .any(|f| f.id == id && f.state == fiber::core::state::FiberState::Parked)
-    });
-}
-
 /// A scope child that sends its job and fiber id, opens a scope of its
 /// own whose child (the grandchild) parks on `never`, and parks on `never`
 /// itself; each reports on `woke` when its wait ends.

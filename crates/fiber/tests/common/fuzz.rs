@@ -48,3 +48,45 @@ impl Rng {
 pub fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
+
+/// Keep a fuzzer's planned panics (those `planned` recognizes by their
+/// payload) out of the output; other panics print as usual. Once per test
+/// process.
+pub fn quiet_panics(planned: fn(&(dyn std::any::Any + Send)) -> bool) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if planned(info.payload()) {
+                return;
+            }
+            default(info);
+        }));
+    });
+}
+
+/// Run `program(seed, kind, shutdown)` for each seed, each within 60 s and
+/// all within `secs`; a failing seed is named on stderr before its panic
+/// goes on (`FUZZ_VERBOSE` names every seed first).
+pub fn run_seeds<K: std::fmt::Debug + Copy + Send + 'static>(
+    seeds: std::ops::Range<u64>,
+    kind: K,
+    shutdown: bool,
+    secs: u64,
+    program: fn(u64, K, bool),
+) {
+    super::within(secs, move || {
+        for seed in seeds {
+            if std::env::var_os("FUZZ_VERBOSE").is_some() {
+                eprintln!("seed {seed} {kind:?} shutdown={shutdown}");
+            }
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                super::within(60, move || program(seed, kind, shutdown))
+            }));
+            if let Err(e) = r {
+                eprintln!("FAILED seed {seed} {kind:?} shutdown={shutdown}");
+                std::panic::resume_unwind(e);
+            }
+        }
+    });
+}

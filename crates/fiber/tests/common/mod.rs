@@ -333,3 +333,14 @@ pub fn set_sock_timeout(fd: std::os::fd::RawFd, option: libc::c_int, d: Duration
     };
     assert_eq!(r, 0);
 }
+
+/// In a fiber or on a thread: wait (up to 10 s) until the fiber `id` is
+/// PARKED, as the runtime's dump shows it.
+pub fn wait_fiber_parked(id: fiber::FiberId) {
+    wait_until("the fiber to park", 10, || {
+        fiber::dump()
+            .fibers
+            .iter()
+            .any(|f| f.id == id && f.state == fiber::core::state::FiberState::Parked)
+    });
+}
