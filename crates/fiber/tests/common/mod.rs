@@ -25,8 +25,48 @@ pub fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'stat
             Ok(v) => v,
             Err(p) => std::panic::resume_unwind(p),
         },
-        Err(_) => panic!("hang: the body did not finish within {secs} s"),
+        Err(_) => {
+            eprintln!("{}", thread_report());
+            panic!("hang: the body did not finish within {secs} s")
+        }
     }
+}
+
+/// The process's threads as the kernel sees them, for a hang's failure
+/// message: name, state, what it sleeps in (`wchan`) and the CPU time it
+/// used during a 200 ms window (a spinning worker against one asleep in a
+/// futex tells a lost timer from a lost wake-up).
+pub fn thread_report() -> String {
+    fn sample() -> Vec<(String, String, String, u64)> {
+        let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+            return Vec::new();
+        };
+        let mut threads = Vec::new();
+        for entry in dir.flatten() {
+            let path = entry.path();
+            let read = |f: &str| std::fs::read_to_string(path.join(f)).unwrap_or_default();
+            let stat = read("stat");
+            // Fields after the parenthesised name: state is the first,
+            // utime and stime the 12th and 13th.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let cpu = fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+                + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+            let tid = entry.file_name().to_string_lossy().into_owned();
+            let name = format!("{tid} {}", read("comm").trim());
+            threads.push((name, fields.first().unwrap_or(&"?").to_string(), read("wchan"), cpu));
+        }
+        threads
+    }
+    let before = sample();
+    std::thread::sleep(Duration::from_millis(200));
+    let after = sample();
+    let mut out = String::from("threads (name, state, wchan, CPU ticks in 200 ms):\n");
+    for (name, state, wchan, cpu) in &after {
+        let was = before.iter().find(|b| &b.0 == name).map_or(*cpu, |b| b.3);
+        out.push_str(&format!("  {name:<32} {state} {wchan:<24} {}\n", cpu - was));
+    }
+    out
 }
 
 /// `n` milliseconds.
