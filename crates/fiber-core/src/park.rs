@@ -79,6 +79,17 @@ impl std::panic::UnwindSafe for FiberHandle {}
 impl std::panic::RefUnwindSafe for FiberHandle {}
 
 impl FiberHandle {
+    /// The handle of a fiber that [`try_spawn_unjoined`](crate::try_spawn_unjoined)
+    /// spawned with `task` as its block, for the layer's own join handle
+    /// (a scoped child's `fiber()`): `unpark` goes to that block's token.
+    pub fn of_unjoined<U: crate::UnjoinedTask>(
+        id: FiberId,
+        task: std::sync::Arc<U>,
+        name: Option<std::sync::Arc<str>>,
+    ) -> FiberHandle {
+        FiberHandle::new(id, TaskRef::Shared(task), name)
+    }
+
     pub(crate) fn new(id: FiberId, task: TaskRef, name: Option<std::sync::Arc<str>>) -> FiberHandle {
         FiberHandle { id, task, name }
     }

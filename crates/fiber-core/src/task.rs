@@ -72,12 +72,57 @@ pub struct JoinError {
 }
 
 enum Repr {
-    Panic(Box<dyn Any + Send + 'static>),
+    Panic(Payload),
     Cancelled,
     TimedOut,
     Failed,
     /// The joining fiber was cancelled while it waited.
     JoinCancelled,
+}
+
+/// A panic payload, kept so that `JoinError` is `Sync` (as tokio's is: a
+/// join error converts into `Box<dyn Error + Send + Sync>`, `anyhow`'s
+/// error, or `io::Error`). A string (the payload of every `panic!` with a
+/// message) is `Sync` and lent out by reference; any other payload
+/// (`std::panic::panic_any`) is only handed back by value.
+enum Payload {
+    Shared(Box<dyn Any + Send + Sync + 'static>),
+    Owned(OwnedOnly),
+}
+
+/// A payload that may not be `Sync`: reachable only by moving it out.
+struct OwnedOnly(Box<dyn Any + Send + 'static>);
+
+// SAFETY: no `&OwnedOnly` method or field access reaches the payload (it is
+// only moved out, by `JoinError::try_into_panic`, and dropped by its
+// owner), so sharing `&JoinError` between threads shares nothing that may
+// not be `Sync`.
+unsafe impl Sync for OwnedOnly {}
+
+impl Payload {
+    fn new(payload: Box<dyn Any + Send + 'static>) -> Payload {
+        match payload.downcast::<&'static str>() {
+            Ok(s) => Payload::Shared(s),
+            Err(payload) => match payload.downcast::<String>() {
+                Ok(s) => Payload::Shared(s),
+                Err(payload) => Payload::Owned(OwnedOnly(payload)),
+            },
+        }
+    }
+
+    fn shared(&self) -> Option<&(dyn Any + Send + Sync + 'static)> {
+        match self {
+            Payload::Shared(p) => Some(&**p),
+            Payload::Owned(_) => None,
+        }
+    }
+
+    fn into_box(self) -> Box<dyn Any + Send + 'static> {
+        match self {
+            Payload::Shared(p) => p,
+            Payload::Owned(p) => p.0,
+        }
+    }
 }
 
 impl JoinError {
@@ -157,7 +202,7 @@ impl JoinError {
     /// A panic error for fiber `id` carrying `payload`.
     pub fn panicked(id: FiberId, payload: Box<dyn Any + Send + 'static>) -> JoinError {
         JoinError {
-            repr: Repr::Panic(payload),
+            repr: Repr::Panic(Payload::new(payload)),
             id,
             name: None,
         }
@@ -173,15 +218,19 @@ impl JoinError {
     /// The panic payload, or the error back if the fiber did not panic.
     pub fn try_into_panic(self) -> Result<Box<dyn Any + Send + 'static>, JoinError> {
         match self.repr {
-            Repr::Panic(payload) => Ok(payload),
+            Repr::Panic(payload) => Ok(payload.into_box()),
             _ => Err(self),
         }
     }
 
-    /// The panic payload, by reference, if the fiber panicked.
+    /// The panic payload, by reference, if the fiber panicked with a
+    /// message (a `&'static str` or `String` payload: every `panic!` with
+    /// a message). A payload of another type (`std::panic::panic_any`) is
+    /// handed back only by value, by [`into_panic`](Self::into_panic):
+    /// that keeps `JoinError` `Sync` whatever the payload.
     pub fn panic_payload(&self) -> Option<&(dyn Any + Send + 'static)> {
         match &self.repr {
-            Repr::Panic(payload) => Some(&**payload),
+            Repr::Panic(payload) => payload.shared().map(|p| p as &(dyn Any + Send)),
             _ => None,
         }
     }
@@ -189,7 +238,8 @@ impl JoinError {
     /// The panic payload as a `T`, if the fiber panicked with one: what
     /// `downcast_ref` on the `Box<dyn Any + Send>` that
     /// `std::thread::JoinHandle::join` returns gives, so std's idiom reads
-    /// the same here. `None` for any other error.
+    /// the same here. `None` for any other error, and for a payload that
+    /// is not a string (see [`panic_payload`](Self::panic_payload)).
     ///
     /// ```
     /// # mod fiber { pub(crate) use fiber_core as core; }
@@ -232,7 +282,7 @@ impl JoinError {
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> Option<&str> {
+fn panic_message(payload: &(dyn Any + Send + Sync)) -> Option<&str> {
     payload
         .downcast_ref::<&'static str>()
         .copied()
@@ -243,7 +293,7 @@ impl fmt::Debug for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let who = self.who();
         match &self.repr {
-            Repr::Panic(p) => match panic_message(p.as_ref()) {
+            Repr::Panic(p) => match p.shared().and_then(panic_message) {
                 Some(msg) => write!(f, "JoinError::Panic({who}, {msg:?}, ..)"),
                 None => write!(f, "JoinError::Panic({who}, ..)"),
             },
@@ -259,7 +309,7 @@ impl fmt::Display for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let who = self.who();
         match &self.repr {
-            Repr::Panic(p) => match panic_message(p.as_ref()) {
+            Repr::Panic(p) => match p.shared().and_then(panic_message) {
                 Some(msg) => write!(f, "{who} panicked with message {msg:?}"),
                 None => write!(f, "{who} panicked"),
             },
@@ -272,6 +322,15 @@ impl fmt::Display for JoinError {
 }
 
 impl std::error::Error for JoinError {}
+
+/// As tokio's: a join error as an `io::Error` (kind `Other`, with the join
+/// error as its source), so `h.join()?` works in a function that returns
+/// `io::Result`.
+impl From<JoinError> for std::io::Error {
+    fn from(err: JoinError) -> std::io::Error {
+        std::io::Error::other(err)
+    }
+}
 
 /// Join bookkeeping under the task lock.
 struct Joiners {

@@ -562,6 +562,12 @@ pub struct Scope<'scope, 'env: 'scope> {
     _env: PhantomData<&'env mut &'env ()>,
 }
 
+// As std's `thread::Scope` (`&Scope` is `UnwindSafe`, so a closure that
+// spawns from a borrowed scope passes `catch_unwind`): the job and runtime
+// behind it are changed only under their own locks, never left half-done
+// by an unwind.
+impl std::panic::RefUnwindSafe for Scope<'_, '_> {}
+
 impl fmt::Debug for Scope<'_, '_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scope").field("job", &self.job).finish()
@@ -716,6 +722,12 @@ impl<T> ScopedJoinHandle<'_, T> {
     /// The child's fiber id.
     pub fn id(&self) -> FiberId {
         self.id
+    }
+
+    /// A handle to the child fiber (its id, name, and `unpark`), like
+    /// `std::thread::ScopedJoinHandle::thread`.
+    pub fn fiber(&self) -> fiber_core::FiberHandle {
+        fiber_core::FiberHandle::of_unjoined(self.id, self.job.clone(), self.name.clone())
     }
 }
 

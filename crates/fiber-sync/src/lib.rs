@@ -1,5 +1,6 @@
 //! Synchronization for fibers and threads: [`Mutex`], [`RwLock`],
-//! [`Condvar`], [`Barrier`] and [`OnceLock`] with `std::sync`'s API, a
+//! [`Condvar`], [`Barrier`], [`OnceLock`], `Once` and `LazyLock` with
+//! `std::sync`'s API, a
 //! FIFO [`Semaphore`] in tokio's shape and a [`WaitGroup`] in crossbeam's.
 //!
 //! In a fiber a blocking call parks the fiber, so its worker runs other
@@ -11,7 +12,8 @@
 //! Cancellation points: [`Semaphore::acquire`], the [`Condvar`] waits,
 //! [`Barrier::wait`] and [`WaitGroup::wait`] return early when the calling
 //! fiber's job is cancelled. [`Mutex::lock`], [`RwLock`] and
-//! [`OnceLock::get_or_init`] are not (as with `std`).
+//! [`OnceLock::get_or_init`] (and `Once` / `LazyLock`) are not (as with
+//! `std`).
 //!
 //! # Examples
 //!
@@ -42,6 +44,8 @@ mod sync;
 
 mod barrier;
 mod condvar;
+#[cfg(not(loom))]
+mod lazy;
 mod mutex;
 mod once;
 mod poison;
@@ -54,8 +58,12 @@ mod waitgroup;
 pub use barrier::{Barrier, BarrierWaitResult};
 pub use condvar::{Condvar, WaitTimeoutResult};
 pub use fiber_core::Cancelled;
+#[cfg(not(loom))]
+pub use lazy::LazyLock;
 pub use mutex::{Mutex, MutexGuard};
 pub use once::OnceLock;
+#[cfg(not(loom))]
+pub use once::{Once, OnceState};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
 /// std's poisoning and `try_*` result types, which the locks here return:

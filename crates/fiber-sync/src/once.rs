@@ -13,7 +13,7 @@
 //! the waiter's read.
 
 use crate::queue::{Node, Status, WaitQueue};
-use crate::sync::{AtomicUsize, Ordering, SpinLock, UnsafeCell};
+use crate::sync::{AtomicBool, AtomicUsize, Ordering, SpinLock, UnsafeCell};
 use fiber_core::{fiber_wait, Interrupt, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::fmt;
 
@@ -169,7 +169,7 @@ impl<T> OnceLock<T> {
             if let Some(value) = self.get() {
                 return value;
             }
-            self.refuse_reentry("wait");
+            self.refuse_reentry("OnceLock::wait");
             let mut io = OnceIo {
                 node: Node::new(0),
                 queue: &self.queue,
@@ -179,6 +179,7 @@ impl<T> OnceLock<T> {
                     state: &self.state,
                     queue: &self.queue,
                     until_complete: true,
+                    poisoned: None,
                 },
                 &mut io,
                 WaitOptions::new().interrupt(Interrupt::NotCancellable),
@@ -205,6 +206,13 @@ impl<T> OnceLock<T> {
     #[cold]
     #[track_caller]
     fn init_slow<F: FnOnce() -> T>(&self, f: F) -> &T {
+        self.init_named("OnceLock::get_or_init", f)
+    }
+
+    /// `get_or_init`'s slow path; `call` names the public call in the
+    /// re-entry panic (`Once` and `LazyLock` are built on this cell).
+    #[track_caller]
+    fn init_named<F: FnOnce() -> T>(&self, call: &str, f: F) -> &T {
         let mut f = Some(f);
         loop {
             // Acquire: pairs with the Release in `complete`.
@@ -227,7 +235,7 @@ impl<T> OnceLock<T> {
                 // SAFETY: COMPLETE seen with Acquire.
                 Err(COMPLETE) => return unsafe { self.value_ref() },
                 Err(_) => {
-                    self.refuse_reentry("get_or_init");
+                    self.refuse_reentry(call);
                     let mut io = OnceIo {
                         node: Node::new(0),
                         queue: &self.queue,
@@ -237,6 +245,7 @@ impl<T> OnceLock<T> {
                             state: &self.state,
                             queue: &self.queue,
                             until_complete: false,
+                            poisoned: None,
                         },
                         &mut io,
                         WaitOptions::new().interrupt(Interrupt::NotCancellable),
@@ -259,7 +268,7 @@ impl<T> OnceLock<T> {
         // can equal our key; `finish` clears it before the state changes.
         if self.initializer.load(Ordering::Relaxed) == caller_key() {
             panic!(
-                "fiber_sync::OnceLock::{call} called from inside the cell's own initializer: \
+                "fiber_sync::{call} called from inside the cell's own initializer: \
                  the cell would wait for itself forever"
             );
         }
@@ -373,12 +382,18 @@ struct OnceWait<'a> {
     state: &'a AtomicUsize,
     queue: &'a SpinLock<WaitQueue>,
     until_complete: bool,
+    /// `Once::wait`: a poisoned `Once` ends the wait too (the waiter
+    /// panics). Set before the failed initializer's `finish`; read under
+    /// the queue lock in `publish`, which orders it after that `finish`'s
+    /// wake pass or before the waiter's node is queued (and woken by it).
+    poisoned: Option<&'a AtomicBool>,
 }
 
 impl OnceWait<'_> {
     fn done(&self, state: usize) -> bool {
         if self.until_complete {
-            state == COMPLETE
+            // Relaxed: ordered by the state's Acquire or the queue lock (field docs).
+            state == COMPLETE || self.poisoned.is_some_and(|p| p.load(Ordering::Relaxed))
         } else {
             state != RUNNING
         }
@@ -411,5 +426,199 @@ impl<'a> Waitable for OnceWait<'a> {
     fn unpublish(&self, _: &Waiter, io: &mut Self::Io) -> Option<WaitResult> {
         let status = self.queue.lock().unlink(&mut io.node);
         (status == Status::Granted).then_some(WaitResult::Ok)
+    }
+}
+
+/// A one-time initialization, with the API of [`std::sync::Once`]: the
+/// first [`call_once`](Once::call_once) runs its closure, and every caller
+/// that arrives meanwhile parks (fibers) or blocks (threads) until it is
+/// done. Waiting here is not a cancellation point.
+///
+/// As with std, a closure that panics *poisons* the `Once`: later
+/// [`call_once`](Once::call_once) and [`wait`](Once::wait) calls panic,
+/// while [`call_once_force`](Once::call_once_force) runs its closure with
+/// [`OnceState::is_poisoned`] set (and clears the poison if it returns).
+///
+/// # Examples
+///
+/// ```
+/// # mod fiber { pub(crate) use fiber_sync as sync; }
+/// use fiber::sync::Once;
+///
+/// static INIT: Once = Once::new();
+/// let mut runs = 0;
+/// INIT.call_once(|| runs += 1);
+/// INIT.call_once(|| runs += 1);
+/// assert_eq!(runs, 1);
+/// assert!(INIT.is_completed());
+/// ```
+#[cfg(not(loom))]
+pub struct Once {
+    cell: OnceLock<()>,
+    /// Set when a closure panicked; cleared by a `call_once_force` that
+    /// completes. Written only by the caller running a closure (the
+    /// cell's RUNNING owner).
+    poisoned: AtomicBool,
+}
+
+/// What [`Once::call_once_force`] tells its closure (as
+/// [`std::sync::OnceState`]).
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub struct OnceState {
+    poisoned: bool,
+}
+
+#[cfg(not(loom))]
+impl OnceState {
+    /// Did an earlier closure of this `Once` panic?
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+}
+
+#[cfg(not(loom))]
+impl Once {
+    /// A `Once` whose closure has not run.
+    pub const fn new() -> Once {
+        Once {
+            cell: OnceLock::new(),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    /// Run `f` if no closure of this `Once` has completed yet; if another
+    /// caller is running one, wait for it. When this returns, a closure has
+    /// completed (this one or another).
+    ///
+    /// # Panics
+    ///
+    /// If the `Once` is poisoned (an earlier closure panicked), and if `f`
+    /// panics (which poisons it). Also if called from inside its own
+    /// closure by the caller running it (std deadlocks there).
+    #[track_caller]
+    pub fn call_once<F: FnOnce()>(&self, f: F) {
+        if self.is_completed() {
+            return;
+        }
+        self.run("Once::call_once", false, |_| f());
+    }
+
+    /// As [`call_once`](Self::call_once), but a poisoned `Once` runs `f`
+    /// too, with [`OnceState::is_poisoned`] set; if `f` returns, the `Once`
+    /// is complete and no longer poisoned.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics (the `Once` stays poisoned), or if called from inside
+    /// its own closure by the caller running it.
+    #[track_caller]
+    pub fn call_once_force<F: FnOnce(&OnceState)>(&self, f: F) {
+        if self.is_completed() {
+            return;
+        }
+        self.run("Once::call_once_force", true, f);
+    }
+
+    /// Has a closure completed (never waits)?
+    pub fn is_completed(&self) -> bool {
+        self.cell.get().is_some()
+    }
+
+    /// Park the fiber (or block the thread) until a closure has completed,
+    /// like `std::sync::Once::wait`. A `Once` nobody completes waits for
+    /// ever.
+    ///
+    /// # Panics
+    ///
+    /// If the `Once` is poisoned (also one poisoned while this waits), or
+    /// if called from inside its own closure by the caller running it.
+    #[track_caller]
+    pub fn wait(&self) {
+        self.wait_for("Once::wait", false);
+    }
+
+    /// As [`wait`](Self::wait), ignoring poisoning: waits until a closure
+    /// completes.
+    ///
+    /// # Panics
+    ///
+    /// If called from inside its own closure by the caller running it.
+    #[track_caller]
+    pub fn wait_force(&self) {
+        self.wait_for("Once::wait_force", true);
+    }
+
+    #[track_caller]
+    fn run(&self, call: &str, force: bool, f: impl FnOnce(&OnceState)) {
+        self.cell.init_named(call, || {
+            // Relaxed: written only by RUNNING owners, whose hand-over the
+            // cell's state orders (Release in `finish`, Acquire in the CAS).
+            let poisoned = self.poisoned.load(Ordering::Relaxed);
+            if poisoned && !force {
+                panic!("Once instance has previously been poisoned");
+            }
+            let guard = PoisonOnUnwind(&self.poisoned);
+            f(&OnceState { poisoned });
+            std::mem::forget(guard);
+            // Relaxed: as above; published by the COMPLETE store.
+            self.poisoned.store(false, Ordering::Relaxed);
+        });
+    }
+
+    #[track_caller]
+    fn wait_for(&self, call: &str, force: bool) {
+        loop {
+            if self.is_completed() {
+                return;
+            }
+            // Relaxed: a panicked closure's poison is ordered before its
+            // `finish` (which woke us) by the cell's state and queue lock.
+            if !force && self.poisoned.load(Ordering::Relaxed) {
+                panic!("Once instance has previously been poisoned");
+            }
+            self.cell.refuse_reentry(call);
+            let mut io = OnceIo {
+                node: Node::new(0),
+                queue: &self.cell.queue,
+            };
+            fiber_wait(
+                &OnceWait {
+                    state: &self.cell.state,
+                    queue: &self.cell.queue,
+                    until_complete: true,
+                    poisoned: (!force).then_some(&self.poisoned),
+                },
+                &mut io,
+                WaitOptions::new().interrupt(Interrupt::NotCancellable),
+            );
+        }
+    }
+}
+
+/// Sets the poison flag when a `Once` closure unwinds (before the cell's
+/// own reset wakes the waiters, which then see it).
+#[cfg(not(loom))]
+struct PoisonOnUnwind<'a>(&'a AtomicBool);
+
+#[cfg(not(loom))]
+impl Drop for PoisonOnUnwind<'_> {
+    fn drop(&mut self) {
+        // Relaxed: published by the cell's `finish` (Release, queue lock).
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(not(loom))]
+impl Default for Once {
+    fn default() -> Self {
+        Once::new()
+    }
+}
+
+#[cfg(not(loom))]
+impl fmt::Debug for Once {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Once").finish_non_exhaustive()
     }
 }

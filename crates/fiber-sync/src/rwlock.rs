@@ -421,6 +421,12 @@ pub struct RwLockReadGuard<'a, T: ?Sized + 'a> {
     _borrow: PhantomData<(&'a T, *const ())>,
 }
 
+// As std's read guard (whose fields give these automatically): the lock's
+// queue behind `raw` is never left half-changed by an unwind, and the
+// value is only read through the guard.
+impl<T: ?Sized + std::panic::RefUnwindSafe> std::panic::UnwindSafe for RwLockReadGuard<'_, T> {}
+impl<T: ?Sized + std::panic::RefUnwindSafe> std::panic::RefUnwindSafe for RwLockReadGuard<'_, T> {}
+
 impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
     /// The guard of a read lock the caller has just taken.
     fn new(lock: &'a RwLock<T>) -> RwLockReadGuard<'a, T> {
