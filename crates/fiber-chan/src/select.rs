@@ -494,6 +494,12 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// Is this a receive from a timer channel (`after`, `at`, `tick`)?
+    /// (`never` is one too, but never completes.)
+    fn is_timer(&self) -> bool {
+        matches!(self.handle, Handle::Recv(h) if !h.is_channel())
+    }
+
     fn addr(&self) -> usize {
         match self.handle {
             Handle::Recv(h) => h.addr(),
@@ -1036,6 +1042,16 @@ impl<'a> Select<'a> {
         loop {
             let n = self.ops.len();
             if let Some(i) = self.try_pass(ready_only, since) {
+                if parks.is_empty() && self.ops[i].is_timer() {
+                    // A timer arm already due, taken without parking: a
+                    // yield point in a fiber, as a receive on a due timer
+                    // channel is (`channel::sleep_until`). The usual
+                    // `select! { recv(rx), recv(after(remaining)) }` loop
+                    // otherwise held a fixed worker for ever once
+                    // `remaining` reached zero. Fiber-core's zero wait
+                    // yields and returns at once; the tick is ours already.
+                    fiber_core::wait_until(Some(Instant::now()), Interrupt::NotCancellable);
+                }
                 return Some(i);
             }
             // Nothing ready: the room a probe was told of went to somebody

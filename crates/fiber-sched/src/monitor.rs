@@ -212,17 +212,33 @@ fn rescue_waiting(shared: &Shared, index: usize, main_limit: usize) -> usize {
     while let Some(fiber) = slot.inbox.pop() {
         divert(fiber);
     }
-    for (stealer, limit) in [(&slot.stealer, main_limit), (&slot.yield_stealer, usize::MAX)] {
-        let mut taken = 0;
-        while taken < limit {
-            match stealer.steal() {
-                crossbeam_deque::Steal::Success(fiber) => {
-                    taken += 1;
-                    divert(fiber);
-                }
-                crossbeam_deque::Steal::Retry => continue,
-                crossbeam_deque::Steal::Empty => break,
-            }
+    // The main deque is LIFO: the worker pops its newest fiber first, and
+    // a steal takes the oldest. Its fibers go to the global queue in the
+    // worker's own order (the order of the stolen ones reversed): a batch
+    // the worker took from the global queue (pushed so that it pops in the
+    // global queue's order) goes back in that order. Moved oldest first,
+    // each rescue reversed the batch, and beside fibers that yield after
+    // turns longer than the stuck threshold the fibers in its middle swapped
+    // places at every rescue and never ran (a timer-woken fiber waited for
+    // ever: `adversarial_review34.rs::a_sleeper_beside_five_yielding_crunchers_two_workers`).
+    let mut main = Vec::new();
+    while main.len() < main_limit {
+        match slot.stealer.steal() {
+            crossbeam_deque::Steal::Success(fiber) => main.push(fiber),
+            crossbeam_deque::Steal::Retry => continue,
+            crossbeam_deque::Steal::Empty => break,
+        }
+    }
+    for fiber in main.into_iter().rev() {
+        divert(fiber);
+    }
+    // The yield deque is FIFO: a steal takes the fiber the worker would
+    // run next.
+    loop {
+        match slot.yield_stealer.steal() {
+            crossbeam_deque::Steal::Success(fiber) => divert(fiber),
+            crossbeam_deque::Steal::Retry => continue,
+            crossbeam_deque::Steal::Empty => break,
         }
     }
     // The runnext fiber last: it is the newest. (First, it went ahead of
