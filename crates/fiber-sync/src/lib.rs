@@ -62,7 +62,6 @@ pub use fiber_core::Cancelled;
 pub use lazy::LazyLock;
 pub use mutex::{Mutex, MutexGuard};
 pub use once::OnceLock;
-#[cfg(not(loom))]
 pub use once::{Once, OnceState};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};

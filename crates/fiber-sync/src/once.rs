@@ -452,7 +452,6 @@ impl<'a> Waitable for OnceWait<'a> {
 /// assert_eq!(runs, 1);
 /// assert!(INIT.is_completed());
 /// ```
-#[cfg(not(loom))]
 pub struct Once {
     cell: OnceLock<()>,
     /// Set when a closure panicked; cleared by a `call_once_force` that
@@ -463,13 +462,11 @@ pub struct Once {
 
 /// What [`Once::call_once_force`] tells its closure (as
 /// [`std::sync::OnceState`]).
-#[cfg(not(loom))]
 #[derive(Debug)]
 pub struct OnceState {
     poisoned: bool,
 }
 
-#[cfg(not(loom))]
 impl OnceState {
     /// Did an earlier closure of this `Once` panic?
     pub fn is_poisoned(&self) -> bool {
@@ -477,10 +474,19 @@ impl OnceState {
     }
 }
 
-#[cfg(not(loom))]
 impl Once {
     /// A `Once` whose closure has not run.
+    #[cfg(not(loom))]
     pub const fn new() -> Once {
+        Once {
+            cell: OnceLock::new(),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    /// A `Once` whose closure has not run.
+    #[cfg(loom)]
+    pub fn new() -> Once {
         Once {
             cell: OnceLock::new(),
             poisoned: AtomicBool::new(false),
@@ -598,10 +604,8 @@ impl Once {
 
 /// Sets the poison flag when a `Once` closure unwinds (before the cell's
 /// own reset wakes the waiters, which then see it).
-#[cfg(not(loom))]
 struct PoisonOnUnwind<'a>(&'a AtomicBool);
 
-#[cfg(not(loom))]
 impl Drop for PoisonOnUnwind<'_> {
     fn drop(&mut self) {
         // Relaxed: published by the cell's `finish` (Release, queue lock).
@@ -609,14 +613,12 @@ impl Drop for PoisonOnUnwind<'_> {
     }
 }
 
-#[cfg(not(loom))]
 impl Default for Once {
     fn default() -> Self {
         Once::new()
     }
 }
 
-#[cfg(not(loom))]
 impl fmt::Debug for Once {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Once").finish_non_exhaustive()

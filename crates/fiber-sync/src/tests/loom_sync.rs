@@ -2,7 +2,7 @@
 //! so the real lock words, waiter queues and hand-offs run under loom. The
 //! mutation each model catches is recorded in `spec/sync.md`.
 
-use crate::{Barrier, Condvar, Mutex, OnceLock, RwLock, Semaphore, WaitGroup};
+use crate::{Barrier, Condvar, Mutex, Once, OnceLock, RwLock, Semaphore, WaitGroup};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
@@ -272,5 +272,30 @@ fn loom_once_wait_sees_the_value() {
         };
         let _ = cell.set(3u32);
         assert_eq!(waiter.join().unwrap(), 3);
+    });
+}
+
+/// `Once::wait` ends (and panics) when the closure it waits for panics,
+/// whichever runs first: the waiter's re-check of the poison flag under
+/// the queue lock orders it after the failed closure's wake pass or
+/// before its own queueing (without that re-check, a waiter that queued
+/// after the wake pass slept for ever: loom reports the deadlock).
+#[test]
+fn loom_once_wait_sees_a_poisoning_closure() {
+    loom::model(|| {
+        let once = Arc::new(Once::new());
+        let runner = {
+            let once = once.clone();
+            thread::spawn(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    once.call_once(|| panic!("closure"));
+                }));
+                assert!(r.is_err());
+            })
+        };
+        let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| once.wait()));
+        assert!(waited.is_err(), "a wait on a poisoned Once returned");
+        runner.join().unwrap();
+        assert!(!once.is_completed());
     });
 }
