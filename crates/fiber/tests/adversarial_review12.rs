@@ -25,38 +25,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
+use common::load::{spin, under_load, yielding_crunchers};
 use common::{ms, rt1, rt2, within};
 
 // ---------------------------------------------------------------------------
 // Harness.
-
-/// Run `f` while `n` plain threads spin beside it (simulated load on a
-/// shared machine); the hogs stop when `f` returns or panics.
-fn under_load<T>(n: usize, f: impl FnOnce() -> T) -> T {
-    let stop = Arc::new(AtomicBool::new(false));
-    let hogs: Vec<_> = (0..n)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut x = 0u64;
-                while !stop.load(SeqCst) {
-                    x = x.wrapping_add(1);
-                    std::hint::spin_loop();
-                }
-                x
-            })
-        })
-        .collect();
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    stop.store(true, SeqCst);
-    for h in hogs {
-        h.join().unwrap();
-    }
-    match outcome {
-        Ok(v) => v,
-        Err(p) => std::panic::resume_unwind(p),
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 enum Rt {
@@ -88,14 +61,6 @@ fn build(kind: Rt) -> fiber::Runtime {
 /// hang guard.
 fn on<T: Send + 'static>(kind: Rt, f: impl FnOnce() -> T + Send + 'static) -> T {
     within(60, move || build(kind).block_on(f))
-}
-
-/// Spin without a yield point for `d`.
-fn spin(d: Duration) {
-    let s = Instant::now();
-    while s.elapsed() < d {
-        std::hint::spin_loop();
-    }
 }
 
 /// A ping-pong pair whose members spin `per_turn` at each hand-off, until
@@ -432,28 +397,12 @@ fn with_timeout_beside_pairs_and_yielders(kind: Rt) {
         let took = on(kind, || {
             let (done_tx, done_rx) = bounded::<()>(0);
             let pairs = heavy_and_light(ms(25), &done_rx);
-            let stop = Arc::new(AtomicBool::new(false));
-            let yielders: Vec<_> = (0..2)
-                .map(|_| {
-                    let stop = stop.clone();
-                    fiber::spawn(move || {
-                        let mut n = 0u64;
-                        while !stop.load(SeqCst) {
-                            fiber::yield_now().unwrap();
-                            n += 1;
-                        }
-                        n
-                    })
-                })
-                .collect();
+            let yielders = yielding_crunchers(2, Duration::ZERO);
             let s = Instant::now();
             let r = fiber::with_timeout(ms(100), || fiber::sleep(Duration::from_secs(3600)));
             let took = s.elapsed();
             assert!(r.is_err(), "the hour-long sleep ended: {r:?}");
-            stop.store(true, SeqCst);
-            for y in yielders {
-                y.join().unwrap();
-            }
+            yielders.stop();
             drop(done_tx);
             finish_all(pairs);
             took
@@ -817,30 +766,14 @@ fn after_queuing_beside_a_heavy_pair_one_worker() {
 fn crunchers_and_a_sleeper(kind: Rt, turn: Duration) {
     under_load(3, || {
         let (worst, rounds) = on(kind, move || {
-            let stop = Arc::new(AtomicBool::new(false));
-            let crunchers: Vec<_> = (0..4)
-                .map(|_| {
-                    let stop = stop.clone();
-                    fiber::spawn(move || {
-                        let mut n = 0u64;
-                        while !stop.load(SeqCst) {
-                            spin(turn);
-                            n += 1;
-                            fiber::yield_now().unwrap();
-                        }
-                        n
-                    })
-                })
-                .collect();
+            let crunchers = yielding_crunchers(4, turn);
             let mut worst = Duration::ZERO;
             for _ in 0..5 {
                 let s = Instant::now();
                 fiber::sleep(ms(50)).unwrap();
                 worst = worst.max(s.elapsed());
             }
-            stop.store(true, SeqCst);
-            let rounds: Vec<u64> = crunchers.into_iter().map(|c| c.join().unwrap()).collect();
-            (worst, rounds)
+            (worst, crunchers.stop())
         });
         assert!(
             worst < BOUND,

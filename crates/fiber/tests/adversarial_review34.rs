@@ -52,6 +52,7 @@ mod common;
 use common::*;
 
 use common::fuzz::{env_u64, quiet_panics, run_seeds, Rng};
+use common::load::{hogs, spin, yielding_crunchers};
 use fiber::chan::{after, bounded, unbounded, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use fiber::select;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -83,44 +84,6 @@ fn build(kind: Kind) -> fiber::Runtime {
             .shutdown_timeout(ms(300))
             .build()
             .unwrap(),
-    }
-}
-
-/// Plain threads spinning beside the runtime until dropped.
-struct Hogs {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-fn hogs(n: usize) -> Hogs {
-    let stop = Arc::new(AtomicBool::new(false));
-    let threads = (0..n)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(SeqCst) {
-                    std::hint::spin_loop();
-                }
-            })
-        })
-        .collect();
-    Hogs { stop, threads }
-}
-
-impl Drop for Hogs {
-    fn drop(&mut self) {
-        self.stop.store(true, SeqCst);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Spin without a yield point for `d`.
-fn spin(d: Duration) {
-    let s = Instant::now();
-    while s.elapsed() < d {
-        std::hint::spin_loop();
     }
 }
 
@@ -740,21 +703,7 @@ fn crunchers_beside_a_sleeper(kind: Kind, hogs_n: usize, crunchers: usize, turn:
     let _hogs = hogs(hogs_n);
     let what = format!("{crunchers} crunchers of {turn:?}, {sleeps} sleeps of {nap:?}");
     let (worst, rounds) = watched(kind, 20, what.clone(), move || {
-        let stop = Arc::new(AtomicBool::new(false));
-        let handles: Vec<_> = (0..crunchers)
-            .map(|_| {
-                let stop = stop.clone();
-                fiber::spawn(move || {
-                    let mut n = 0u64;
-                    while !stop.load(SeqCst) {
-                        spin(turn);
-                        n += 1;
-                        fiber::yield_now().unwrap();
-                    }
-                    n
-                })
-            })
-            .collect();
+        let handles = yielding_crunchers(crunchers, turn);
         let mut worst = Duration::ZERO;
         for _ in 0..sleeps {
             let s = Instant::now();
@@ -763,9 +712,7 @@ fn crunchers_beside_a_sleeper(kind: Kind, hogs_n: usize, crunchers: usize, turn:
             assert!(took >= nap, "a sleep of {nap:?} ended after {took:?}");
             worst = worst.max(took);
         }
-        stop.store(true, SeqCst);
-        let rounds: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        (worst, rounds)
+        (worst, handles.stop())
     });
     assert!(worst < Duration::from_secs(5), "{what}: a sleep took {worst:?}");
     // Every cruncher ran, when the sleeps gave them time enough for
@@ -973,20 +920,7 @@ fn yield_loops_beside_wakes(kind: Kind) {
     let _hogs = hogs(2);
     let took = watched(kind, 30, "yield loops beside wakes".into(), move || {
         let start = Instant::now();
-        let stop = Arc::new(AtomicBool::new(false));
-        let yielders: Vec<_> = (0..3)
-            .map(|_| {
-                let stop = stop.clone();
-                fiber::spawn(move || {
-                    let mut n = 0u64;
-                    while !stop.load(SeqCst) {
-                        fiber::yield_now().unwrap();
-                        n += 1;
-                    }
-                    n
-                })
-            })
-            .collect();
+        let yielders = yielding_crunchers(3, Duration::ZERO);
         for _ in 0..100 {
             fiber::sleep(ms(1)).unwrap();
         }
@@ -1010,10 +944,7 @@ fn yield_loops_beside_wakes(kind: Kind) {
             let jh = outside.join().unwrap();
             assert_eq!(jh.join().unwrap(), i * 3);
         }
-        stop.store(true, SeqCst);
-        for y in yielders {
-            assert!(y.join().unwrap() > 0);
-        }
+        assert!(yielders.stop().iter().all(|&n| n > 0));
         start.elapsed()
     });
     assert!(took < Duration::from_secs(20), "took {took:?}");
@@ -1040,27 +971,12 @@ fn yield_loops_beside_wakes_elastic() {
 /// a quarter of the mean.
 fn yielding_crunchers_share(secs: u64) -> Vec<u64> {
     watched(Kind::One, 30, "yielding crunchers".into(), move || {
-        let stop = Arc::new(AtomicBool::new(false));
-        let hs: Vec<_> = (0..5)
-            .map(|_| {
-                let stop = stop.clone();
-                fiber::spawn(move || {
-                    let mut n = 0u64;
-                    while !stop.load(SeqCst) {
-                        spin(ms(22));
-                        n += 1;
-                        fiber::yield_now().unwrap();
-                    }
-                    n
-                })
-            })
-            .collect();
+        let hs = yielding_crunchers(5, ms(22));
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_millis(secs) {
             fiber::sleep(Duration::ZERO).unwrap();
         }
-        stop.store(true, SeqCst);
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+        hs.stop()
     })
 }
 
@@ -1091,28 +1007,14 @@ fn sleeper_beside_crunchers_in_a_cycle(kind: Kind, crunchers: usize, turn: Durat
         50,
         format!("a sleeper beside {crunchers} crunchers of {turn:?}"),
         move || {
-            let stop = Arc::new(AtomicBool::new(false));
-            let hs: Vec<_> = (0..crunchers)
-                .map(|_| {
-                    let stop = stop.clone();
-                    fiber::spawn(move || {
-                        while !stop.load(SeqCst) {
-                            spin(turn);
-                            fiber::yield_now().unwrap();
-                        }
-                    })
-                })
-                .collect();
+            let hs = yielding_crunchers(crunchers, turn);
             let mut worst = Duration::ZERO;
             for _ in 0..20 {
                 let s = Instant::now();
                 fiber::sleep(ms(1)).unwrap();
                 worst = worst.max(s.elapsed());
             }
-            stop.store(true, SeqCst);
-            for h in hs {
-                h.join().unwrap();
-            }
+            hs.stop();
             worst
         },
     )

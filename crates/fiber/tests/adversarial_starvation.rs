@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
+use common::load::spin;
 use common::{ms, within};
 
 fn rt(workers: usize, max: usize) -> fiber::Runtime {
@@ -20,13 +21,6 @@ fn rt(workers: usize, max: usize) -> fiber::Runtime {
         .shutdown_timeout(ms(300))
         .build()
         .unwrap()
-}
-
-fn spin(d: Duration) {
-    let s = Instant::now();
-    while s.elapsed() < d {
-        std::hint::spin_loop();
-    }
 }
 
 /// yield_now fairness on one fixed worker: a fiber yielding in a loop and a

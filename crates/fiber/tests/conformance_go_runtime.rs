@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
+use common::load::spin;
 use common::{ms, rt1, rt2, within};
 
 // ---------------------------------------------------------------------------
@@ -64,14 +65,6 @@ fn each(f: impl Fn() + Send + Sync + Clone + 'static) {
 #[inline(never)]
 fn thread_now() -> std::thread::ThreadId {
     std::thread::current().id()
-}
-
-/// Spin without a yield point for `d`.
-fn spin(d: Duration) {
-    let s = Instant::now();
-    while s.elapsed() < d {
-        std::hint::spin_loop();
-    }
 }
 
 /// Poll `cond` (yielding) until it holds; false if `limit` passes first.
@@ -610,25 +603,7 @@ fn a_sleeper_wakes_beside_a_compute_heavy_ping_pong_pair() {
 /// in 4 of 6 runs, until a rescue moved the runnext fiber last.
 #[test]
 fn a_sleeper_wakes_beside_a_compute_heavy_ping_pong_pair_on_a_loaded_machine() {
-    let stop = Arc::new(AtomicBool::new(false));
-    let hogs: Vec<_> = (0..3)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(SeqCst) {
-                    std::hint::spin_loop();
-                }
-            })
-        })
-        .collect();
-    let outcome = std::panic::catch_unwind(sleeper_beside_a_hog_pair_and_a_light_pair);
-    stop.store(true, SeqCst);
-    for hog in hogs {
-        hog.join().unwrap();
-    }
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    common::load::under_load(3, sleeper_beside_a_hog_pair_and_a_light_pair);
 }
 
 fn sleeper_beside_a_hog_pair_and_a_light_pair() {

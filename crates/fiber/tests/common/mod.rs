@@ -5,6 +5,7 @@
 
 pub mod fuzz;
 pub mod hold;
+pub mod load;
 
 use std::panic::AssertUnwindSafe;
 use std::process::{Command, Stdio};
