@@ -1615,9 +1615,20 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
     }
     match outcome {
         RunOutcome::Yielded(fiber) => {
-            // Behind everything this worker has queued (the local deque is
-            // LIFO): the worker's private FIFO of yielded fibers.
-            ctx.yielded.push(fiber);
+            if fiber.home().is_none() && !shared.global.is_empty() {
+                // Fibers wait in the global queue (the monitor moved this
+                // worker's queues there during a long turn, or fired a busy
+                // worker's timers, or a thread spawned): the yield goes
+                // behind them, as Go's `Gosched` does. In the worker's own
+                // FIFO it ran again at once whenever a fairness look began
+                // there, ahead of every fiber the rescue had just moved
+                // (`adversarial_review36.rs::a_fiber_yielding_after_a_long_turn_does_not_run_again_ahead_of_the_others_one_worker`).
+                shared.global.push(fiber);
+            } else {
+                // Behind everything this worker has queued (the local deque
+                // is LIFO): the worker's private FIFO of yielded fibers.
+                ctx.yielded.push(fiber);
+            }
             bump(&slot.enqueued);
         }
         RunOutcome::Parked => bump(&slot.parks),

@@ -73,7 +73,7 @@ impl<T, F: FnOnce() -> T> LazyLock<T, F> {
     /// caller running it (std deadlocks there).
     #[track_caller]
     pub fn force(this: &LazyLock<T, F>) -> &T {
-        this.once.call_once_force(|state| {
+        this.once.force_named("LazyLock::force", |state| {
             if state.is_poisoned() {
                 poisoned();
             }

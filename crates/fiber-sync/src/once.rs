@@ -392,8 +392,10 @@ struct OnceWait<'a> {
 impl OnceWait<'_> {
     fn done(&self, state: usize) -> bool {
         if self.until_complete {
-            // Relaxed: ordered by the state's Acquire or the queue lock (field docs).
-            state == COMPLETE || self.poisoned.is_some_and(|p| p.load(Ordering::Relaxed))
+            // Relaxed: ordered by the state's Acquire or the queue lock
+            // (field docs). A poisoned `Once` whose forced closure runs is
+            // RUNNING, not poisoned, for a waiter (as std's).
+            state == COMPLETE || (state != RUNNING && self.poisoned.is_some_and(|p| p.load(Ordering::Relaxed)))
         } else {
             state != RUNNING
         }
@@ -520,10 +522,17 @@ impl Once {
     /// its own closure by the caller running it.
     #[track_caller]
     pub fn call_once_force<F: FnOnce(&OnceState)>(&self, f: F) {
+        self.force_named("Once::call_once_force", f);
+    }
+
+    /// `call_once_force` for a type built on this one (`LazyLock`), whose
+    /// public call `call` names in the re-entry panic.
+    #[track_caller]
+    pub(crate) fn force_named<F: FnOnce(&OnceState)>(&self, call: &str, f: F) {
         if self.is_completed() {
             return;
         }
-        self.run("Once::call_once_force", true, f);
+        self.run(call, true, f);
     }
 
     /// Has a closure completed (never waits)?
@@ -579,8 +588,10 @@ impl Once {
                 return;
             }
             // Relaxed: a panicked closure's poison is ordered before its
-            // `finish` (which woke us) by the cell's state and queue lock.
-            if !force && self.poisoned.load(Ordering::Relaxed) {
+            // `finish` (which woke us) by the cell's state (Acquire) and
+            // queue lock. While a `call_once_force` closure recovers a
+            // poisoned `Once` it is RUNNING: the wait waits (as std's).
+            if !force && self.cell.state.load(Ordering::Acquire) != RUNNING && self.poisoned.load(Ordering::Relaxed) {
                 panic!("Once instance has previously been poisoned");
             }
             self.cell.refuse_reentry(call);
