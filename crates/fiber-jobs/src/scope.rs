@@ -1172,7 +1172,11 @@ impl fiber_core::Waitable for Done {
 /// To wait for data with a time limit, use the operation's own timed form
 /// (`Receiver::recv_timeout`, `select!` with an `after` arm,
 /// `TcpStream::set_read_timeout`): it either takes the data or times out,
-/// never both.
+/// never both. The same holds for `TcpListener::accept`: a connection
+/// accepted as the deadline passes is dropped with `f`'s value (its client
+/// sees a reset). For a timed accept, give the listener a receive timeout
+/// (`SO_RCVTIMEO`, e.g. set through `socket2` on a std listener passed to
+/// `TcpListener::from_std`), which `accept` honours with `WouldBlock`.
 ///
 /// Inside `f`, a wait the deadline interrupts returns `Err(Cancelled)`
 /// (`fiber::sleep`, `yield_now`, [`check_cancelled`]): pass it on with `?`

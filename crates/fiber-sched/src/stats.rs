@@ -76,7 +76,10 @@ pub struct Stats {
     pub max_workers: usize,
     /// Workers asleep now.
     pub sleeping_workers: usize,
-    /// Fibers spawned and not finished.
+    /// Fibers spawned and not finished. A fiber counts until its frame is
+    /// back in the pool, just after it wakes its joiner: right after a
+    /// `join` returns (on a plain thread especially) the count may still
+    /// include it for a moment.
     pub fibers_alive: usize,
     /// Runnable fibers waiting in queues (the pressure counter, >= 0).
     pub fibers_runnable: usize,

@@ -939,7 +939,12 @@ fn outside_spawns_racing_growth_and_retirement_lose_no_fiber() {
             "the pool never moved: {:?}",
             st.scale_events.len()
         );
-        assert_eq!(st.fibers_alive, 0);
+        // A joined fiber's frame goes back to the pool just after it wakes
+        // its joiner (`Stats::fibers_alive`): the last ones may still count
+        // for a moment after the last join returns on a plain thread.
+        wait_until("every joined fiber to leave fibers_alive", 10, || {
+            rt.stats().fibers_alive == 0
+        });
     });
 }
 

@@ -838,11 +838,15 @@ fn a_tick_in_a_select_loop_keeps_its_schedule_like_a_recv_loop() {
 
 // ------------------------------------------------- deadlines while every worker spins
 
-/// Every kind of timed wait (10 ms), parked before the workers get busy.
+/// Every kind of timed wait (100 ms: long enough that the spinners are
+/// spinning before it is due, on a loaded machine too), parked before the
+/// workers get busy.
 /// Each returns (its name, whether it reported the timeout, how long it
 /// waited).
+const TIMED_WAIT: Duration = Duration::from_millis(100);
+
 fn timed_waiters() -> Vec<fiber::JoinHandle<(&'static str, bool, Duration)>> {
-    let d = ms(10);
+    let d = TIMED_WAIT;
     type W = fn(Duration) -> bool;
     let waits: Vec<(&'static str, W)> = vec![
         ("sleep", |d| fiber::sleep(d).is_ok()),
@@ -920,7 +924,7 @@ fn timed_waits_beside_spinners(rt: fiber::Runtime, spinners: usize, limit: Durat
         let spin_end = Instant::now();
         for (name, ok, waited) in checker.join().unwrap() {
             assert!(ok, "{name}: did not report its timeout");
-            assert!(waited >= ms(10), "{name}: ended early ({waited:?})");
+            assert!(waited >= TIMED_WAIT, "{name}: ended early ({waited:?})");
         }
         assert!(
             spin_end.elapsed() < Duration::from_secs(2),
