@@ -1329,6 +1329,17 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
                 // Outside wakes and yielded fibers get a turn too, or a
                 // LIFO local deque that keeps refilling would starve them.
                 1 => shared.slots[ctx.index].inbox.pop(),
+                // Unless the last turn ran so long that the monitor took
+                // this worker for stuck (`stalled`) and moved the fibers
+                // waiting here to the global queue: the yielded deque then
+                // holds just the fiber that yielded at the end of that
+                // turn, which would run again at once, ahead of all of them
+                // (one turn in eight beside three waiting fibers:
+                // `adversarial_review36.rs::a_fiber_yielding_after_a_long_turn_does_not_run_again_ahead_of_the_others_one_worker`);
+                // the global queue is served first, as Go's `Gosched` puts
+                // the goroutine behind it. (Checked here, on the rare
+                // fairness look, not on every yield.)
+                2 if shared.slots[ctx.index].stalled.load(Ordering::Relaxed) && !shared.global.is_empty() => None,
                 2 => ctx.yielded.pop(),
                 // And, more rarely, the oldest fiber of the local deque: it
                 // is LIFO, so a worker whose fibers keep pushing onto it
@@ -1615,20 +1626,9 @@ fn run(shared: &Shared, ctx: &WorkerCtx, running: Running) {
     }
     match outcome {
         RunOutcome::Yielded(fiber) => {
-            if fiber.home().is_none() && !shared.global.is_empty() {
-                // Fibers wait in the global queue (the monitor moved this
-                // worker's queues there during a long turn, or fired a busy
-                // worker's timers, or a thread spawned): the yield goes
-                // behind them, as Go's `Gosched` does. In the worker's own
-                // FIFO it ran again at once whenever a fairness look began
-                // there, ahead of every fiber the rescue had just moved
-                // (`adversarial_review36.rs::a_fiber_yielding_after_a_long_turn_does_not_run_again_ahead_of_the_others_one_worker`).
-                shared.global.push(fiber);
-            } else {
-                // Behind everything this worker has queued (the local deque
-                // is LIFO): the worker's private FIFO of yielded fibers.
-                ctx.yielded.push(fiber);
-            }
+            // Behind everything this worker has queued (the local deque is
+            // LIFO): the worker's private FIFO of yielded fibers.
+            ctx.yielded.push(fiber);
             bump(&slot.enqueued);
         }
         RunOutcome::Parked => bump(&slot.parks),
