@@ -548,6 +548,14 @@ fn fiber_or_thread_wait<W: Waitable + ?Sized>(
         if deadline <= options.now.unwrap_or_else(Instant::now)
             // SAFETY: the running fiber reads its own task slot.
             && !(options.interrupt == Interrupt::Cancellable && unsafe { fiber.is_cancel_requested() })
+            // Once teardown began, a fiber that is not unwinding yet takes
+            // the usual path, which unwinds it there: returning at once (no
+            // yield is allowed in teardown) let a loop of zero waits that
+            // ignores its cancellation (a `select!` taking a due timer arm,
+            // a due timer `recv`) spin for ever on the thread dropping the
+            // runtime (`adversarial_review38.rs`).
+            // SAFETY: the running fiber reads its own scheduler slot.
+            && (unsafe { fiber.phase() } != crate::pool::Phase::Teardown || crate::fiber::fiber_panicking(fiber))
         {
             // SAFETY: the running fiber reads its own slots and suspends
             // itself on its own stack; `fiber` is its frame, alive across

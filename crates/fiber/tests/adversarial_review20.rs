@@ -325,7 +325,9 @@ fn supervisor_inside_a_plain_scope_keeps_its_own_failures_but_not_the_outer_ones
         rt2().block_on(|| {
             let sup_child = Arc::new(std::sync::Mutex::new(None));
             let sc = sup_child.clone();
-            let survivor_cancelled = Arc::new(AtomicBool::new(false));
+            // The survivor's sleep was cancelled, or the outer failure
+            // cancelled it before it ever ran (then its body never runs).
+            let survivor_cancelled = Arc::new(AtomicBool::new(true));
             let sv = survivor_cancelled.clone();
             let (go_tx, go_rx) = chan::bounded::<()>(0);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -334,6 +336,7 @@ fn supervisor_inside_a_plain_scope_keeps_its_own_failures_but_not_the_outer_ones
                         fiber::supervisor_scope(|ss| {
                             let bad = ss.spawn(|| panic!("supervised"));
                             let survivor = ss.spawn(move || {
+                                sv.store(false, SeqCst);
                                 let r = fiber::sleep(Duration::from_secs(3600));
                                 sv.store(r.is_err(), SeqCst);
                             });
