@@ -12,10 +12,10 @@
 //!
 //! runnext -> local -> inbox -> global -> randomized steal -> brief spin ->
 //! sleep (`idle.rs`). Every [`GLOBAL_CHECK_INTERVAL`] fibers the global queue
-//! goes first, and runnext yields to the local queue after
-//! [`RUNNEXT_STREAK`] consecutive runs, or, once a chain of runnext
-//! hand-offs has run for [`RUNNEXT_SLICE_MS`], goes behind everything
-//! else queued, so nothing starves.
+//! goes first, and once a chain of runnext hand-offs has run for
+//! [`RUNNEXT_SLICE_MS`] its fiber goes behind everything else queued (the
+//! chain shares one time slice, as Go's runnext inherits the slice), so
+//! nothing starves.
 //!
 //! # Placement
 //!
@@ -45,8 +45,6 @@ use std::time::Instant;
 
 /// Fibers run between two looks at the global queue first (fairness).
 pub const GLOBAL_CHECK_INTERVAL: u64 = 61;
-/// Consecutive runnext runs before the local queue gets a turn.
-pub const RUNNEXT_STREAK: u32 = 16;
 /// Milliseconds (coarse clock) a chain of runnext hand-offs may run before
 /// its fiber goes behind the worker's other queued fibers (Go's 10 ms time
 /// slice, which a runnext goroutine inherits).
@@ -513,7 +511,9 @@ pub(crate) struct WorkerCtx {
     shared: Arc<Shared>,
     pub(crate) index: usize,
     local: Deque<Runnable>,
-    runnext_streak: Cell<u32>,
+    /// Is a chain of runnext hand-offs running (the last look took the
+    /// runnext slot's fiber)?
+    in_chain: Cell<bool>,
     /// The coarse clock when the current runnext chain started.
     chain_since_ms: Cell<u64>,
     /// Did this look take the runnext slot's fiber (a chain goes on)?
@@ -834,7 +834,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         shared: shared.clone(),
         index,
         local: deque,
-        runnext_streak: Cell::new(0),
+        in_chain: Cell::new(false),
         chain_since_ms: Cell::new(0),
         picked_runnext: Cell::new(false),
         fair_look_ms: Cell::new(fiber_core::coarse_clock_ms()),
@@ -1275,20 +1275,59 @@ fn wait_notified(slot: &Slot, deadline: Option<Instant>) -> bool {
 
 /// The next fiber to run. One taken from anywhere but the runnext slot
 /// ends the current runnext chain: the next hand-off starts a new one,
-/// with a new count and a new time slice (`RUNNEXT_SLICE_MS`). (Kept by
-/// its old clock, a chain that began before a fairness look was cut at
-/// its first hand-off after it.)
+/// with a new time slice (`RUNNEXT_SLICE_MS`).
 fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     ctx.picked_runnext.set(false);
     let found = look_for_work(shared, ctx);
     if !ctx.picked_runnext.get() {
-        ctx.runnext_streak.set(0);
+        ctx.in_chain.set(false);
     }
     found
 }
 
 /// `find_work`'s search, in the loop's order (module docs).
 fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
+    let mut late_in_chain = false;
+    let runnext = &shared.slots[ctx.index].runnext;
+    if ctx.in_chain.get() && runnext.is_occupied() {
+        let now_ms = fiber_core::coarse_clock_ms();
+        if now_ms >= ctx.chain_since_ms.get() + RUNNEXT_SLICE_MS {
+            // The chain used up its slice (its fibers compute for
+            // milliseconds a turn, or hand off for that long): its fiber
+            // goes behind everything this worker has queued, as a yield
+            // does (Go preempts a runnext chain after its 10 ms slice onto
+            // the global queue), and the search below goes on. Counted in
+            // hand-offs only, a pair computing 20 ms a turn let the deque's
+            // top fiber run once every 16 turns, and 20 fibers sleeping
+            // 10 ms in a loop beside it waited up to 2 s a sleep
+            // (`adversarial_review12.rs::twenty_sleeper_loops_beside_pairs_one_worker`).
+            if let Some(fiber) = runnext.take() {
+                ctx.yielded.push(fiber);
+            }
+        } else if now_ms < ctx.fair_look_ms.get() + FAIR_LOOK_MS {
+            // A chain of hand-offs goes on within its slice, however many
+            // hand-offs it makes, and its looks are not counted (only the
+            // timed fairness look interrupts it): each pair of a ping-pong
+            // gets whole slices, as in Go, where a goroutine taken from
+            // runnext inherits the time slice and the schedule tick. (Cut
+            // after 16 hand-offs, or interrupted by the counted fairness
+            // looks, a pair handing off every microsecond got 16 to 61 us
+            // per 10 ms turn of a pair computing 1 ms a hand-off, 1/570 of
+            // the time: Go's `TestPingPongHog`,
+            // `conformance_go_runtime.rs::ping_pong_hog`.)
+            if let Some(fiber) = runnext.take() {
+                ctx.picked_runnext.set(true);
+                return Some(fiber);
+            }
+        } else {
+            // The timed fairness look is due: it goes first, and the
+            // chain's fiber waits in its slot. (Without it, a tree whose
+            // fibers compute 5 ms and spawn into runnext kept the oldest
+            // fiber of the deque waiting 1.4 s:
+            // `adversarial_starvation.rs::the_oldest_fiber_of_a_refilled_lifo_deque_runs_within_a_time_bound`.)
+            late_in_chain = true;
+        }
+    }
     let tick = ctx.tick.get().wrapping_add(1);
     ctx.tick.set(tick);
     // A look counts in time as well as in looks: a worker whose fibers run
@@ -1298,10 +1337,11 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     // (`conformance_go_runtime.rs::a_sleeper_wakes_beside_a_compute_heavy_ping_pong_pair`).
     // (Read on every 4th look: a look of a yield loop costs about 20 ns,
     // and reading the clock on each one showed.)
-    let late = tick % 4 == 0 && {
-        let now_ms = fiber_core::coarse_clock_ms();
-        now_ms >= ctx.fair_look_ms.get() + FAIR_LOOK_MS
-    };
+    let late = late_in_chain
+        || tick % 4 == 0 && {
+            let now_ms = fiber_core::coarse_clock_ms();
+            now_ms >= ctx.fair_look_ms.get() + FAIR_LOOK_MS
+        };
     if tick % GLOBAL_CHECK_INTERVAL == 0 || late {
         ctx.fair_look_ms.set(fiber_core::coarse_clock_ms());
         // A busy worker takes the I/O readiness that is ready now itself
@@ -1358,44 +1398,12 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         }
     }
     if let Some(fiber) = shared.slots[ctx.index].runnext.take() {
-        let streak = ctx.runnext_streak.get();
-        if streak == 0 {
-            // A chain of hand-offs starts here (the clock is read only
-            // where runnext is in use: a yield loop never reads it).
-            ctx.chain_since_ms.set(fiber_core::coarse_clock_ms());
-            ctx.runnext_streak.set(1);
-            ctx.picked_runnext.set(true);
-            return Some(fiber);
-        }
-        if fiber_core::coarse_clock_ms() >= ctx.chain_since_ms.get() + RUNNEXT_SLICE_MS {
-            // The chain used up its slice (its fibers compute for
-            // milliseconds a turn): its fiber goes behind everything this
-            // worker has queued, as a yield does (Go preempts a runnext
-            // chain after its 10 ms slice onto the global queue), and the
-            // search below goes on. Counted in hand-offs only, a pair
-            // computing 20 ms a turn let the deque's top fiber run once
-            // every 16 turns, and 20 fibers sleeping 10 ms in a loop
-            // beside it waited up to 2 s a sleep
-            // (`adversarial_review12.rs::twenty_sleeper_loops_beside_pairs_one_worker`).
-            ctx.yielded.push(fiber);
-        } else if streak < RUNNEXT_STREAK {
-            ctx.runnext_streak.set(streak + 1);
-            ctx.picked_runnext.set(true);
-            return Some(fiber);
-        } else {
-            // Let the local queue go first this time: its newest fiber
-            // runs and the runnext one waits in the deque. (Pushed first
-            // and popped after, it would come straight back, and two
-            // fibers handing each other the slot would keep the deque
-            // waiting for ever.)
-            return Some(match ctx.local.pop() {
-                Some(other) => {
-                    ctx.local.push(fiber);
-                    other
-                }
-                None => fiber,
-            });
-        }
+        // A chain of hand-offs starts here (the clock is read only where
+        // runnext is in use: a yield loop never reads it).
+        ctx.chain_since_ms.set(fiber_core::coarse_clock_ms());
+        ctx.in_chain.set(true);
+        ctx.picked_runnext.set(true);
+        return Some(fiber);
     }
     if let Some(fiber) = ctx.local.pop() {
         return Some(fiber);

@@ -1,7 +1,8 @@
 //! Adversarial: no runnable fiber starves (seed 003's starvation escape).
 //! A ping-pong pair hands its two fibers the worker's runnext slot back and
-//! forth; spec/sched.md section 2 says runnext yields to the local deque
-//! after 16 consecutive runs. The runnext fiber was pushed onto the LIFO
+//! forth; spec/sched.md section 2 says such a chain runs for at most one
+//! 10 ms time slice (it once yielded to the local deque after 16
+//! consecutive runs). The runnext fiber was pushed onto the LIFO
 //! deque and popped straight back, so on one worker a fiber waiting in the
 //! deque (spawned before the pair, or a fiber that only yields) never ran.
 
