@@ -50,6 +50,14 @@ pub const GLOBAL_CHECK_INTERVAL: u64 = 61;
 /// slice, which a runnext goroutine inherits).
 pub const RUNNEXT_SLICE_MS: u64 = 10;
 
+/// Every this many looks of a chain of runnext hand-offs, the worker
+/// advances the coarse clock itself (a clock read): the monitor, which
+/// advances it otherwise, can be held up (a slow tracing subscriber or a
+/// full stderr in one of its reports), and a chain that only the clock
+/// ends would then keep its worker for as long (review 43: yielders beside
+/// a ping-pong pair waited the whole 5 s of a held monitor).
+pub const CHAIN_CLOCK_EVERY: u32 = 256;
+
 /// Every this many global checks (so every 61 x 16 looks), the oldest
 /// fiber of the LIFO local deque runs first: a bound on how long a fiber
 /// at its bottom can wait while the top keeps being refilled.
@@ -516,6 +524,8 @@ pub(crate) struct WorkerCtx {
     in_chain: Cell<bool>,
     /// The coarse clock when the current runnext chain started.
     chain_since_ms: Cell<u64>,
+    /// Looks of the current chain (`CHAIN_CLOCK_EVERY`).
+    chain_looks: Cell<u32>,
     /// Did this look take the runnext slot's fiber (a chain goes on)?
     picked_runnext: Cell<bool>,
     /// The coarse clock at the last fairness look (`FAIR_LOOK_MS`).
@@ -836,6 +846,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         local: deque,
         in_chain: Cell::new(false),
         chain_since_ms: Cell::new(0),
+        chain_looks: Cell::new(0),
         picked_runnext: Cell::new(false),
         fair_look_ms: Cell::new(fiber_core::coarse_clock_ms()),
         late_looks: Cell::new(0),
@@ -1290,6 +1301,11 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     let mut late_in_chain = false;
     let runnext = &shared.slots[ctx.index].runnext;
     if ctx.in_chain.get() && runnext.is_occupied() {
+        let looks = ctx.chain_looks.get().wrapping_add(1);
+        ctx.chain_looks.set(looks);
+        if looks % CHAIN_CLOCK_EVERY == 0 {
+            fiber_core::advance_coarse_clock();
+        }
         let now_ms = fiber_core::coarse_clock_ms();
         if now_ms >= ctx.chain_since_ms.get() + RUNNEXT_SLICE_MS {
             // The chain used up its slice (its fibers compute for
@@ -1401,6 +1417,7 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         // A chain of hand-offs starts here (the clock is read only where
         // runnext is in use: a yield loop never reads it).
         ctx.chain_since_ms.set(fiber_core::coarse_clock_ms());
+        ctx.chain_looks.set(0);
         ctx.in_chain.set(true);
         ctx.picked_runnext.set(true);
         return Some(fiber);

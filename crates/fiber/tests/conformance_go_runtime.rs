@@ -662,14 +662,17 @@ fn sleeper_beside_a_hog_pair_and_a_light_pair() {
 
 /// BenchmarkPingPongHog as a test: on one worker, a CPU hog that polls a
 /// stop channel with `select`/`default` (no other yield point) runs beside
-/// a ping-pong pair; the pair still completes its 20,000 round trips (the
+/// a ping-pong pair; the pair still completes its round trips (the
 /// README: every 128 empty non-blocking polls yield), and the hog polls
-/// too. (The pair's hand-offs share 10 ms time slices, as in Go: 20,000
-/// round trips take several slices, and the hog runs between them.)
+/// too. The pair's hand-offs share 10 ms time slices, as in Go, so the
+/// pair goes on for at least 100 ms (and 2,000 round trips): ten slices,
+/// between which the hog runs. (A fixed 20,000 round trips fit in one
+/// slice in a release build.)
 #[test]
 fn ping_pong_beside_a_select_default_hog() {
     each(|| {
-        const N: usize = 20_000;
+        const N: usize = 2000;
+        const FOR_AT_LEAST: Duration = Duration::from_millis(100);
         let (stop_tx, stop_rx) = bounded::<()>(0);
         let hog = {
             let stop_rx = stop_rx.clone();
@@ -685,33 +688,45 @@ fn ping_pong_beside_a_select_default_hog() {
         };
         let (ping_tx, ping_rx) = bounded::<bool>(0);
         let (pong_tx, pong_rx) = bounded::<bool>(0);
+        let start = Instant::now();
         let a = {
             let (ping_rx, pong_tx) = (ping_rx.clone(), pong_tx.clone());
             fiber::spawn(move || {
-                for _ in 0..N {
-                    pong_tx.send(ping_rx.recv().unwrap()).unwrap();
+                let mut trips = 0;
+                loop {
+                    ping_rx.recv().unwrap();
+                    trips += 1;
+                    // The last ball, `false`, ends the pair.
+                    let more = trips < N || start.elapsed() < FOR_AT_LEAST;
+                    pong_tx.send(more).unwrap();
+                    if !more {
+                        break;
+                    }
                 }
                 drop(stop_tx); // close(stop)
+                trips
             })
         };
         let b = {
             let (pong_rx, ping_tx) = (pong_rx.clone(), ping_tx.clone());
-            fiber::spawn(move || {
-                for _ in 0..N {
-                    ping_tx.send(pong_rx.recv().unwrap()).unwrap();
+            fiber::spawn(move || loop {
+                let more = pong_rx.recv().unwrap();
+                ping_tx.send(more).unwrap();
+                if !more {
+                    break;
                 }
             })
         };
-        let start = Instant::now();
         ping_tx.send(true).unwrap(); // start the ping-pong
         assert!(stop_rx.recv().is_err()); // <-stop
-        ping_rx.recv().unwrap(); // let the last ponger finish
-        a.join().unwrap();
+        assert!(!ping_rx.recv().unwrap()); // let the last ponger finish
+        let trips = a.join().unwrap();
         b.join().unwrap();
-        assert!(hog.join().unwrap() > 0, "the hog never polled");
+        assert!(trips >= N);
+        assert!(hog.join().unwrap() > 0, "the hog never polled in {trips} round trips");
         assert!(
             start.elapsed() < Duration::from_secs(20),
-            "{N} round trips took {:?}",
+            "{trips} round trips took {:?}",
             start.elapsed()
         );
     });
