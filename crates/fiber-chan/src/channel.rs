@@ -179,6 +179,9 @@ impl<T> Sender<T> {
     /// `fiber::is_cancelled()` (or [`Sender::is_closed`]).
     #[track_caller]
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+        if budget_cancelled() {
+            return Err(SendError(value));
+        }
         // The value stays in this one slot until it moves to its place in
         // the channel (or comes back): see `spec/chan.md`, "Large values".
         let mut value = Some(value);
@@ -198,6 +201,7 @@ impl<T> Sender<T> {
     /// `fiber_core::POLL_BUDGET` (128) such misses the fiber yields, so a
     /// loop that polls lets other fibers run.)
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        fiber_core::coop_point();
         let mut value = Some(value);
         match self.chan.try_send(&mut value) {
             Ok(()) => Ok(()),
@@ -233,6 +237,9 @@ impl<T> Sender<T> {
     /// The timed send; `None`: no deadline.
     #[track_caller]
     fn send_until(&self, value: T, deadline: Option<Instant>) -> Result<(), SendTimeoutError<T>> {
+        if budget_cancelled() {
+            return Err(SendTimeoutError::Timeout(value));
+        }
         let mut value = Some(value);
         match self.chan.send(&mut value, deadline) {
             Ok(()) => Ok(()),
@@ -334,6 +341,9 @@ impl<T> Receiver<T> {
     /// (or [`Receiver::is_closed`]).
     #[track_caller]
     pub fn recv(&self) -> Result<T, RecvError> {
+        if budget_cancelled() {
+            return Err(RecvError);
+        }
         match &self.flavor {
             Flavor::Chan(chan) => {
                 let mut out = None;
@@ -371,6 +381,7 @@ impl<T> Receiver<T> {
     /// `fiber_core::POLL_BUDGET` (128) such misses the fiber yields, so a
     /// loop that polls lets other fibers run.)
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        fiber_core::coop_point();
         let result = self.try_recv_quiet();
         if result.is_err() {
             // A poll that found nothing: counts toward the fiber's budget
@@ -399,6 +410,9 @@ impl<T> Receiver<T> {
     /// Receive, waiting at most `timeout`.
     #[track_caller]
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        if budget_cancelled() {
+            return Err(RecvTimeoutError::Timeout);
+        }
         let now = Instant::now();
         match now.checked_add(timeout) {
             Some(deadline) => match &self.flavor {
@@ -420,6 +434,9 @@ impl<T> Receiver<T> {
     /// waits gets `Timeout`.
     #[track_caller]
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
+        if budget_cancelled() {
+            return Err(RecvTimeoutError::Timeout);
+        }
         match &self.flavor {
             Flavor::Chan(chan) => recv_timed_from(chan, deadline, Instant::now()),
             Flavor::Timer(timer, convert) => loop {
@@ -674,6 +691,22 @@ impl<T> IntoIterator for Receiver<T> {
 /// behind it run, the one that would end the loop included.
 fn failed_wait() {
     fiber_core::poll_missed();
+}
+
+/// The fiber's operation budget (`fiber_core::coop_point_cancellable`) at
+/// the start of a blocking operation: every `fiber_core::OP_BUDGET` (128)
+/// operations in a row that did not switch away, the fiber yields here,
+/// and if it is cancelled the operation ends as cancelled without being
+/// made (as if it had waited; a failed wait, so a loop that retries it is
+/// polling). A loop on a channel that never makes it wait (a thread keeps
+/// it full) thus lets the fibers beside it run, and sees its cancellation.
+#[inline]
+fn budget_cancelled() -> bool {
+    if fiber_core::coop_point_cancellable() {
+        failed_wait();
+        return true;
+    }
+    false
 }
 
 /// Is the calling fiber's cancellation requested? (Never under loom: the

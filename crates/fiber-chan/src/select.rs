@@ -1000,6 +1000,8 @@ impl<'a> Select<'a> {
         // Every outcome of an earlier run was consumed or given back (by
         // `SelectedOperation`, or below for `ready`): nothing to clear.
         debug_assert!(self.ops.iter().all(|op| op.status == Status::Empty));
+        // Before anything is reserved: the fiber's operation budget.
+        fiber_core::coop_point();
         let index = self.run_inner(mode, ready_only);
         if ready_only {
             if let Some(i) = index {

@@ -161,6 +161,9 @@ pub(crate) struct Fiber {
     /// Non-blocking operations that found nothing to do since the last
     /// budget yield ([`poll_missed`]; owner-only).
     poll_misses: UnsafeCell<u32>,
+    /// Operations that completed without a switch since the fiber last
+    /// switched away ([`coop_point`]; owner-only).
+    ops_unswitched: UnsafeCell<u32>,
     /// The body has returned (or unwound, or will never run): what runs
     /// now is cleanup (fiber-local destructors, dropping a cancelled
     /// fiber's value or a never-started fiber's closure), where
@@ -468,6 +471,7 @@ impl Fiber {
             mask_scope: UnsafeCell::new(0),
             root_scope: UnsafeCell::new(0),
             poll_misses: UnsafeCell::new(0),
+            ops_unswitched: UnsafeCell::new(0),
             cancel_scope: UnsafeCell::new(None),
             locals: UnsafeCell::new(None),
             teardown_raises: UnsafeCell::new(0),
@@ -554,6 +558,7 @@ impl Fiber {
             this.mask_scope.with_mut(|c| *c = 0);
             this.root_scope.with_mut(|c| *c = 0);
             this.poll_misses.with_mut(|c| *c = 0);
+            this.ops_unswitched.with_mut(|c| *c = 0);
             this.body_returned.with_mut(|b| *b = false);
         }
         this.unwind_flags.store(0, Ordering::Relaxed);
@@ -1098,6 +1103,9 @@ impl Fiber {
                 self.note_switch_while_panicking();
             }
             (*yielder).suspend(request);
+            // Switched away and back: a new run of operations begins
+            // (`coop_point`).
+            self.ops_unswitched.with_mut(|c| *c = 0);
         }
         self.note_resumed();
     }
@@ -1749,6 +1757,76 @@ pub fn poll_missed() {
         // SAFETY: as above; the fiber suspends itself on its own stack and
         // its frame outlives the switch (see `yield_now`).
         unsafe { budget_yield(&*fiber) };
+    }
+}
+
+/// Operations (channel, select, socket, lock and semaphore calls, waits
+/// that complete without parking) a fiber may make in a row without
+/// switching away before one of them yields first (tokio's cooperative
+/// budget is the same 128).
+pub const OP_BUDGET: u32 = 128;
+
+/// The running fiber is about to make an operation (or a wait of it
+/// completed without parking). Every [`OP_BUDGET`] of them in a row that
+/// did not switch away, the fiber yields here: a loop on operations that
+/// always succeed at once (a receive from a channel a thread keeps full,
+/// an uncontended lock, a read of a socket that always has data) lets the
+/// fibers queued behind it run, as Go preempts such a loop and tokio's
+/// budget yields it. Called where nothing of the operation is held yet
+/// (or where it has completed). Not a cancellation point; in teardown
+/// the fiber is unwound from here (such a loop has no other point where
+/// the runtime's drop could end it). Nothing on a plain thread or while
+/// the fiber unwinds.
+#[inline]
+pub fn coop_point() {
+    let _ = coop_point_spent();
+}
+
+/// [`coop_point`]: the running fiber's frame if its budget ran out here
+/// (it yielded, where it may), else null.
+#[inline]
+pub(crate) fn coop_point_spent() -> *const Fiber {
+    let fiber = current::get();
+    if fiber.is_null() {
+        return fiber;
+    }
+    // SAFETY: the running fiber updates its own owner-only slot.
+    let ops = unsafe {
+        (*fiber).ops_unswitched.with_mut(|m| {
+            *m += 1;
+            *m
+        })
+    };
+    if ops < OP_BUDGET {
+        return std::ptr::null();
+    }
+    // SAFETY: as above; the fiber suspends itself on its own stack and
+    // its frame outlives the switch (see `yield_now`).
+    unsafe { op_budget_yield(&*fiber) };
+    fiber
+}
+
+/// The yield of [`coop_point`], out of line.
+///
+/// # Safety
+///
+/// `fiber` is the running fiber's frame, on its own stack.
+#[cold]
+#[inline(never)]
+unsafe fn op_budget_yield(fiber: &Fiber) {
+    // SAFETY: see the function's contract. Where a yield is not allowed
+    // (while unwinding), the count stays at the budget and the next
+    // operation tries again.
+    unsafe {
+        if fiber.phase() == Phase::Teardown {
+            if !fiber_panicking(fiber) {
+                teardown_unwind(fiber);
+            }
+            return;
+        }
+        if fiber.may_yield_here() {
+            fiber.suspend(Suspend::Yield);
+        }
     }
 }
 

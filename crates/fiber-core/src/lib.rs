@@ -109,16 +109,19 @@ pub use block::{trim_join_blocks, trim_join_blocks_at};
 pub use dump::{advance_coarse_clock, coarse_clock_ms, Dump, FiberInfo};
 #[cfg(not(loom))]
 pub use fiber::{
-    accepts_root_scope, behalf_cancel_scope, behalf_fiber_id, cancellation_held_off, current_cancel_scope,
+    accepts_root_scope, behalf_cancel_scope, behalf_fiber_id, cancellation_held_off, coop_point, current_cancel_scope,
     current_cancel_scope_is, current_fiber, current_id, current_name, current_spawn_location, current_worker,
     drop_fiber_locals, in_fiber, install_root_scope, is_cancel_requested, is_shutdown_unwind, is_shutting_down,
     is_tearing_down, layer_panicked, non_cancellable, panicking, poll_missed, run_on_behalf_of, start_failure,
     swap_cancel_scope, take_unwind_pin_delta, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, OnBehalf,
-    RootScopeCall, RunOutcome, POLL_BUDGET,
+    RootScopeCall, RunOutcome, OP_BUDGET, POLL_BUDGET,
 };
 /// Under loom there are no fibers: a failed poll costs nothing.
 #[cfg(loom)]
 pub fn poll_missed() {}
+/// Under loom there are no fibers: an operation costs nothing.
+#[cfg(loom)]
+pub fn coop_point() {}
 /// Under loom there are no fibers: the thread's panic state.
 #[cfg(loom)]
 pub fn panicking() -> bool {
@@ -144,8 +147,8 @@ pub use task::{
     JoinHandle, SpawnOptions, UnjoinedTask,
 };
 pub use wait::{
-    fiber_wait, fiber_wake, wait_until, wait_until_from, Cancelled, Interrupt, Publish, WaitOptions, WaitResult,
-    Waitable, Waiter,
+    coop_point_cancellable, fiber_wait, fiber_wake, wait_until, wait_until_from, Cancelled, Interrupt, Publish,
+    WaitOptions, WaitResult, Waitable, Waiter,
 };
 #[cfg(not(loom))]
 pub use wait::{fiber_wait_at, fiber_wake_via};

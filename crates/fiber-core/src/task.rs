@@ -710,6 +710,9 @@ impl<T: Send> JoinHandle<T> {
     /// thread joining itself.
     #[track_caller]
     pub fn join(self) -> Result<T, JoinError> {
+        // The fiber's operation budget: a loop joining finished fibers lets
+        // the fibers beside it run.
+        crate::coop_point();
         // A self-join can never see `finished`: check only when not
         // finished, off the join-of-a-finished-fiber fast path.
         if !self.is_finished() {

@@ -493,6 +493,9 @@ pub(crate) fn wake_current_wait(fiber: &Arc<Fiber>) {
 #[track_caller]
 pub fn fiber_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: WaitOptions) -> WaitResult {
     if let Some(result) = waitable.try_complete(io) {
+        // Completed without parking: an operation of the fiber's budget
+        // (a loop of such waits lets the fibers beside it run).
+        crate::coop_point();
         return result;
     }
     #[cfg(loom)]
@@ -513,6 +516,8 @@ pub fn fiber_wait_at<W: Waitable + ?Sized>(
     site: &'static std::panic::Location<'static>,
 ) -> WaitResult {
     if let Some(result) = waitable.try_complete(io) {
+        // As in `fiber_wait`.
+        crate::coop_point();
         return result;
     }
     fiber_or_thread_wait(waitable, io, options, site)
@@ -786,6 +791,36 @@ unsafe fn cancelled_wait(fiber: &Fiber, unparked: bool) -> WaitResult {
         }
     }
     WaitResult::Cancelled
+}
+
+/// [`coop_point`](crate::coop_point) of a cancellable operation (a channel
+/// `send` or `recv`, a socket call, a semaphore acquire): `true` when the
+/// fiber's operation budget ran out here and its cancellation is
+/// requested. The caller then ends the operation as cancelled without
+/// making it, as if it had waited: a loop whose operations never wait
+/// (a receive from a channel a thread keeps full) sees its cancellation
+/// within [`OP_BUDGET`](crate::OP_BUDGET) operations instead of never.
+#[cfg(not(loom))]
+pub fn coop_point_cancellable() -> bool {
+    let fiber = crate::fiber::coop_point_spent();
+    if fiber.is_null() {
+        return false;
+    }
+    // SAFETY: the running fiber reads and notes its own slots.
+    unsafe {
+        let fiber = &*fiber;
+        if fiber.is_cancel_requested() {
+            note_if_task_cancelled(fiber);
+            return true;
+        }
+    }
+    false
+}
+
+/// Under loom there are no fibers: never cancelled.
+#[cfg(loom)]
+pub fn coop_point_cancellable() -> bool {
+    false
 }
 
 /// A wait ended by the fiber's own task cancellation marks the task as

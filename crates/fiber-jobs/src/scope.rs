@@ -144,6 +144,9 @@ impl Job {
     /// instead (`cancel_and_join` of its own job).
     #[track_caller]
     pub fn join(&self) -> Result<JobState, Cancelled> {
+        // The fiber's operation budget: a loop joining ended jobs lets the
+        // fibers beside it run.
+        fiber_core::coop_point();
         if fiber_core::is_cancel_requested() {
             // Kotlin's join "always checks for a cancellation of the
             // invoking coroutine's Job", ended job or not (and a fiber

@@ -305,6 +305,16 @@ impl Readiness {
         describe: &dyn Fn() -> Option<String>,
         mut op: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
+        // The fiber's operation budget: a loop on a socket that always has
+        // data (or room) still lets the fibers beside it run, and a
+        // cancelled one sees its cancellation (the call ends as a cancelled
+        // wait does, without being made).
+        if nonblocking {
+            fiber_core::coop_point();
+        } else if fiber_core::coop_point_cancellable() {
+            fiber_core::poll_missed();
+            return Err(io::Error::other(Cancelled));
+        }
         loop {
             let snapshot = self.snapshot(dir);
             match op() {

@@ -112,6 +112,7 @@ impl<T: ?Sized> Mutex<T> {
     /// holds the guard ([`std::sync::PoisonError::into_inner`]).
     #[track_caller]
     pub fn lock(&self) -> LockResult<MutexGuard<'_, T>> {
+        fiber_core::coop_point();
         self.raw.lock();
         // SAFETY: we just took the lock.
         unsafe { MutexGuard::new(self) }
@@ -127,6 +128,7 @@ impl<T: ?Sized> Mutex<T> {
     /// [`TryLockError::WouldBlock`] if it is held,
     /// [`TryLockError::Poisoned`] if it is poisoned (holding the guard).
     pub fn try_lock(&self) -> TryLockResult<MutexGuard<'_, T>> {
+        fiber_core::coop_point();
         let result = self.try_lock_quiet();
         if matches!(result, Err(TryLockError::WouldBlock)) {
             // A failed poll: counts toward the fiber's budget yield (a

@@ -130,6 +130,7 @@ impl<T: ?Sized> RwLock<T> {
     /// `Err` (holding the guard) if the lock is poisoned.
     #[track_caller]
     pub fn read(&self) -> LockResult<RwLockReadGuard<'_, T>> {
+        fiber_core::coop_point();
         if !self.try_read_raw() {
             self.wait(WANT_READ);
         }
@@ -145,6 +146,7 @@ impl<T: ?Sized> RwLock<T> {
     /// `Err` (holding the guard) if the lock is poisoned.
     #[track_caller]
     pub fn write(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
+        fiber_core::coop_point();
         if !self.try_write_raw() {
             self.wait(WANT_WRITE);
         }
@@ -161,6 +163,7 @@ impl<T: ?Sized> RwLock<T> {
     /// [`TryLockError::WouldBlock`] if a writer holds or awaits the lock,
     /// [`TryLockError::Poisoned`] (holding the guard) if it is poisoned.
     pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
+        fiber_core::coop_point();
         let result = self.try_read_quiet();
         if matches!(result, Err(TryLockError::WouldBlock)) {
             // A failed poll: counts toward the fiber's budget yield.
@@ -189,6 +192,7 @@ impl<T: ?Sized> RwLock<T> {
     /// [`TryLockError::WouldBlock`] if the lock is held or awaited,
     /// [`TryLockError::Poisoned`] (holding the guard) if it is poisoned.
     pub fn try_write(&self) -> TryLockResult<RwLockWriteGuard<'_, T>> {
+        fiber_core::coop_point();
         if !self.try_write_raw() {
             // A failed poll: counts toward the fiber's budget yield.
             fiber_core::poll_missed();

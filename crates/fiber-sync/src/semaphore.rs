@@ -122,6 +122,7 @@ impl Semaphore {
     /// waited (no permit is taken: see [`acquire`](Self::acquire)).
     #[track_caller]
     pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit<'_>, Cancelled> {
+        fiber_core::coop_point();
         if let Some(permit) = self.try_take(n) {
             return Ok(permit);
         }
@@ -163,6 +164,7 @@ impl Semaphore {
     /// Take `n` permits if they are free and nobody waits (zero permits:
     /// always).
     pub fn try_acquire_many(&self, n: u32) -> Option<SemaphorePermit<'_>> {
+        fiber_core::coop_point();
         let permit = self.try_take(n);
         if permit.is_none() {
             // A failed poll: counts toward the fiber's budget yield (a
