@@ -1783,7 +1783,9 @@ pub fn coop_point() {
 }
 
 /// [`coop_point`]: the running fiber's frame if its budget ran out here
-/// (it yielded, where it may), else null.
+/// and it yielded, else null (a fiber that may not yield here, while it
+/// unwinds, keeps its count for the next operation and is not reported:
+/// a destructor's operations during an unwind are not cut short).
 #[inline]
 pub(crate) fn coop_point_spent() -> *const Fiber {
     let fiber = current::get();
@@ -1802,8 +1804,11 @@ pub(crate) fn coop_point_spent() -> *const Fiber {
     }
     // SAFETY: as above; the fiber suspends itself on its own stack and
     // its frame outlives the switch (see `yield_now`).
-    unsafe { op_budget_yield(&*fiber) };
-    fiber
+    if unsafe { op_budget_yield(&*fiber) } {
+        fiber
+    } else {
+        std::ptr::null()
+    }
 }
 
 /// The yield of [`coop_point`], out of line.
@@ -1811,9 +1816,10 @@ pub(crate) fn coop_point_spent() -> *const Fiber {
 /// # Safety
 ///
 /// `fiber` is the running fiber's frame, on its own stack.
+/// Returns whether the fiber yielded.
 #[cold]
 #[inline(never)]
-unsafe fn op_budget_yield(fiber: &Fiber) {
+unsafe fn op_budget_yield(fiber: &Fiber) -> bool {
     // SAFETY: see the function's contract. Where a yield is not allowed
     // (while unwinding), the count stays at the budget and the next
     // operation tries again.
@@ -1822,12 +1828,14 @@ unsafe fn op_budget_yield(fiber: &Fiber) {
             if !fiber_panicking(fiber) {
                 teardown_unwind(fiber);
             }
-            return;
+            return false;
         }
         if fiber.may_yield_here() {
             fiber.suspend(Suspend::Yield);
+            return true;
         }
     }
+    false
 }
 
 /// The yield of [`poll_missed`], out of line.

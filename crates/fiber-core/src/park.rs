@@ -156,11 +156,13 @@ fn park_inner(deadline: Option<Instant>) {
 /// `std::thread::park`.
 #[track_caller]
 pub fn park() {
+    crate::coop_point();
     park_inner(None)
 }
 
 /// [`park`] with a timeout (like `std::thread::park_timeout`).
 #[track_caller]
 pub fn park_timeout(timeout: Duration) {
+    crate::coop_point();
     park_inner(Instant::now().checked_add(timeout))
 }

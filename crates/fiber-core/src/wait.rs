@@ -493,9 +493,6 @@ pub(crate) fn wake_current_wait(fiber: &Arc<Fiber>) {
 #[track_caller]
 pub fn fiber_wait<W: Waitable + ?Sized>(waitable: &W, io: &mut W::Io, options: WaitOptions) -> WaitResult {
     if let Some(result) = waitable.try_complete(io) {
-        // Completed without parking: an operation of the fiber's budget
-        // (a loop of such waits lets the fibers beside it run).
-        crate::coop_point();
         return result;
     }
     #[cfg(loom)]
@@ -516,8 +513,6 @@ pub fn fiber_wait_at<W: Waitable + ?Sized>(
     site: &'static std::panic::Location<'static>,
 ) -> WaitResult {
     if let Some(result) = waitable.try_complete(io) {
-        // As in `fiber_wait`.
-        crate::coop_point();
         return result;
     }
     fiber_or_thread_wait(waitable, io, options, site)

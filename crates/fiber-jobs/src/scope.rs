@@ -920,6 +920,9 @@ impl<'scope, 'env, E: Send> TryScope<'scope, 'env, E> {
 }
 
 fn open_scope(kind: Kind) -> Arc<JobCore> {
+    // The fiber's operation budget: a loop of short scopes lets the
+    // fibers beside it run.
+    fiber_core::coop_point();
     new_job(kind == Kind::Supervisor, None)
 }
 

@@ -114,6 +114,7 @@ impl Barrier {
     /// cancellation point (see the type docs).
     #[track_caller]
     pub fn wait(&self) -> BarrierWaitResult {
+        fiber_core::coop_point();
         let mut io = BarrierIo {
             node: Node::new(0),
             barrier: self,

@@ -66,6 +66,7 @@ impl WaitGroup {
     /// until the calling fiber's job is cancelled.
     #[track_caller]
     pub fn wait(self) {
+        fiber_core::coop_point();
         let inner = self.inner.clone();
         drop(self);
         let mut io = WgIo {
