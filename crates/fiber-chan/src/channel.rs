@@ -410,19 +410,26 @@ impl<T> Receiver<T> {
     /// Receive, waiting at most `timeout`.
     #[track_caller]
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        if budget_cancelled() {
-            return Err(RecvTimeoutError::Timeout);
-        }
         let now = Instant::now();
         match now.checked_add(timeout) {
             Some(deadline) => match &self.flavor {
-                Flavor::Chan(chan) => recv_timed_from(chan, deadline, now),
+                Flavor::Chan(chan) => {
+                    if budget_cancelled() {
+                        return Err(RecvTimeoutError::Timeout);
+                    }
+                    recv_timed_from(chan, deadline, now)
+                }
                 _ => self.recv_deadline(deadline),
             },
             // Past the end of `Instant`: no deadline, but the timed form's
             // errors (a cancelled wait is `Timeout`, never `Disconnected`).
             None => match &self.flavor {
-                Flavor::Chan(chan) => recv_timed(chan, None),
+                Flavor::Chan(chan) => {
+                    if budget_cancelled() {
+                        return Err(RecvTimeoutError::Timeout);
+                    }
+                    recv_timed(chan, None)
+                }
                 // Timer and never channels never disconnect: their receive
                 // fails only when cancelled.
                 Flavor::Timer(..) | Flavor::Never => self.recv().map_err(|_| RecvTimeoutError::Timeout),

@@ -1825,9 +1825,14 @@ unsafe fn op_budget_yield(fiber: &Fiber) -> bool {
     // operation tries again.
     unsafe {
         if fiber.phase() == Phase::Teardown {
-            if !fiber_panicking(fiber) {
+            if !fiber_panicking(fiber) && !fiber.body_has_returned() {
                 teardown_unwind(fiber);
             }
+            // Not unwound (an unwind or the cleanup after the body runs
+            // on): a new count, so that its operations do not come back
+            // here one after another (each would count as a teardown raise
+            // and get the fiber abandoned in the middle of a destructor).
+            fiber.ops_unswitched.with_mut(|c| *c = 0);
             return false;
         }
         if fiber.may_yield_here() {

@@ -789,7 +789,7 @@ unsafe fn cancelled_wait(fiber: &Fiber, unparked: bool) -> WaitResult {
 }
 
 /// [`coop_point`](crate::coop_point) of a cancellable operation (a channel
-/// `send` or `recv`, a socket call, a semaphore acquire): `true` when the
+/// `send` or `recv`, a blocking socket call): `true` when the
 /// fiber's operation budget ran out here and its cancellation is
 /// requested. The caller then ends the operation as cancelled without
 /// making it, as if it had waited: a loop whose operations never wait
@@ -801,9 +801,18 @@ pub fn coop_point_cancellable() -> bool {
     if fiber.is_null() {
         return false;
     }
-    // SAFETY: the running fiber reads and notes its own slots.
+    // SAFETY: the running fiber reads and notes its own slots, on its own
+    // stack (it yielded and was resumed: still the current fiber).
     unsafe {
         let fiber = &*fiber;
+        if fiber.phase() == crate::pool::Phase::Teardown
+            && !crate::fiber::fiber_panicking(fiber)
+            && !fiber.body_has_returned()
+        {
+            // Teardown began while it yielded: unwound, as a cancelled
+            // wait is.
+            crate::fiber::teardown_unwind(fiber);
+        }
         if fiber.is_cancel_requested() {
             note_if_task_cancelled(fiber);
             return true;

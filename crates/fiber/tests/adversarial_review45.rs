@@ -337,3 +337,46 @@ fn a_select_loop_with_a_default_arm_at_the_budget_boundary_takes_every_value_onc
         assert_eq!(got, (0..1000).collect::<Vec<_>>());
     });
 }
+
+/// Review 46: in teardown, cleanup that runs after the fiber's body (a
+/// fiber-local destructor) makes 3,000 uncontended lock operations; it
+/// never switches there, so its operation count stayed at the budget and
+/// every later operation counted as a teardown raise, until the fiber was
+/// abandoned in the middle of the destructor (after about 1,150). It must
+/// run to its end.
+#[test]
+fn a_fiber_local_destructor_in_teardown_makes_thousands_of_operations() {
+    static DONE: AtomicUsize = AtomicUsize::new(0);
+    struct ManyLocks;
+    impl Drop for ManyLocks {
+        fn drop(&mut self) {
+            let m = fiber::sync::Mutex::new(0u64);
+            for _ in 0..3000 {
+                *m.lock().unwrap() += 1;
+            }
+            DONE.store(*m.lock().unwrap() as usize, SeqCst);
+        }
+    }
+    fiber::fiber_local! {
+        static SLOT: std::cell::RefCell<Option<ManyLocks>> = std::cell::RefCell::new(None);
+    }
+    in_child(
+        "a_fiber_local_destructor_in_teardown_makes_thousands_of_operations",
+        30,
+        || {
+            let rt = rt_fixed_grace(1, ms(50));
+            let (tx, rx) = fiber::chan::bounded::<()>(0);
+            rt.spawn(move || {
+                SLOT.with(|s| *s.borrow_mut() = Some(ManyLocks));
+                tx.send(()).unwrap();
+                // Parked for good: ended by the runtime's teardown.
+                loop {
+                    fiber::non_cancellable(fiber::park);
+                }
+            });
+            rx.recv().unwrap();
+            drop(rt);
+            assert_eq!(DONE.load(SeqCst), 3000, "the destructor did not run to its end");
+        },
+    );
+}
