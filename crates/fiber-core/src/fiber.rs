@@ -26,7 +26,7 @@ use crate::pool::Phase;
 use crate::sched::{Runnable, Schedule};
 use crate::stack::{FiberStack, StackBounds};
 use crate::state::{Actor, Commit, FiberState, StateWord};
-use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering, UnsafeCell};
 use crate::task::TaskRef;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use std::fmt;
@@ -117,6 +117,15 @@ const NO_WORKER: usize = usize::MAX;
 #[repr(C)]
 pub(crate) struct Fiber {
     pub(crate) state: StateWord,
+    /// `JoinHandle::cancel` (`Canceller::cancel`) asked this incarnation to
+    /// stop: the task's cancel flag, kept in the frame's first line (every
+    /// cancellation check reads it, at each wait and each `yield_now`, and
+    /// the task's block is another, often cold, line). Set by a canceller
+    /// under the task's joiners lock while the task has not finished (so
+    /// before the frame can be released, and before `prepare` clears it
+    /// for the next incarnation); read Relaxed by the fiber (a wait's
+    /// handshake fences after it, see `wake_current_wait`).
+    task_cancel: AtomicBool,
     /// A hint only (Relaxed, never a protocol): the stack pointer at the
     /// fiber's last park (or where its first frames go, before it first
     /// runs), for [`Fiber::prefetch_stack`].
@@ -454,6 +463,7 @@ impl Fiber {
     pub(crate) fn new() -> Fiber {
         Fiber {
             state: StateWord::new(),
+            task_cancel: AtomicBool::new(false),
             parked_sp: AtomicUsize::new(0),
             id: std::sync::atomic::AtomicU64::new(0),
             last_worker: AtomicUsize::new(NO_WORKER),
@@ -531,6 +541,10 @@ impl Fiber {
         // No stack yet: nothing for `prefetch_stack` until the first run
         // (a hint; Relaxed).
         this.parked_sp.store(0, Ordering::Relaxed);
+        // Relaxed: the last incarnation's canceller stored under its task's
+        // lock before that task finished, which happened before the frame
+        // came back to the pool (see the field).
+        this.task_cancel.store(false, Ordering::Relaxed);
         // The body waits in the frame and its coroutine is made by the
         // first resume, on the worker that runs it, on a stack that worker
         // takes then (its warmest: the last one a fiber ended on there):
@@ -980,9 +994,22 @@ impl Fiber {
     ///
     /// Called by the running fiber itself.
     pub(crate) unsafe fn is_task_cancel_requested(&self) -> bool {
-        // SAFETY: see the function's contract.
-        self.task
-            .with(|t| unsafe { (*t).as_ref().is_some_and(|t| t.is_cancel_requested()) })
+        self.task_cancel_flag()
+    }
+
+    /// Record a `JoinHandle::cancel` of this incarnation (see the field
+    /// `task_cancel`). Called by the canceller under the task's joiners
+    /// lock, while the task has not finished.
+    pub(crate) fn request_task_cancel(&self) {
+        // Relaxed: see the field.
+        self.task_cancel.store(true, Ordering::Relaxed);
+    }
+
+    /// The task cancel flag as the fiber's own end reads it (`complete`,
+    /// `install_root_scope`: the fiber itself, or under the joiners lock).
+    pub(crate) fn task_cancel_flag(&self) -> bool {
+        // Relaxed: see the field.
+        self.task_cancel.load(Ordering::Relaxed)
     }
 
     /// Replace the fiber's cancellation scope, returning the previous one.
@@ -1982,6 +2009,13 @@ const TEARDOWN_MAX_PANICKING_WAITS: u32 = 1024;
 /// implement is trusted for that).
 pub trait CancelScope: Send + Sync + std::any::Any {
     /// Has this scope been cancelled?
+    ///
+    /// Asked at every cancellable wait of a fiber running in the scope (at
+    /// the point where the wait commits to parking, so it should be a load
+    /// or two, and it must not wait itself). A panic from it is the
+    /// panic of the wait that asked, raised with the fiber running again,
+    /// or, asked once the fiber's body has ended, the fiber's own panic
+    /// (its join reports it): it never reaches the worker thread.
     fn is_cancelled(&self) -> bool;
 
     /// Cancel this scope (called by `JoinHandle::cancel` on a fiber's root

@@ -15,7 +15,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe, Location};
 
 /// What the fiber frame needs to know about the task it runs.
 pub(crate) trait TaskControl: Send + Sync {
-    fn is_cancel_requested(&self) -> bool;
     fn park_token(&self) -> &crate::park::ParkToken;
     /// Make `scope` the task's root cancellation scope (a layer's job for
     /// this fiber): `JoinHandle::cancel` then cancels it too. Returns
@@ -35,6 +34,47 @@ pub(crate) trait TaskControl: Send + Sync {
     /// time): it will never finish, so release its joiners now. The
     /// default does nothing (a layer that spawned it carries its outcome).
     fn abandon(&self) {}
+}
+
+/// Did the fiber see (or has it been asked for) its cancellation, read once
+/// its body has ended? The fiber's cancellation scope may be a user's
+/// `CancelScope` whose `is_cancelled` panics: the panic is returned, never
+/// let into the worker that runs the fiber's end.
+///
+/// # Safety
+///
+/// Called by the running fiber on its own stack, with its own frame
+/// (`current::get`).
+unsafe fn cancel_seen_at_end(fiber: *const Fiber) -> std::thread::Result<bool> {
+    // SAFETY: see the function's contract: the running fiber reads its
+    // owner-only slots.
+    catch_unwind(AssertUnwindSafe(|| unsafe {
+        (*fiber).cancel_seen() || (*fiber).is_cancel_requested()
+    }))
+}
+
+/// The body's outcome becomes the panic `late` (its cancellation scope's,
+/// asked after the body): a value the body returned is dropped where it
+/// lies, on the fiber's stack (a large value is never moved; a panic of
+/// its destructor is dropped quietly); a panic of the body stays, and
+/// `late` is dropped.
+#[cold]
+#[inline(never)]
+fn fail_outcome_in_place<T>(outcome: &mut std::thread::Result<T>, late: Box<dyn Any + Send>) {
+    let Ok(value) = outcome else {
+        drop_quietly(late);
+        return;
+    };
+    let value: *mut T = value;
+    // SAFETY: `value` points at the live value in `*outcome`, dropped
+    // exactly once here; a destructor that panics part way is not resumed,
+    // and the slot is overwritten below without another drop.
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| unsafe { std::ptr::drop_in_place(value) })) {
+        drop_quietly(payload);
+    }
+    // SAFETY: `outcome` is valid for writes; its value was dropped above
+    // (and `value` is not used again), so it is written without a drop.
+    unsafe { std::ptr::write(outcome, Err(late)) };
 }
 
 /// The frame's (and a `FiberHandle`'s) reference to the task a fiber runs:
@@ -351,7 +391,6 @@ struct Joiners {
 /// The block shared by a spawned fiber and its [`JoinHandle`].
 struct Task<T> {
     id: FiberId,
-    cancel: AtomicBool,
     /// Fast-path copy of `Joiners::finished` (Release on completion).
     finished: AtomicBool,
     /// The body has ended (`Task::close`). Written by the fiber only, and
@@ -383,10 +422,6 @@ unsafe impl<T: Send> Sync for Task<T> {}
 unsafe impl<T: Send> Send for Task<T> {}
 
 impl<T: Send> TaskControl for Task<T> {
-    fn is_cancel_requested(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
-    }
-
     fn park_token(&self) -> &crate::park::ParkToken {
         &self.park
     }
@@ -405,7 +440,8 @@ impl<T: Send> TaskControl for Task<T> {
             return None;
         }
         joiners.root_scope = Some(scope);
-        Some(self.cancel.load(Ordering::Relaxed))
+        // The cancel flag lives in the frame (`Fiber::task_cancel`).
+        Some(self.fiber.task_cancel_flag())
     }
 
     fn take_root_scope(&self) -> Option<Arc<dyn crate::CancelScope>> {
@@ -474,7 +510,7 @@ impl<T: Send> Task<T> {
                 // ends cancelled even if its closure returned a value (the
                 // value stays with the fiber, which drops it once); a later
                 // cancel is a no-op.
-                unwanted = self.cancel.load(Ordering::Relaxed) && matches!(outcome, Some(Ok(_)));
+                unwanted = self.fiber.task_cancel_flag() && matches!(outcome, Some(Ok(_)));
                 // SAFETY: only the fiber writes, once, before `finished`;
                 // the handle reads only after it (under this lock or after
                 // the Acquire below). The slot is empty until then, and it
@@ -528,7 +564,9 @@ impl<T: Send> Task<T> {
                 // flag as it was then.
                 return;
             }
-            self.cancel.store(true, Ordering::Relaxed);
+            // In the frame, which is this task's until it finishes (see
+            // `Fiber::task_cancel`).
+            self.fiber.request_task_cancel();
             joiners.root_scope.clone()
         };
         // `wake_current_wait` fences (the canceller's half of the
@@ -906,7 +944,6 @@ where
     // Three owners: the handle, the completion and the frame.
     let [task, completion_task, frame_task] = BlockArc::new_owners(Task {
         id,
-        cancel: AtomicBool::new(false),
         finished: AtomicBool::new(false),
         ended: AtomicBool::new(false),
         joiners: Mutex::new(Joiners {
@@ -936,7 +973,8 @@ where
             crate::pool::Phase::Cancelling => !starts_in_shutdown,
             crate::pool::Phase::Teardown => true,
         };
-        if refused || completion.task.is_cancel_requested() {
+        // SAFETY: as above.
+        if refused || unsafe { (*fiber).is_task_cancel_requested() } {
             // Never started: the closure is dropped here, on the fiber's
             // stack, not by whoever discards the frame. Its drop is
             // clean-up after a body that will never run: a wait in a
@@ -954,7 +992,7 @@ where
             unsafe { drop_locals_quietly() };
             return Exit::Cancelled;
         }
-        let outcome = catch_unwind(AssertUnwindSafe(f));
+        let mut outcome = catch_unwind(AssertUnwindSafe(f));
         // SAFETY: the running fiber marks its own slot.
         unsafe { (*fiber).note_body_returned() };
         // Closed: from here no root job is made; with a root job, a
@@ -964,10 +1002,20 @@ where
         // SAFETY: the running fiber reads its own slot.
         let had_root = unsafe { (*fiber).has_root_scope() };
         let root = completion.task.close(had_root);
-        // SAFETY: as above. A fiber whose task or job was cancelled before
-        // its closure returned ends cancelled (its value is dropped), and so
-        // does one still running when its runtime began to shut down.
-        let mut cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).is_cancel_requested() };
+        // A fiber whose task or job was cancelled before its closure
+        // returned ends cancelled (its value is dropped), and so does one
+        // still running when its runtime began to shut down.
+        // SAFETY: the running fiber, on its own stack, with its own frame.
+        let mut cancel_seen = match unsafe { cancel_seen_at_end(fiber) } {
+            Ok(seen) => seen,
+            // The scope the body left installed (`swap_cancel_scope`: a
+            // user's `CancelScope`) panicked when asked: that is the
+            // fiber's panic, never one that escapes into the worker.
+            Err(late) => {
+                fail_outcome_in_place(&mut outcome, late);
+                false
+            }
+        };
         // The fiber's root job learns how the body ended, on the fiber; the
         // handle reports what the job ended as (a cancel of the job itself
         // may still land before it ends), so the two always agree. Torn
@@ -1068,13 +1116,10 @@ pub trait UnjoinedTask: Send + Sync + 'static {
     fn park_token(&self) -> &crate::park::ParkToken;
 }
 
+// No `JoinHandle` can cancel such a fiber (its frame's task cancel flag is
+// never set): its layer cancels it through the cancellation scope it runs
+// in.
 impl<U: UnjoinedTask> TaskControl for U {
-    fn is_cancel_requested(&self) -> bool {
-        // No `JoinHandle` can cancel such a fiber: its layer cancels it
-        // through the cancellation scope it runs in.
-        false
-    }
-
     fn park_token(&self) -> &crate::park::ParkToken {
         UnjoinedTask::park_token(self)
     }
@@ -1140,8 +1185,13 @@ where
         let outcome = catch_unwind(AssertUnwindSafe(f));
         // SAFETY: the running fiber marks its own slot.
         unsafe { (*fiber).note_body_returned() };
-        // SAFETY: as above.
-        let cancel_seen = unsafe { (*fiber).cancel_seen() || (*fiber).is_cancel_requested() };
+        // A scope left installed that panics when asked (see `try_spawn_with`)
+        // ends nothing here: the layer already has the outcome.
+        // SAFETY: as above (the running fiber, its own frame).
+        let cancel_seen = unsafe { cancel_seen_at_end(fiber) }.unwrap_or_else(|late| {
+            drop_quietly(late);
+            false
+        });
         // SAFETY: the body has returned: no `with_fiber_local` reference
         // of this fiber is alive.
         if let Err(payload) = catch_unwind(|| unsafe { crate::fiber::drop_fiber_locals() }) {

@@ -145,16 +145,23 @@ pub trait Waitable {
 
     /// Make `waiter` discoverable by wakers. After `Published`, the waiter
     /// must stay discoverable until a waker claims it or `unpublish` runs.
+    /// It runs while the fiber is PARKING, so it must not wait or yield
+    /// itself (with the state-machine checks on, that panics naming the
+    /// transition); a panic from it puts the fiber back to RUNNING and is
+    /// the wait's panic.
     fn publish(&self, waiter: &Waiter, io: &mut Self::Io) -> Publish;
 
     /// What a fiber parked on this waits for, as the fiber dump names it.
+    /// Asked once per wait that goes past `try_complete`, before the fiber
+    /// starts to park (with [`wait_on`](Self::wait_on)): a panic from
+    /// either is the wait's panic, with nothing published.
     fn kind(&self) -> crate::WaitKind {
         crate::WaitKind::Other
     }
 
     /// What exactly it waits on (operation and resource), for the fiber
     /// dump; `None` (the default) when the kind says enough. Called once
-    /// per park, so it should be cheap (an `Arc` clone).
+    /// per wait that may park, so it should be cheap (an `Arc` clone).
     fn wait_on(&self) -> Option<crate::WaitOn> {
         None
     }
@@ -447,11 +454,19 @@ pub fn fiber_wake_via(record: &Waiter, sched: &dyn Schedule) -> bool {
 /// does not park or the canceller sees it PARKING/PARKED and wakes it
 /// (PITFALLS 3). Both halves run in production and in the loom model
 /// `loom_cancel_is_never_lost`.
+///
+/// `cancelled` may run user code (a `CancelScope::is_cancelled`) while the
+/// fiber is PARKING: if it panics, the state word is put back to RUNNING
+/// first, so the panic reaches the wait's caller with the fiber legal
+/// (`adversarial_review49.rs::a_cancel_scope_that_panics_in_a_wait_leaves_the_fiber_legal`).
 pub(crate) fn enter_parking(state: &StateWord, interruptible: bool, cancelled: impl FnOnce() -> bool) -> Option<u64> {
     let ticket = state.transition_to_parking();
     if interruptible {
         fence(Ordering::SeqCst);
-        if cancelled() {
+        let guard = BackToRunning(state);
+        let seen = cancelled();
+        std::mem::forget(guard);
+        if seen {
             state.transition_to_running_from_parking(Actor::Fiber);
             return None;
         }
@@ -690,6 +705,12 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
     // The wait has not parked yet: a cancellation seen now ends it without
     // the fiber ever leaving its worker.
     let mut first = true;
+    // What the dump names, asked while the fiber is RUNNING: these are the
+    // waitable's code, and a panic from them must not leave the fiber
+    // PARKING with its waiter published (only `publish` runs in that
+    // window, under `BackToRunning`).
+    let kind = waitable.kind();
+    let wait_on = waitable.wait_on();
     loop {
         // SAFETY: the running fiber reads its own task slot.
         let entered = enter_parking(&fiber.state, interruptible(), || unsafe { fiber.is_cancel_requested() });
@@ -715,7 +736,6 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
             unsafe { fiber.with_scheduler(|s| s.wake_at(deadline, Waiter::clone(&waiter))) };
         }
         fiber.set_waiting_on(Some(std::any::type_name::<W>));
-        let kind = waitable.kind();
         fiber.note_park(
             kind,
             options.interrupt == Interrupt::NotCancellable
@@ -723,7 +743,7 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
                 || (unsafe { fiber.in_non_cancellable() } && kind.may_end_from_a_thread()),
             options.deadline.is_some(),
             site,
-            waitable.wait_on(),
+            wait_on.clone(),
         );
         // SAFETY: the running fiber suspends itself on its own stack.
         unsafe { fiber.suspend(Suspend::Park) };
