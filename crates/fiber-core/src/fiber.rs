@@ -223,6 +223,17 @@ pub(crate) struct Fiber {
     /// incrementing (`Waiter::clone`). Saves an atomic increment and
     /// decrement per park. Dropped when the frame is recycled.
     spare: UnsafeCell<Option<Arc<Fiber>>>,
+    /// When the current run of operations reached its first
+    /// [`OP_BUDGET`] (owner-only): recorded at that point of every run,
+    /// read at the later ones (cold: only a fiber that makes that many
+    /// operations in a row without switching away touches it).
+    ops_run_since: UnsafeCell<Option<std::time::Instant>>,
+    /// A cancellation point told this fiber of its cancellation (a wait or
+    /// `yield_now` returned `Cancelled`, or a budget look ended an
+    /// operation as cancelled), and no budget look has found it not
+    /// cancelled since (owner-only; see `budget_tells_cancel`): the
+    /// clean-up the fiber runs after being told is not cut short at a look.
+    budget_cancel_told: UnsafeCell<Option<Told>>,
 }
 
 /// The optional details of the last park.
@@ -482,6 +493,8 @@ impl Fiber {
             root_scope: UnsafeCell::new(0),
             poll_misses: UnsafeCell::new(0),
             ops_unswitched: UnsafeCell::new(0),
+            ops_run_since: UnsafeCell::new(None),
+            budget_cancel_told: UnsafeCell::new(None),
             cancel_scope: UnsafeCell::new(None),
             locals: UnsafeCell::new(None),
             teardown_raises: UnsafeCell::new(0),
@@ -573,6 +586,7 @@ impl Fiber {
             this.root_scope.with_mut(|c| *c = 0);
             this.poll_misses.with_mut(|c| *c = 0);
             this.ops_unswitched.with_mut(|c| *c = 0);
+            this.budget_cancel_told.with_mut(|c| *c = None);
             this.body_returned.with_mut(|b| *b = false);
         }
         this.unwind_flags.store(0, Ordering::Relaxed);
@@ -1788,57 +1802,87 @@ pub fn poll_missed() {
 }
 
 /// Operations (channel, select, socket, lock and semaphore calls, waits
-/// that complete without parking) a fiber may make in a row without
-/// switching away before one of them yields first (tokio's cooperative
-/// budget is the same 128).
+/// that complete without parking) between two looks at the clock by a
+/// fiber that makes them in a row without switching away (tokio's
+/// cooperative budget is the same 128 operations).
 pub const OP_BUDGET: u32 = 128;
 
+/// How long a run of operations that never wait may keep its worker
+/// before one of them yields first: looked at every [`OP_BUDGET`]
+/// operations, counted from the first such look of the run (a clock read
+/// at every resume would cost every switch, so a run of slow operations,
+/// 128 of which last longer than this, yields at its second look). Below
+/// the monitor's stuck threshold (10 ms), so a run of quick operations
+/// never reads as a stuck worker; a runnext hand-off chain beside it keeps
+/// its 10 ms slice, so the run gets a fifth of the worker against it, not
+/// 128 operations a slice.
+pub const OP_SLICE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// In teardown, how many operations in a row that never wait a fiber may
+/// make before it is unwound at one of them: clean-up code (a destructor's
+/// thousand sends) finishes, a loop that keeps going ends. A count, not a
+/// time: what a destructor may do does not depend on the machine's load.
+const TEARDOWN_LOOP_OPS: u32 = 64 * OP_BUDGET;
+
 /// The running fiber is about to make an operation (or a wait of it
-/// completed without parking). Every [`OP_BUDGET`] of them in a row that
-/// did not switch away, the fiber yields here: a loop on operations that
-/// always succeed at once (a receive from a channel a thread keeps full,
-/// an uncontended lock, a read of a socket that always has data) lets the
+/// completed without parking). A run of such operations that did not
+/// switch away yields here once it has lasted [`OP_SLICE`] (looked at
+/// every [`OP_BUDGET`] operations): a loop on operations that always
+/// succeed at once (a receive from a channel a thread keeps full, an
+/// uncontended lock, a read of a socket that always has data) lets the
 /// fibers queued behind it run, as Go preempts such a loop and tokio's
 /// budget yields it. Called where nothing of the operation is held yet
 /// (or where it has completed). Not a cancellation point; in teardown
-/// the fiber is unwound from here (such a loop has no other point where
-/// the runtime's drop could end it). Nothing on a plain thread or while
-/// the fiber unwinds.
+/// the fiber is unwound from here once the run has made 8,192 operations
+/// (such a loop has no other point where the runtime's drop could end it;
+/// shorter clean-up code runs to its end). Nothing on a plain thread or while the
+/// fiber unwinds.
 #[inline]
 pub fn coop_point() {
-    let _ = coop_point_spent();
+    let _ = coop_point_look();
 }
 
-/// [`coop_point`]: the running fiber's frame if its budget ran out here
-/// and it yielded, else null (a fiber that may not yield here, while it
-/// unwinds, keeps its count for the next operation and is not reported:
-/// a destructor's operations during an unwind are not cut short).
+/// A look of [`coop_point_look`]: made at every [`OP_BUDGET`]-th operation
+/// of a run.
+pub(crate) struct BudgetLook {
+    /// The running fiber's frame if this operation was a look, else null.
+    pub(crate) fiber: *const Fiber,
+    /// The look found the run's slice used up and the fiber yielded.
+    pub(crate) yielded: bool,
+}
+
+/// [`coop_point`], telling whether this operation was a look at the budget
+/// and whether the fiber yielded there (a fiber that may not yield, while
+/// it unwinds, is looked at again [`OP_BUDGET`] operations on: a
+/// destructor's operations during an unwind are not cut short).
 #[inline]
-pub(crate) fn coop_point_spent() -> *const Fiber {
+pub(crate) fn coop_point_look() -> BudgetLook {
     let fiber = current::get();
     if fiber.is_null() {
-        return fiber;
+        return BudgetLook { fiber, yielded: false };
     }
     // SAFETY: the running fiber updates its own owner-only slot.
     let ops = unsafe {
         (*fiber).ops_unswitched.with_mut(|m| {
-            *m += 1;
+            *m = (*m).wrapping_add(1);
             *m
         })
     };
-    if ops < OP_BUDGET {
-        return std::ptr::null();
+    if ops % OP_BUDGET != 0 {
+        return BudgetLook {
+            fiber: std::ptr::null(),
+            yielded: false,
+        };
     }
     // SAFETY: as above; the fiber suspends itself on its own stack and
     // its frame outlives the switch (see `yield_now`).
-    if unsafe { op_budget_yield(&*fiber) } {
-        fiber
-    } else {
-        std::ptr::null()
-    }
+    let yielded = unsafe { op_budget_yield(&*fiber, ops) };
+    BudgetLook { fiber, yielded }
 }
 
-/// The yield of [`coop_point`], out of line.
+/// The look at the clock of [`coop_point`], and its yield, out of line,
+/// at the run's `ops`-th operation (the first look records when the run
+/// began).
 ///
 /// # Safety
 ///
@@ -1846,28 +1890,128 @@ pub(crate) fn coop_point_spent() -> *const Fiber {
 /// Returns whether the fiber yielded.
 #[cold]
 #[inline(never)]
-unsafe fn op_budget_yield(fiber: &Fiber) -> bool {
+unsafe fn op_budget_yield(fiber: &Fiber, ops: u32) -> bool {
+    let first = ops == OP_BUDGET;
+    let now = std::time::Instant::now();
+    // SAFETY: see the function's contract (owner-only slot).
+    let since = unsafe {
+        fiber.ops_run_since.with_mut(|s| {
+            if first || (*s).is_none() {
+                *s = Some(now);
+            }
+            (*s).unwrap_or(now)
+        })
+    };
+    let run = now.saturating_duration_since(since);
     // SAFETY: see the function's contract. Where a yield is not allowed
-    // (while unwinding), the count stays at the budget and the next
-    // operation tries again.
+    // (while unwinding), the next look comes `OP_BUDGET` operations on.
     unsafe {
         if fiber.phase() == Phase::Teardown {
-            if !fiber_panicking(fiber) && !fiber.body_has_returned() {
+            // Not unwound while it panics, nor in the clean-up after its
+            // body (fiber-local destructors), nor before its run has made
+            // `TEARDOWN_LOOP_OPS` operations: a destructor's operations are
+            // not cut short (a raise counts towards the fiber being
+            // abandoned). It never yields here (teardown resumes no one).
+            if ops >= TEARDOWN_LOOP_OPS && !fiber_panicking(fiber) && !fiber.body_has_returned() {
                 teardown_unwind(fiber);
             }
-            // Not unwound (an unwind or the cleanup after the body runs
-            // on): a new count, so that its operations do not come back
-            // here one after another (each would count as a teardown raise
-            // and get the fiber abandoned in the middle of a destructor).
-            fiber.ops_unswitched.with_mut(|c| *c = 0);
             return false;
         }
-        if fiber.may_yield_here() {
+        if run >= OP_SLICE && fiber.may_yield_here() {
             fiber.suspend(Suspend::Yield);
             return true;
         }
     }
     false
+}
+
+/// A cancellation point returned `Cancelled` to the running fiber (see
+/// the field `budget_cancel_told`).
+///
+/// # Safety
+///
+/// Called by the running fiber itself (owner-only slot).
+pub(crate) unsafe fn note_cancel_told(fiber: &Fiber) {
+    // SAFETY: see the function's contract.
+    unsafe {
+        let told = told_now(fiber);
+        fiber.budget_cancel_told.with_mut(|t| *t = Some(told));
+    }
+}
+
+/// What a cancellation point told the fiber (see `budget_tells_cancel`).
+pub(crate) struct Told {
+    /// Its task (or the runtime's shutdown) was cancelled: no cancellation
+    /// from further out can come, so it is never told again.
+    task: bool,
+    /// The cancellation scope current when it was told. Weak: it keeps
+    /// the scope's allocation, so a scope freed since and another made at
+    /// the same address is not taken for the one told.
+    scope: Option<std::sync::Weak<dyn crate::CancelScope>>,
+}
+
+/// The cancellation the running fiber sees now, as a tell would record it.
+///
+/// # Safety
+///
+/// Called by the running fiber itself (owner-only slots).
+unsafe fn told_now(fiber: &Fiber) -> Told {
+    // SAFETY: see the function's contract.
+    unsafe {
+        Told {
+            task: fiber.is_task_cancel_requested() || fiber.phase() != Phase::Open,
+            scope: fiber.cancel_scope.with(|c| (*c).as_ref().map(Arc::downgrade)),
+        }
+    }
+}
+
+/// At a budget look of a cancellable operation: should it end as
+/// cancelled? Only if the fiber is cancelled and has not been told of
+/// this cancellation yet (by a look, a wait or `yield_now`), so the
+/// clean-up a told fiber runs afterwards (a destructor's sends after
+/// `sleep(d)?`) is not cut short at a look. It is told again when the
+/// cancellation it sees now is another: its task or the runtime's
+/// shutdown after only a scope was told (`JoinHandle::cancel` after an
+/// expired `with_timeout`), or another scope than the one told (the next
+/// `with_timeout` of an outer loop, or an enclosing one after an inner one
+/// expired). A look outside `non_cancellable` that finds the fiber not
+/// cancelled forgets the tell; inside the section a held-off cancellation
+/// has not ended, so the tell stands
+/// (`adversarial_review50.rs`).
+///
+/// # Safety
+///
+/// Called by the running fiber itself (owner-only slots).
+pub(crate) unsafe fn budget_tells_cancel(fiber: &Fiber) -> bool {
+    // SAFETY: see the function's contract.
+    unsafe {
+        let requested = fiber.is_cancel_requested();
+        if !requested {
+            // Inside `non_cancellable` the held-off cancellation is not
+            // an end of it: no re-arm there.
+            if fiber.cancel_mask.with(|m| *m) == 0 {
+                fiber.budget_cancel_told.with_mut(|t| *t = None);
+            }
+            return false;
+        }
+        let now = told_now(fiber);
+        let tell = fiber.budget_cancel_told.with(|t| match &*t {
+            None => true,
+            Some(t) if t.task => false,
+            Some(_) if now.task => true,
+            Some(t) => {
+                let cur = fiber
+                    .cancel_scope
+                    .with(|c| (*c).as_ref().map(|a| Arc::as_ptr(a) as *const ()));
+                let was = t.scope.as_ref().map(|w| w.as_ptr() as *const ());
+                cur != was
+            }
+        });
+        if tell {
+            fiber.budget_cancel_told.with_mut(|t| *t = Some(now));
+        }
+        tell
+    }
 }
 
 /// The yield of [`poll_missed`], out of line.
@@ -1916,6 +2060,7 @@ pub fn yield_now() -> Result<(), crate::Cancelled> {
             (*fiber).suspend(Suspend::Yield);
         }
         if (*fiber).is_cancel_requested() {
+            note_cancel_told(&*fiber);
             return Err(crate::Cancelled);
         }
     }

@@ -114,7 +114,7 @@ pub use fiber::{
     drop_fiber_locals, in_fiber, install_root_scope, is_cancel_requested, is_shutdown_unwind, is_shutting_down,
     is_tearing_down, layer_panicked, non_cancellable, panicking, poll_missed, run_on_behalf_of, start_failure,
     swap_cancel_scope, take_unwind_pin_delta, with_fiber_local, yield_now, CancelScope, FiberId, FiberRef, OnBehalf,
-    RootScopeCall, RunOutcome, OP_BUDGET, POLL_BUDGET,
+    RootScopeCall, RunOutcome, OP_BUDGET, OP_SLICE, POLL_BUDGET,
 };
 /// Under loom there are no fibers: a failed poll costs nothing.
 #[cfg(loom)]

@@ -789,6 +789,7 @@ unsafe fn cancelled_wait(fiber: &Fiber, unparked: bool) -> WaitResult {
     // SAFETY: see the function's contract.
     unsafe {
         note_if_task_cancelled(fiber);
+        crate::fiber::note_cancel_told(fiber);
         match fiber.phase() {
             crate::pool::Phase::Open => {
                 // Only from RUNNING, not while unwinding (see
@@ -809,31 +810,42 @@ unsafe fn cancelled_wait(fiber: &Fiber, unparked: bool) -> WaitResult {
 }
 
 /// [`coop_point`](crate::coop_point) of a cancellable operation (a channel
-/// `send` or `recv`, a blocking socket call): `true` when the
-/// fiber's operation budget ran out here and its cancellation is
-/// requested. The caller then ends the operation as cancelled without
-/// making it, as if it had waited: a loop whose operations never wait
-/// (a receive from a channel a thread keeps full) sees its cancellation
-/// within [`OP_BUDGET`](crate::OP_BUDGET) operations instead of never.
+/// `send` or `recv`, a blocking socket call): `true` when this operation
+/// is one of the budget's looks (every [`OP_BUDGET`](crate::OP_BUDGET)-th
+/// of a run that did not switch away) and the fiber's cancellation is
+/// requested (once for each stretch of requested cancellation, see
+/// `budget_tells_cancel`, and not while it unwinds). The caller then ends the operation as cancelled without
+/// making it, as if it had waited: a loop whose operations never wait (a
+/// receive from a channel a thread keeps full) sees its cancellation
+/// within `OP_BUDGET` operations instead of never, and the clean-up it
+/// runs afterwards (a destructor's sends, in normal flow or while it
+/// unwinds) is not cut short by the budget.
 #[cfg(not(loom))]
 pub fn coop_point_cancellable() -> bool {
-    let fiber = crate::fiber::coop_point_spent();
-    if fiber.is_null() {
+    let look = crate::fiber::coop_point_look();
+    if look.fiber.is_null() {
         return false;
     }
     // SAFETY: the running fiber reads and notes its own slots, on its own
-    // stack (it yielded and was resumed: still the current fiber).
+    // stack (if it yielded, it was resumed: still the current fiber).
     unsafe {
-        let fiber = &*fiber;
-        if fiber.phase() == crate::pool::Phase::Teardown
-            && !crate::fiber::fiber_panicking(fiber)
-            && !fiber.body_has_returned()
-        {
-            // Teardown began while it yielded: unwound, as a cancelled
-            // wait is.
-            crate::fiber::teardown_unwind(fiber);
+        let fiber = &*look.fiber;
+        if crate::fiber::fiber_panicking(fiber) {
+            return false;
         }
-        if fiber.is_cancel_requested() {
+        if fiber.phase() == crate::pool::Phase::Teardown {
+            if look.yielded && !fiber.body_has_returned() {
+                // Teardown began while it yielded: unwound, as a cancelled
+                // wait is.
+                crate::fiber::teardown_unwind(fiber);
+            }
+            // Teardown ends a loop of such operations by unwinding it
+            // (`coop_point`, after `TEARDOWN_LOOP_OPS`) and cuts no
+            // operation short: a destructor's sends at the end of a body
+            // that ran on through the grace time are all made.
+            return false;
+        }
+        if crate::fiber::budget_tells_cancel(fiber) {
             note_if_task_cancelled(fiber);
             return true;
         }

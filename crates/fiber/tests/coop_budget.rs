@@ -2,8 +2,8 @@
 //! a fiber whose blocking operations always complete at once never
 //! parks, so on one worker the fibers queued beside it would wait until
 //! its loop ends. Every 128 blocking channel or socket operations in a
-//! row that complete without a switch, one also yields (tokio's
-//! cooperative budget). Each test runs such a loop for about a second of
+//! row that complete without a switch, the fiber looks at the clock, and
+//! one yields once the run has lasted `OP_SLICE` (2 ms). Each test runs such a loop for about a second of
 //! work on one worker while the test's driver waits, yielding, for the
 //! loop to make a little progress: before the budget, the driver ran
 //! only once the loop had ended.
