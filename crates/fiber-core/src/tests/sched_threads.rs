@@ -136,7 +136,14 @@ fn fibers_migrate_between_workers_and_see_the_right_worker() {
     for (i, h) in handles.into_iter().enumerate() {
         assert_eq!(h.join().unwrap(), i);
     }
-    sched.stop.store(true, Ordering::Release);
+    {
+        // Under the queue lock: a worker checks `stop` under it before it
+        // waits, so the store cannot fall between its check and its wait
+        // (set without the lock, the notification could come first and a
+        // worker then waited for ever; seen once in a CI run).
+        let _queue = sched.queue.lock().unwrap();
+        sched.stop.store(true, Ordering::Release);
+    }
     sched.ready.notify_all();
     for w in workers {
         w.join().unwrap();
