@@ -352,7 +352,11 @@ impl Runtime {
     ///
     /// Panics when called from one of this runtime's own fibers (a runtime
     /// cannot wait for itself); the shutdown then goes on, on a thread of
-    /// its own, so no thread leaks.
+    /// its own, so no thread leaks. On one of its worker threads outside
+    /// its fibers (its `on_thread_stop` hook, a thread-local destructor as
+    /// the thread exits) it does not panic: it returns at once, and the
+    /// shutdown goes on, on a thread of its own, which joins this one once
+    /// it has exited.
     pub fn shutdown_timeout(mut self, grace: Duration) {
         self.shutdown_or_hand_off(grace);
     }
@@ -387,6 +391,39 @@ impl Runtime {
                         ""
                     }
                 );
+            }
+            return;
+        }
+        // One of its worker threads outside its scheduling loop (its
+        // `on_thread_start` or `on_thread_stop` hook, a thread-local
+        // destructor as it exits): no fiber waits on this thread, but the
+        // shutdown joins every worker thread, this one too. The shutdown
+        // runs on a thread of its own, which joins this one once it has
+        // exited; this drop returns at once, without a panic (one in a
+        // thread-local destructor would abort the process).
+        if crate::worker::thread_of(self.shared.id) {
+            let rest = Runtime {
+                shared: self.shared.clone(),
+                monitor: self.monitor.take(),
+            };
+            let (rest_tx, rest_rx) = std::sync::mpsc::channel::<Runtime>();
+            let spawned = std::thread::Builder::new()
+                .name(format!("{}-shutdown", self.shared.config.thread_name))
+                .spawn(move || {
+                    if let Ok(mut rest) = rest_rx.recv() {
+                        rest.shutdown(grace);
+                    }
+                });
+            match spawned {
+                Ok(_) => {
+                    let _ = rest_tx.send(rest);
+                }
+                Err(err) => {
+                    // No thread to be had: the runtime stays up, leaked,
+                    // rather than waiting for this thread on this thread.
+                    eprintln!("fiber: a runtime dropped on its own worker thread could not start its shutdown ({err})");
+                    std::mem::forget(rest);
+                }
             }
             return;
         }

@@ -817,6 +817,9 @@ pub(crate) fn spawn_worker(shared: &Arc<Shared>, index: usize) -> bool {
 
 fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Deque<Runnable>)) {
     let (deque, yields) = deques;
+    // For the thread's whole life, hooks and thread-local destructors
+    // included (the worker context is cleared before those run).
+    WORKER_THREAD_OF.with(|id| id.set(shared.id));
     if let Some(hook) = &shared.config.on_thread_start {
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (hook.0)())) {
             // The worker never starts: its slot goes back to DEAD (with its
@@ -1672,7 +1675,24 @@ pub(crate) fn pressure(shared: &Shared) -> i64 {
     total
 }
 
-/// Is the current thread a worker of `shared`? (Used to refuse misuse.)
+std::thread_local! {
+    /// On a worker thread: the id of the runtime it was started for (0 on
+    /// any other thread; runtime ids start at 1). Set before the thread's
+    /// `on_thread_start` hook and never cleared, so it still answers in
+    /// `on_thread_stop` and in the thread's thread-local destructors (no
+    /// destructor of its own: readable while those run).
+    static WORKER_THREAD_OF: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Is this thread one of runtime `shared_id`'s worker threads, whether or
+/// not it is in its scheduling loop now (a hook, a thread-local destructor
+/// at its exit)? A shutdown cannot join the thread it runs on.
+pub(crate) fn thread_of(shared_id: usize) -> bool {
+    WORKER_THREAD_OF.try_with(|id| id.get() == shared_id).unwrap_or(false)
+}
+
+/// Is the current thread a worker of `shared`, in its scheduling loop or
+/// in one of its fibers? (Used to refuse misuse.)
 pub(crate) fn on_worker_of(shared_id: usize) -> bool {
     let ctx = context::get();
     // SAFETY: as in `Schedule::schedule`.
