@@ -726,7 +726,8 @@ impl FramePool {
     ///
     /// A pinned fiber that has run is not resumed here (its home worker,
     /// whose thread-locals its stack may point into, has stopped): it is
-    /// abandoned.
+    /// abandoned ([`teardown_with_homes`](Self::teardown_with_homes) lets
+    /// a scheduler resume it on its home worker instead).
     ///
     /// Safe code cannot start a teardown under running workers:
     ///
@@ -747,7 +748,52 @@ impl FramePool {
     /// child, never unwound, may still be in a call that borrows the
     /// owner's stack.)
     pub unsafe fn teardown(&self, drain: &mut dyn FnMut() -> Vec<Runnable>) -> TeardownReport {
-        self.teardown_rounds(drain, true)
+        self.teardown_rounds(drain, &mut Err, true)
+    }
+
+    /// [`teardown`](Self::teardown) (`around_running` false) or
+    /// [`teardown_around_running`](Self::teardown_around_running) (true),
+    /// with the scheduler's help for pinned fibers: a fiber that must
+    /// resume on its home worker (pinned, or kept there for an unwind) is
+    /// handed to `at_home`, which resumes it on that worker's thread (still
+    /// alive, out of its scheduling loop, its thread-locals intact) and
+    /// returns the outcome while the caller waits, or gives it back when
+    /// that worker's thread cannot (gone, or stuck in a fiber): it is then
+    /// abandoned, as [`teardown`](Self::teardown) abandons every pinned
+    /// fiber that has run. One fiber runs at a time either way, in the
+    /// same children-first order.
+    ///
+    /// # Safety
+    ///
+    /// As for [`teardown`](Self::teardown) (or
+    /// [`teardown_around_running`](Self::teardown_around_running)), except
+    /// that `at_home` resumes the fiber it is given on another thread, the
+    /// fiber's home worker, which resumes no other fiber of this pool and
+    /// returns before `at_home` does.
+    pub unsafe fn teardown_with_homes(
+        &self,
+        drain: &mut dyn FnMut() -> Vec<Runnable>,
+        at_home: &mut dyn FnMut(Runnable) -> Result<RunOutcome, Runnable>,
+        around_running: bool,
+    ) -> TeardownReport {
+        self.teardown_rounds(drain, at_home, !around_running)
+    }
+
+    /// Is a live fiber of this pool bound to `worker`'s thread (pinned
+    /// after running there, or kept there for an unwind)? A racy snapshot;
+    /// exact once that worker has stopped resuming fibers (no fiber can
+    /// become bound to it then). A worker that stops at shutdown stays to
+    /// resume such fibers for [`teardown_with_homes`](Self::teardown_with_homes).
+    pub fn any_homed_at(&self, worker: usize) -> bool {
+        lock(&self.all).iter().any(|frame| {
+            // Relaxed: read after the worker's own last resume (same
+            // thread), which wrote what is read here.
+            !matches!(
+                frame.state.load(Ordering::Relaxed).state(),
+                FiberState::Init | FiberState::Done | FiberState::Cancelled
+            ) && (frame.is_pinned() || frame.is_unwind_pinned())
+                && frame.last_worker() == Some(worker)
+        })
     }
 
     /// [`teardown`](Self::teardown) while some fibers still run on threads
@@ -763,7 +809,7 @@ impl FramePool {
     /// be running the one fiber it was running when it was told to stop,
     /// provided it resumes no other fiber afterwards.
     pub unsafe fn teardown_around_running(&self, drain: &mut dyn FnMut() -> Vec<Runnable>) -> TeardownReport {
-        self.teardown_rounds(drain, false)
+        self.teardown_rounds(drain, &mut Err, false)
     }
 
     /// Take back the fibers a teardown gave up on because they waited for a
@@ -828,17 +874,27 @@ impl FramePool {
         })
     }
 
-    fn teardown_rounds(&self, drain: &mut dyn FnMut() -> Vec<Runnable>, last: bool) -> TeardownReport {
+    fn teardown_rounds(
+        &self,
+        drain: &mut dyn FnMut() -> Vec<Runnable>,
+        at_home: &mut dyn FnMut(Runnable) -> Result<RunOutcome, Runnable>,
+        last: bool,
+    ) -> TeardownReport {
         // What the fiber running this teardown (if any) has pending for its
         // own scheduler; given back at the end.
         // SAFETY: this thread's pending count is given back below, untouched.
         let outer_pins = unsafe { crate::fiber::take_unwind_pin_delta() };
-        let report = self.teardown_rounds_inner(drain, last);
+        let report = self.teardown_rounds_inner(drain, at_home, last);
         crate::fiber::unwind_pin_delta(outer_pins);
         report
     }
 
-    fn teardown_rounds_inner(&self, drain: &mut dyn FnMut() -> Vec<Runnable>, last: bool) -> TeardownReport {
+    fn teardown_rounds_inner(
+        &self,
+        drain: &mut dyn FnMut() -> Vec<Runnable>,
+        at_home: &mut dyn FnMut(Runnable) -> Result<RunOutcome, Runnable>,
+        last: bool,
+    ) -> TeardownReport {
         self.begin_cancel();
         self.phase.store(Phase::Teardown as u8, Ordering::SeqCst);
         // Spawns from outside that were admitted before the store put their
@@ -887,16 +943,6 @@ impl FramePool {
             batch.sort_by_key(|r| std::cmp::Reverse(r.id()));
             let mut finished = 0;
             for runnable in batch {
-                // A pinned fiber that has run must resume on its home
-                // worker, which has stopped: its stack may point into that
-                // thread's thread-locals, destroyed with it, so it is not
-                // resumed (nor unwound) on this thread: given up.
-                // (One kept on this thread for an unwind that parked here
-                // is resumed here.)
-                if runnable.home().is_some_and(|home| home != TEARDOWN_WORKER) {
-                    runnable.abandon();
-                    continue;
-                }
                 if runnable.fiber_ref().is_abandoned() {
                     // Woken after an earlier teardown gave up on it (what
                     // it waited for ended on a thread that was still
@@ -911,12 +957,30 @@ impl FramePool {
                     runnable.abandon();
                     continue;
                 }
-                let outcome = runnable.into_running().resume(TEARDOWN_WORKER);
-                // Pins for unwinds on this thread are this loop's business,
-                // not the scheduler's (this may be another runtime's worker).
-                // SAFETY: teardown is the scheduler resuming here; the
-                // count from before it was set aside above.
-                let _ = unsafe { crate::fiber::take_unwind_pin_delta() };
+                // A pinned fiber that has run resumes on its home worker
+                // only: its stack may point into that thread's
+                // thread-locals. The scheduler resumes it there if that
+                // thread is still up; if not, it is not resumed (nor
+                // unwound) at all: given up. (One kept on this thread for
+                // an unwind that parked here is resumed here.)
+                let outcome = if runnable.home().is_some_and(|home| home != TEARDOWN_WORKER) {
+                    match at_home(runnable) {
+                        Ok(outcome) => outcome,
+                        Err(runnable) => {
+                            runnable.abandon();
+                            continue;
+                        }
+                    }
+                } else {
+                    let outcome = runnable.into_running().resume(TEARDOWN_WORKER);
+                    // Pins for unwinds on this thread are this loop's
+                    // business, not the scheduler's (this may be another
+                    // runtime's worker).
+                    // SAFETY: teardown is the scheduler resuming here; the
+                    // count from before it was set aside above.
+                    let _ = unsafe { crate::fiber::take_unwind_pin_delta() };
+                    outcome
+                };
                 match outcome {
                     RunOutcome::Finished => {
                         finished += 1;

@@ -496,6 +496,20 @@ impl Runtime {
         // taken before the workers stop (after, every worker has exited).
         let running = shared.config.print_stats.then(|| stats_of(&shared));
         // 3: stop the workers and the monitor.
+        // First, each worker's channel for its pinned fibers: a worker that
+        // stops with one alive stays up to resume it for the teardown of
+        // step 5 (`serve_homed_fibers`).
+        let homes: Vec<std::sync::mpsc::Sender<crate::worker::HomeRequest>> = {
+            let mut requests = lock(&shared.home_requests);
+            requests.clear();
+            (0..shared.slots.len())
+                .map(|_| {
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    requests.push(Some(rx));
+                    tx
+                })
+                .collect()
+        };
         // The flag, a fence, then NOTIFIED in every worker's word (the
         // sleep handshake's shutdown half); then wake every sleeper.
         crate::idle::Idle::publish_shutdown(&shared.shutdown, shared.slots.iter().map(|slot| &slot.futex));
@@ -508,24 +522,33 @@ impl Runtime {
         // 4: join the workers with a bound; a worker stuck in a fiber that
         // never yields is reported and left running (with everything it may
         // touch), never waited for forever.
+        // A worker that stays up for its pinned fibers counts as stopped.
         let stop_by = Instant::now() + WORKER_STOP_BOUND;
         let mut stuck = Vec::new();
+        let mut serving = Vec::new();
+        let is_serving = |thread: &std::thread::JoinHandle<()>| lock(&shared.serving).contains(&thread.thread().id());
         loop {
             let threads: Vec<_> = lock(&shared.threads).drain(..).collect();
             if threads.is_empty() {
                 break;
             }
             for thread in threads {
-                while !thread.is_finished() && Instant::now() < stop_by {
+                while !thread.is_finished() && !is_serving(&thread) && Instant::now() < stop_by {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 if thread.is_finished() {
                     let _ = thread.join();
+                } else if is_serving(&thread) {
+                    serving.push(thread);
                 } else {
                     stuck.push(thread);
                 }
             }
         }
+        // The channels nobody took (a stuck worker, one that stopped with
+        // no pinned fiber alive) close: a fiber sent home there is given
+        // up at once, never waited for.
+        lock(&shared.home_requests).clear();
         if let Some(running) = running {
             eprintln!("{}", shutdown_report(running, stats_of(&shared)));
         }
@@ -554,17 +577,46 @@ impl Runtime {
         // worker still runs is not waited for; what waits on it (a scope
         // whose child it is) stays parked for the last round below.
         let mut drain = || drain_queues(&shared);
+        // A pinned fiber resumes on its home worker, if that worker stayed
+        // up for it; otherwise it is given back (and given up).
+        let mut at_home = |runnable: fiber_core::Runnable| -> Result<fiber_core::RunOutcome, fiber_core::Runnable> {
+            let Some(home) = runnable.home().and_then(|home| homes.get(home)) else {
+                return Err(runnable);
+            };
+            let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel(1);
+            match home.send((runnable, reply_tx)) {
+                Ok(()) => Ok(reply_rx.recv().unwrap_or_else(|_| {
+                    // Its worker died in the resume (a bug in the runtime,
+                    // reported by that thread's panic): nothing to resume.
+                    eprintln!("fiber: shutdown: a worker failed while unwinding one of its pinned fibers");
+                    fiber_core::RunOutcome::Parked
+                })),
+                Err(std::sync::mpsc::SendError((runnable, _))) => Err(runnable),
+            }
+        };
         // SAFETY: every worker thread has been joined, or (stuck) is still
         // in the one fiber it ran when shutdown began: its loop checks for
         // shutdown before it takes any other fiber (`run_loop`), so it
-        // resumes no other; the monitor has been joined.
+        // resumes no other, or (serving) has left its loop and resumes only
+        // the fiber `at_home` hands it, while this thread waits for it
+        // (`serve_homed_fibers`); the monitor has been joined.
         let report = unsafe {
-            if stuck.is_empty() {
-                shared.pool.teardown(&mut drain)
-            } else {
-                shared.pool.teardown_around_running(&mut drain)
-            }
+            shared
+                .pool
+                .teardown_with_homes(&mut drain, &mut at_home, !stuck.is_empty())
         };
+        // The workers that stayed up for their pinned fibers exit now
+        // (their channels close), with the same bound as in step 4.
+        drop(homes);
+        let stop_by = Instant::now() + WORKER_STOP_BOUND;
+        for thread in serving {
+            while !thread.is_finished() && Instant::now() < stop_by {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            }
+        }
         report_abandoned(&report);
         // 6: the blocking pool's threads exit (an abandoned call's thread
         // once its call returns) instead of waiting out their keep-alive.

@@ -267,7 +267,19 @@ pub(crate) struct Shared {
     /// A worker sleeps in the I/O driver (`io_park`): at most one at a
     /// time, the others sleep on their words.
     pub(crate) io_sleeper: AtomicBool,
+    /// Shutdown: per slot, the receiving end through which teardown hands
+    /// a worker its pinned fibers to unwind (set before the workers are
+    /// told to stop; a worker that stops with such a fiber alive takes
+    /// its end and serves it, see `serve_homed_fibers`).
+    pub(crate) home_requests: Mutex<Vec<Option<std::sync::mpsc::Receiver<HomeRequest>>>>,
+    /// Shutdown: the worker threads that left their loops and stay up to
+    /// resume their pinned fibers for teardown.
+    pub(crate) serving: Mutex<Vec<std::thread::ThreadId>>,
 }
+
+/// A pinned fiber that teardown hands to its home worker, and where the
+/// worker sends the outcome of resuming it there.
+pub(crate) type HomeRequest = (Runnable, std::sync::mpsc::SyncSender<RunOutcome>);
 
 fn next_runtime_id() -> usize {
     // Not a protocol: a unique counter.
@@ -327,6 +339,8 @@ impl Shared {
             monitor: Mutex::new(None),
             root_fibers: Mutex::new(Vec::new()),
             orphans: Mutex::new(Vec::new()),
+            home_requests: Mutex::new(Vec::new()),
+            serving: Mutex::new(Vec::new()),
             slots: slots.into_boxed_slice(),
             config,
         }
@@ -870,7 +884,8 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
     context::set(&ctx);
     let slot = &shared.slots[index];
     slot.state.store(ACTIVE, Ordering::Release);
-    if run_loop(&shared, &ctx) == Leave::Shutdown {
+    let leave = run_loop(&shared, &ctx);
+    if leave == Leave::Shutdown {
         // Retirement and draining gave up the count already.
         shared.staying.fetch_sub(1, Ordering::Relaxed);
     }
@@ -879,6 +894,9 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
     slot.state.store(DRAINING, Ordering::Release);
     fence(Ordering::SeqCst);
     let moved = drain_to_global(&shared, &ctx);
+    if leave == Leave::Shutdown {
+        serve_homed_fibers(&shared, &ctx);
+    }
     context::set(std::ptr::null());
     FramePool::unregister_thread();
     let WorkerCtx { local, yielded, .. } = ctx;
@@ -932,6 +950,34 @@ fn drain_to_global(shared: &Shared, ctx: &WorkerCtx) -> usize {
         moved += 1;
     }
     moved
+}
+
+/// Shutdown, after this worker's loop has ended: if a live fiber is bound
+/// to this thread (pinned here, or kept here for an unwind), stay up and
+/// resume the fibers teardown hands over (`FramePool::teardown_with_homes`)
+/// until the shutdown drops its end: their stacks may point into this
+/// thread's thread-locals, which live until this thread exits, so this is
+/// the one thread that may unwind them. One at a time, while the teardown
+/// thread waits; what a resume schedules goes to the global queue, where
+/// teardown drains it.
+fn serve_homed_fibers(shared: &Shared, ctx: &WorkerCtx) {
+    let requests = lock(&shared.home_requests).get_mut(ctx.index).and_then(Option::take);
+    let Some(requests) = requests else { return };
+    // Exact here: this worker resumes no fiber of its own any more, so no
+    // fiber can become bound to it.
+    if !shared.pool.any_homed_at(ctx.index) {
+        return;
+    }
+    lock(&shared.serving).push(std::thread::current().id());
+    while let Ok((runnable, reply)) = requests.recv() {
+        let outcome = runnable.into_running().resume(ctx.index);
+        // Pins for unwinds are the teardown's business now (as on the
+        // teardown thread).
+        // SAFETY: this thread resumed the fiber just now.
+        let _ = unsafe { fiber_core::take_unwind_pin_delta() };
+        drain_to_global(shared, ctx);
+        let _ = reply.send(outcome);
+    }
 }
 
 /// Why a worker's loop ended.

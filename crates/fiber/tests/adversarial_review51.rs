@@ -657,12 +657,10 @@ fn an_unpinned_fibers_sender_is_dropped_at_shutdown_so_a_plain_receiver_ends() {
 }
 
 /// Pinned (`spawn_pinned`, the README's answer for thread-local state):
-/// the fiber is given up on instead (never resumed off its home thread,
-/// and its home worker has stopped), so its `Sender` is never dropped and
-/// the plain thread waits for ever.
-// FAILS on main: a pinned fiber alive after the grace is abandoned, not unwound on its home worker: its destructors never run and a thread waiting on what it owns hangs
+/// the fiber must be unwound too, on its home worker (which stays up for
+/// it), so its `Sender` is dropped and the plain thread's `recv` ends.
+// Failed before the fix: a pinned fiber alive after the grace is abandoned, not unwound on its home worker: its destructors never run and a thread waiting on what it owns hangs
 #[test]
-#[ignore]
 fn a_pinned_fibers_sender_is_dropped_at_shutdown_so_a_plain_receiver_ends() {
     sender_owner_at_shutdown(
         "a_pinned_fibers_sender_is_dropped_at_shutdown_so_a_plain_receiver_ends",
@@ -711,9 +709,8 @@ fn a_plain_threads_block_on_returns_when_the_runtime_drops() {
 /// of a plain thread's `Handle::block_on` included: the root is given up
 /// on at the drop, and `block_on` then waits for ever (it may not return
 /// while the root's stack could borrow from the caller).
-// FAILS on main: Handle::block_on on a pinned(true) runtime never returns once its stubborn root is abandoned at shutdown
+// Failed before the fix: Handle::block_on on a pinned(true) runtime never returns once its stubborn root is abandoned at shutdown
 #[test]
-#[ignore]
 fn a_plain_threads_block_on_of_a_pinned_runtime_returns_when_the_runtime_drops() {
     stubborn_block_on_root_at_shutdown(
         "a_plain_threads_block_on_of_a_pinned_runtime_returns_when_the_runtime_drops",
@@ -860,4 +857,87 @@ fn a_runtime_dropped_by_a_thread_local_of_its_own_retiring_worker() {
             "a false stuck-fiber report:\n{stderr}"
         );
     }
+}
+
+/// A pinned fiber alive after the grace time is unwound on its own worker
+/// thread (its stack may point into that thread's thread-locals), before
+/// that thread's thread-locals are destroyed; so is a pinned scope owner
+/// whose unpinned children are still alive, after them.
+// Failed before the fix: the pinned owner was abandoned (its destructor never ran)
+#[test]
+fn pinned_fibers_are_unwound_on_their_home_thread_children_first() {
+    in_child(
+        "pinned_fibers_are_unwound_on_their_home_thread_children_first",
+        60,
+        || {
+            within(30, || {
+                std::thread_local! {
+                    static ALIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+                }
+                struct Home {
+                    home: std::thread::ThreadId,
+                    what: &'static str,
+                    out: mpsc::Sender<(&'static str, bool, bool)>,
+                }
+                impl Drop for Home {
+                    fn drop(&mut self) {
+                        let same = std::thread::current().id() == self.home;
+                        // The home thread's thread-locals are still there.
+                        let tls = ALIVE.try_with(|a| a.get()).unwrap_or(false);
+                        let _ = self.out.send((self.what, same, tls));
+                    }
+                }
+                let rt = fiber::Runtime::builder()
+                    .workers(2)
+                    .max_workers(2)
+                    .shutdown_timeout(ms(100))
+                    .on_thread_start(|| ALIVE.with(|a| a.set(true)))
+                    .build()
+                    .unwrap();
+                let (out_tx, out_rx) = mpsc::channel();
+                let (_never_tx, never_rx) = unbounded::<()>();
+                rt.block_on(move || {
+                    let owner_out = out_tx.clone();
+                    fiber::spawn_pinned(move || {
+                        let _home = Home {
+                            home: std::thread::current().id(),
+                            what: "owner",
+                            out: owner_out,
+                        };
+                        fiber::scope(|s| {
+                            for _ in 0..2 {
+                                let out = out_tx.clone();
+                                let never = never_rx.clone();
+                                s.spawn(move || {
+                                    let _home = Home {
+                                        home: std::thread::current().id(),
+                                        what: "child",
+                                        out,
+                                    };
+                                    // Children migrate freely; whichever thread
+                                    // unwinds them is fine, so record only that
+                                    // they ran their destructors.
+                                    fiber::non_cancellable(|| never.recv())
+                                });
+                            }
+                        });
+                    });
+                });
+                wait_parked(&rt, 3);
+                drop(rt);
+                let mut got = Vec::new();
+                while let Ok(event) = out_rx.recv_timeout(Duration::from_secs(5)) {
+                    got.push(event);
+                }
+                assert_eq!(got.len(), 3, "every destructor runs once: {got:?}");
+                let (what, same, tls) = got[2];
+                assert_eq!(what, "owner", "the scope owner is unwound after its children: {got:?}");
+                assert!(same, "the pinned owner was unwound off its home thread");
+                assert!(
+                    tls,
+                    "the pinned owner was unwound after its thread's thread-locals were gone"
+                );
+            })
+        },
+    );
 }
