@@ -1942,7 +1942,8 @@ pub(crate) unsafe fn note_cancel_told(fiber: &Fiber) {
 /// What a cancellation point told the fiber (see `budget_tells_cancel`).
 pub(crate) struct Told {
     /// Its task (or the runtime's shutdown) was cancelled: no cancellation
-    /// from further out can come, so it is never told again.
+    /// from further out can come, so it is told again only in another
+    /// scope whose deadline has passed (`CancelScope::deadline_passed`).
     task: bool,
     /// The cancellation scope current when it was told. Weak: it keeps
     /// the scope's allocation, so a scope freed since and another made at
@@ -1974,7 +1975,10 @@ unsafe fn told_now(fiber: &Fiber) -> Told {
 /// shutdown after only a scope was told (`JoinHandle::cancel` after an
 /// expired `with_timeout`), or another scope than the one told (the next
 /// `with_timeout` of an outer loop, or an enclosing one after an inner one
-/// expired). A look outside `non_cancellable` that finds the fiber not
+/// expired); after its task was told, only another scope whose deadline
+/// has passed (a `with_timeout` opened in clean-up: its deadline still
+/// ends a loop in it, while the task's cancellation, told already, cuts
+/// no clean-up short; `adversarial_review52.rs`). A look outside `non_cancellable` that finds the fiber not
 /// cancelled forgets the tell; inside the section a held-off cancellation
 /// has not ended, so the tell stands
 /// (`adversarial_review50.rs`).
@@ -1997,14 +2001,19 @@ pub(crate) unsafe fn budget_tells_cancel(fiber: &Fiber) -> bool {
         let now = told_now(fiber);
         let tell = fiber.budget_cancel_told.with(|t| match &*t {
             None => true,
-            Some(t) if t.task => false,
-            Some(_) if now.task => true,
+            Some(t) if !t.task && now.task => true,
             Some(t) => {
                 let cur = fiber
                     .cancel_scope
                     .with(|c| (*c).as_ref().map(|a| Arc::as_ptr(a) as *const ()));
                 let was = t.scope.as_ref().map(|w| w.as_ptr() as *const ());
+                // After a task tell, a new scope must have a cancellation
+                // of its own: a passed deadline.
                 cur != was
+                    && (!t.task
+                        || fiber
+                            .cancel_scope
+                            .with(|c| (*c).as_ref().is_some_and(|scope| scope.deadline_passed())))
             }
         });
         if tell {
@@ -2166,6 +2175,19 @@ pub trait CancelScope: Send + Sync + std::any::Any {
     /// Cancel this scope (called by `JoinHandle::cancel` on a fiber's root
     /// scope). The default does nothing.
     fn cancel(&self) {}
+
+    /// Has a deadline of this scope passed (its own, or one it took from
+    /// an enclosing scope)? A cancellation that the fiber's task being
+    /// cancelled does not explain: a fiber already told of its task's
+    /// cancellation is told again at an operation-budget look when it
+    /// runs in a scope whose deadline has passed (a `with_timeout` opened
+    /// in clean-up after `sleep(d)?` still ends a loop of operations that
+    /// never wait). Asked only then; like
+    /// [`is_cancelled`](Self::is_cancelled) it must not wait. The default
+    /// is `false` (no deadline).
+    fn deadline_passed(&self) -> bool {
+        false
+    }
 
     /// The fiber whose root scope this is has finished its body, called on
     /// that fiber: `panicked` if it panicked, `cancelled` if the fiber saw a

@@ -874,6 +874,23 @@ impl FramePool {
         })
     }
 
+    /// Is a fiber in transit (see [`any_in_transit`](Self::any_in_transit))
+    /// and the pass's budget of waits for one not spent? Then wait a
+    /// little (64 thread yields, then 100 us sleeps) and say so: the
+    /// caller drains again.
+    fn waited_for_transit(&self, waits: &mut u32) -> bool {
+        if *waits >= TEARDOWN_TRANSIT_WAITS || !self.any_in_transit() {
+            return false;
+        }
+        *waits += 1;
+        if *waits <= 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        true
+    }
+
     fn teardown_rounds(
         &self,
         drain: &mut dyn FnMut() -> Vec<Runnable>,
@@ -929,13 +946,7 @@ impl FramePool {
                 // joiners would wait for ever
                 // (`adversarial_review27.rs::a_fiber_given_up_in_a_blocking_call_can_be_joined_after_the_runtime_is_dropped`).
                 // Its waker is in the middle of a few lines: wait for it.
-                if transit_waits < TEARDOWN_TRANSIT_WAITS && self.any_in_transit() {
-                    transit_waits += 1;
-                    if transit_waits <= 64 {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(std::time::Duration::from_micros(100));
-                    }
+                if self.waited_for_transit(&mut transit_waits) {
                     continue;
                 }
                 break;
@@ -1008,6 +1019,15 @@ impl FramePool {
                     rest.append(&mut requeue);
                     for runnable in rest {
                         runnable.abandon();
+                    }
+                    // A fiber that a thread outside the pass woke while the
+                    // parked ones were given up (a blocking call returning)
+                    // was RUNNABLE, so neither given up nor drained: ended
+                    // here, it would never run, and its joiners (no reaper
+                    // started for it) would wait for ever. Wait for its
+                    // waker's push and go round again, to run it.
+                    if self.waited_for_transit(&mut transit_waits) {
+                        continue;
                     }
                     break;
                 }

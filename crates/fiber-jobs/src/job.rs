@@ -1442,6 +1442,11 @@ impl fiber_core::CancelScope for JobCore {
         JobCore::cancel(self, CancelReason::Cancelled);
     }
 
+    /// Past its `with_timeout` deadline (its own, or an enclosing one's).
+    fn deadline_passed(&self) -> bool {
+        JobCore::deadline_passed(self)
+    }
+
     /// The root job of a fiber ends with its body: failed if it panicked,
     /// cancelled if the fiber was cancelled (its task, this job, or its
     /// runtime shutting down), otherwise completed. Its final state is what
