@@ -748,7 +748,7 @@ impl FramePool {
     /// child, never unwound, may still be in a call that borrows the
     /// owner's stack.)
     pub unsafe fn teardown(&self, drain: &mut dyn FnMut() -> Vec<Runnable>) -> TeardownReport {
-        self.teardown_rounds(drain, &mut Err, true)
+        self.teardown_rounds(drain, &mut Err, false, true)
     }
 
     /// [`teardown`](Self::teardown) (`around_running` false) or
@@ -776,7 +776,7 @@ impl FramePool {
         at_home: &mut dyn FnMut(Runnable) -> Result<RunOutcome, Runnable>,
         around_running: bool,
     ) -> TeardownReport {
-        self.teardown_rounds(drain, at_home, !around_running)
+        self.teardown_rounds(drain, at_home, true, !around_running)
     }
 
     /// Is a live fiber of this pool bound to `worker`'s thread (pinned
@@ -809,7 +809,7 @@ impl FramePool {
     /// be running the one fiber it was running when it was told to stop,
     /// provided it resumes no other fiber afterwards.
     pub unsafe fn teardown_around_running(&self, drain: &mut dyn FnMut() -> Vec<Runnable>) -> TeardownReport {
-        self.teardown_rounds(drain, &mut Err, false)
+        self.teardown_rounds(drain, &mut Err, false, false)
     }
 
     /// Take back the fibers a teardown gave up on because they waited for a
@@ -829,7 +829,7 @@ impl FramePool {
     pub unsafe fn revive_abandoned_in_blocking(&self) -> usize {
         let mut revived = 0;
         for frame in lock(&self.all).iter() {
-            if frame.is_abandoned() && unwinds_later(frame).is_some() {
+            if frame.is_abandoned() && unwinds_later(frame, true).is_some() {
                 frame.revive();
                 revived += 1;
             }
@@ -851,7 +851,7 @@ impl FramePool {
                 // (`fiber_wake`), so a frame seen woken is queued for the
                 // next teardown's drain once the waker's push is done.
                 frame.is_abandoned()
-                    && unwinds_later(frame) == Some(Later::Handoff)
+                    && unwinds_later(frame, true) == Some(Later::Handoff)
                     && frame.state.load(Ordering::Acquire).state() == FiberState::Parked
             })
             .count()
@@ -895,13 +895,14 @@ impl FramePool {
         &self,
         drain: &mut dyn FnMut() -> Vec<Runnable>,
         at_home: &mut dyn FnMut(Runnable) -> Result<RunOutcome, Runnable>,
+        homes: bool,
         last: bool,
     ) -> TeardownReport {
         // What the fiber running this teardown (if any) has pending for its
         // own scheduler; given back at the end.
         // SAFETY: this thread's pending count is given back below, untouched.
         let outer_pins = unsafe { crate::fiber::take_unwind_pin_delta() };
-        let report = self.teardown_rounds_inner(drain, at_home, last);
+        let report = self.teardown_rounds_inner(drain, at_home, homes, last);
         crate::fiber::unwind_pin_delta(outer_pins);
         report
     }
@@ -910,6 +911,7 @@ impl FramePool {
         &self,
         drain: &mut dyn FnMut() -> Vec<Runnable>,
         at_home: &mut dyn FnMut(Runnable) -> Result<RunOutcome, Runnable>,
+        homes: bool,
         last: bool,
     ) -> TeardownReport {
         self.begin_cancel();
@@ -1038,7 +1040,7 @@ impl FramePool {
         let mut abandoned = Vec::new();
         for frame in lock(&self.all).iter() {
             if frame.take_abandon_report() {
-                report.note_abandoned(frame.id(), frame.spawned_at(), unwinds_later(frame));
+                report.note_abandoned(frame.id(), frame.spawned_at(), unwinds_later(frame, homes));
                 // SAFETY: abandoned, so never resumed again: teardown skips
                 // it, the workers have stopped (a worker stuck in a fiber
                 // that never yields leaves its loop once that fiber
@@ -1158,12 +1160,15 @@ enum Later {
 /// Will a fiber given up on inside a `fiber::blocking` call (or while it
 /// waits for a channel hand-off) be unwound once the call returns (the
 /// hand-off ends), by [`FramePool::revive_abandoned_in_blocking`] and a
-/// later teardown? Not a pinned one (nor one pinned for an unwind): it
-/// resumes only on its home worker, which has stopped, so teardown gives
-/// it up for good; the shutdown report must say so, and the runtime's
-/// memory stays leaked (`adversarial_review21.rs::a_pinned_fiber_given_up_in_a_blocking_call_is_unwound_or_reported_as_lost`).
-fn unwinds_later(frame: &Fiber) -> Option<Later> {
-    if frame.is_pinned() || frame.is_unwind_pinned() {
+/// later teardown? A pinned one (or one pinned for an unwind) resumes only
+/// on its home worker: only if the scheduler keeps its workers serving
+/// their fibers for teardown (`homes`, [`FramePool::teardown_with_homes`]);
+/// otherwise teardown gives it up for good, the shutdown report must say
+/// so, and the runtime's memory stays leaked
+/// (`adversarial_review21.rs::a_pinned_fiber_given_up_in_a_blocking_call_is_unwound_or_reported_as_lost`).
+/// (A later teardown whose home does not serve it gives it up then.)
+fn unwinds_later(frame: &Fiber, homes: bool) -> Option<Later> {
+    if !homes && (frame.is_pinned() || frame.is_unwind_pinned()) {
         return None;
     }
     match frame.last_park_kind() {

@@ -577,54 +577,32 @@ impl Runtime {
         // worker still runs is not waited for; what waits on it (a scope
         // whose child it is) stays parked for the last round below.
         let mut drain = || drain_queues(&shared);
-        // A pinned fiber resumes on its home worker, if that worker stayed
-        // up for it; otherwise it is given back (and given up).
-        let mut at_home = |runnable: fiber_core::Runnable| -> Result<fiber_core::RunOutcome, fiber_core::Runnable> {
-            let Some(home) = runnable.home().and_then(|home| homes.get(home)) else {
-                return Err(runnable);
-            };
-            let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel(1);
-            match home.send((runnable, reply_tx)) {
-                Ok(()) => Ok(reply_rx.recv().unwrap_or_else(|_| {
-                    // Its worker died in the resume (a bug in the runtime,
-                    // reported by that thread's panic): nothing to resume.
-                    eprintln!("fiber: shutdown: a worker failed while unwinding one of its pinned fibers");
-                    fiber_core::RunOutcome::Parked
-                })),
-                Err(std::sync::mpsc::SendError((runnable, _))) => Err(runnable),
-            }
+        let homes = Homes {
+            senders: homes,
+            serving,
         };
         // SAFETY: every worker thread has been joined, or (stuck) is still
         // in the one fiber it ran when shutdown began: its loop checks for
         // shutdown before it takes any other fiber (`run_loop`), so it
         // resumes no other, or (serving) has left its loop and resumes only
-        // the fiber `at_home` hands it, while this thread waits for it
-        // (`serve_homed_fibers`); the monitor has been joined.
+        // the fiber `Homes::resume` hands it, while this thread waits for
+        // it (`serve_homed_fibers`); the monitor has been joined.
         let report = unsafe {
             shared
                 .pool
-                .teardown_with_homes(&mut drain, &mut at_home, !stuck.is_empty())
+                .teardown_with_homes(&mut drain, &mut |fiber| homes.resume(fiber), !stuck.is_empty())
         };
-        // The workers that stayed up for their pinned fibers exit now
-        // (their channels close), with the same bound as in step 4.
-        drop(homes);
-        let stop_by = Instant::now() + WORKER_STOP_BOUND;
-        for thread in serving {
-            while !thread.is_finished() && Instant::now() < stop_by {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            if thread.is_finished() {
-                let _ = thread.join();
-            }
-        }
         report_abandoned(&report);
         // 6: the blocking pool's threads exit (an abandoned call's thread
         // once its call returns) instead of waiting out their keep-alive.
         crate::blocking::close(shared.id);
         if !stuck.is_empty() || report.abandoned_for_later() > 0 {
-            reap_later(shared, stuck, &report);
+            // The serving workers stay up for the reaper (a pinned fiber
+            // given up in a blocking call resumes at home once it returns).
+            reap_later(shared, stuck, homes, &report);
             return;
         }
+        homes.close();
         shared.timers.clear();
         if report.must_leak() {
             std::mem::forget(shared);
@@ -647,7 +625,12 @@ impl Runtime {
 /// gives the hand-off back, which the reaper waits for
 /// (`adversarial_review26.rs`). It keeps the runtime's memory alive
 /// meanwhile, and frees it unless a fiber was given up on for good.
-fn reap_later(shared: Arc<Shared>, stuck: Vec<std::thread::JoinHandle<()>>, first: &fiber_core::TeardownReport) {
+fn reap_later(
+    shared: Arc<Shared>,
+    stuck: Vec<std::thread::JoinHandle<()>>,
+    homes: Homes,
+    first: &fiber_core::TeardownReport,
+) {
     let lost_for_good = first.abandoned > first.abandoned_for_later();
     let reaper_shared = shared.clone();
     let reaper = std::thread::Builder::new()
@@ -660,11 +643,17 @@ fn reap_later(shared: Arc<Shared>, stuck: Vec<std::thread::JoinHandle<()>>, firs
             let report = loop {
                 wait_for(|| crate::blocking::in_flight(shared.id) == 0);
                 // SAFETY: every worker thread of the runtime has now been
-                // joined (the others before this thread started), and no
-                // blocking call of this runtime is in flight.
+                // joined (the others before this thread started), except
+                // those serving their pinned fibers, which resume only what
+                // `Homes::resume` hands them while this thread waits; and
+                // no blocking call of this runtime is in flight.
                 let report = unsafe {
                     shared.pool.revive_abandoned_in_blocking();
-                    shared.pool.teardown(&mut || drain_queues(&shared))
+                    shared.pool.teardown_with_homes(
+                        &mut || drain_queues(&shared),
+                        &mut |fiber| homes.resume(fiber),
+                        false,
+                    )
                 };
                 let later = report.abandoned_for_later();
                 // Done; or some are lost for good anyway; or what is left
@@ -682,6 +671,7 @@ fn reap_later(shared: Arc<Shared>, stuck: Vec<std::thread::JoinHandle<()>>, firs
                 });
             };
             report_abandoned(&report);
+            homes.close();
             shared.timers.clear();
             if lost_for_good || report.must_leak() {
                 std::mem::forget(shared);
@@ -747,6 +737,51 @@ fn report_abandoned(report: &fiber_core::TeardownReport) {
         report.abandoned,
         fibers.join(", ")
     );
+}
+
+/// The workers that stayed up at shutdown to resume the fibers bound to
+/// them (`serve_homed_fibers`), and the channel to each (one per slot; a
+/// closed one, or none, gives the fiber back).
+struct Homes {
+    senders: Vec<std::sync::mpsc::Sender<crate::worker::HomeRequest>>,
+    serving: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Homes {
+    /// Resume `fiber` on its home worker and wait for the outcome, or give
+    /// it back if that worker does not serve (gone, stuck, or it had no
+    /// fiber bound to it when it stopped).
+    fn resume(&self, fiber: fiber_core::Runnable) -> Result<fiber_core::RunOutcome, fiber_core::Runnable> {
+        let Some(home) = fiber.home().and_then(|home| self.senders.get(home)) else {
+            return Err(fiber);
+        };
+        let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel(1);
+        match home.send((fiber, reply_tx)) {
+            Ok(()) => Ok(reply_rx.recv().unwrap_or_else(|_| {
+                // Its worker died in the resume (a bug in the runtime,
+                // reported by that thread's panic): nothing to resume.
+                eprintln!("fiber: shutdown: a worker failed while unwinding one of its pinned fibers");
+                fiber_core::RunOutcome::Parked
+            })),
+            Err(std::sync::mpsc::SendError((fiber, _))) => Err(fiber),
+        }
+    }
+
+    /// Close the channels: the serving workers exit. Each is waited for
+    /// with the bound of shutdown step 4 (its `on_thread_stop` hook runs
+    /// now); one still running after it is left to finish on its own.
+    fn close(self) {
+        drop(self.senders);
+        let stop_by = Instant::now() + WORKER_STOP_BOUND;
+        for thread in self.serving {
+            while !thread.is_finished() && Instant::now() < stop_by {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            }
+        }
+    }
 }
 
 /// How long every live fiber must have been parked before shutdown stops

@@ -416,10 +416,14 @@ impl Shared {
     }
 
     /// Push a pinned fiber to its home worker's inbox; gives it back if
-    /// that worker no longer takes work (the runtime is shutting down).
+    /// that worker no longer takes work (the runtime is shutting down). A
+    /// home being drained takes it: a worker with a fiber bound to it does
+    /// not leave when drained (`run_loop`), it takes up its work again.
     pub(crate) fn send_home(&self, home: usize, fiber: Runnable) -> Option<Runnable> {
         let slot = &self.slots[home];
-        if !accepts_inbox(slot.state.load(Ordering::Relaxed)) {
+        let state = slot.state.load(Ordering::Relaxed);
+        let draining_home = state == DRAINING && !self.is_shutdown();
+        if !accepts_inbox(state) && !draining_home {
             return Some(fiber);
         }
         self.push_inbox(home, fiber);
@@ -1014,6 +1018,28 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) -> Leave {
         // slice that just ended. (Checked first: the monitor already took
         // it off `staying`, even if a shutdown began meanwhile.)
         if state.load(Ordering::Relaxed) == DRAINING {
+            // Unless a fiber became bound to this thread in the slice that
+            // got it drained (one that panicked and parked mid-unwind is
+            // kept here until its unwind ends): then this worker is its
+            // only possible home, and it takes up its work again (exact:
+            // only this worker's own runs make the count grow). Its wakes
+            // meanwhile came to its inbox (`send_home`).
+            if shared.slots[ctx.index].homed.load(Ordering::Relaxed) > 0
+                && state
+                    .compare_exchange(DRAINING, ACTIVE, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                shared.staying.fetch_add(1, Ordering::Relaxed);
+                let index = ctx.index;
+                crate::emit("logging a drain undone", || {
+                    tracing::debug!(
+                        target: "fiber_sched",
+                        worker = index,
+                        "worker stays: drained, but a fiber kept on it for an unwind is bound to it"
+                    )
+                });
+                continue;
+            }
             return Leave::Drained;
         }
         if shared.is_shutdown() {
