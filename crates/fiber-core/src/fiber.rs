@@ -1949,6 +1949,8 @@ pub(crate) struct Told {
     /// the scope's allocation, so a scope freed since and another made at
     /// the same address is not taken for the one told.
     scope: Option<std::sync::Weak<dyn crate::CancelScope>>,
+    /// That scope's deadline had passed when told.
+    deadline: bool,
 }
 
 /// The cancellation the running fiber sees now, as a tell would record it.
@@ -1959,9 +1961,17 @@ pub(crate) struct Told {
 unsafe fn told_now(fiber: &Fiber) -> Told {
     // SAFETY: see the function's contract.
     unsafe {
+        let held_off = fiber.cancel_mask.with(|m| *m) > 0;
         Told {
-            task: fiber.is_task_cancel_requested() || fiber.phase() != Phase::Open,
+            task: if held_off {
+                fiber.phase() == Phase::Teardown
+            } else {
+                fiber.is_task_cancel_requested() || fiber.phase() != Phase::Open
+            },
             scope: fiber.cancel_scope.with(|c| (*c).as_ref().map(Arc::downgrade)),
+            deadline: fiber
+                .cancel_scope
+                .with(|c| (*c).as_ref().is_some_and(|scope| scope.deadline_passed())),
         }
     }
 }
@@ -2009,11 +2019,12 @@ pub(crate) unsafe fn budget_tells_cancel(fiber: &Fiber) -> bool {
                 let was = t.scope.as_ref().map(|w| w.as_ptr() as *const ());
                 // After a task tell, a new scope must have a cancellation
                 // of its own: a passed deadline.
-                cur != was
-                    && (!t.task
-                        || fiber
-                            .cancel_scope
-                            .with(|c| (*c).as_ref().is_some_and(|scope| scope.deadline_passed())))
+                let passed = || {
+                    fiber
+                        .cancel_scope
+                        .with(|c| (*c).as_ref().is_some_and(|scope| scope.deadline_passed()))
+                };
+                (cur != was && (!t.task || passed())) || (t.task && cur == was && !t.deadline && passed())
             }
         });
         if tell {

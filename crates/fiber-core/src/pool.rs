@@ -780,7 +780,8 @@ impl FramePool {
     }
 
     /// Is a live fiber of this pool bound to `worker`'s thread (pinned
-    /// after running there, or kept there for an unwind)? A racy snapshot;
+    /// after running there, or kept there for an unwind), and not given up
+    /// for good by a teardown? A racy snapshot;
     /// exact once that worker has stopped resuming fibers (no fiber can
     /// become bound to it then). A worker that stops at shutdown stays to
     /// resume such fibers for [`teardown_with_homes`](Self::teardown_with_homes).
@@ -793,6 +794,8 @@ impl FramePool {
                 FiberState::Init | FiberState::Done | FiberState::Cancelled
             ) && (frame.is_pinned() || frame.is_unwind_pinned())
                 && frame.last_worker() == Some(worker)
+                // One given up for good needs no home any more.
+                && (!frame.is_abandoned() || unwinds_later(frame, true).is_some())
         })
     }
 

@@ -526,20 +526,26 @@ impl Runtime {
         let stop_by = Instant::now() + WORKER_STOP_BOUND;
         let mut stuck = Vec::new();
         let mut serving = Vec::new();
-        let is_serving = |thread: &std::thread::JoinHandle<()>| lock(&shared.serving).contains(&thread.thread().id());
+        let serving_slot = |thread: &std::thread::JoinHandle<()>| {
+            let id = thread.thread().id();
+            lock(&shared.serving)
+                .iter()
+                .find(|(_, serving)| *serving == id)
+                .map(|&(slot, _)| slot)
+        };
         loop {
             let threads: Vec<_> = lock(&shared.threads).drain(..).collect();
             if threads.is_empty() {
                 break;
             }
             for thread in threads {
-                while !thread.is_finished() && !is_serving(&thread) && Instant::now() < stop_by {
+                while !thread.is_finished() && serving_slot(&thread).is_none() && Instant::now() < stop_by {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 if thread.is_finished() {
                     let _ = thread.join();
-                } else if is_serving(&thread) {
-                    serving.push(thread);
+                } else if let Some(slot) = serving_slot(&thread) {
+                    serving.push((slot, thread));
                 } else {
                     stuck.push(thread);
                 }
@@ -577,8 +583,8 @@ impl Runtime {
         // worker still runs is not waited for; what waits on it (a scope
         // whose child it is) stays parked for the last round below.
         let mut drain = || drain_queues(&shared);
-        let homes = Homes {
-            senders: homes,
+        let mut homes = Homes {
+            senders: homes.into_iter().map(Some).collect(),
             serving,
         };
         // SAFETY: every worker thread has been joined, or (stuck) is still
@@ -597,8 +603,11 @@ impl Runtime {
         // once its call returns) instead of waiting out their keep-alive.
         crate::blocking::close(shared.id);
         if !stuck.is_empty() || report.abandoned_for_later() > 0 {
-            // The serving workers stay up for the reaper (a pinned fiber
-            // given up in a blocking call resumes at home once it returns).
+            // The serving workers that a fiber given up for later is still
+            // bound to stay up for the reaper (a pinned fiber given up in a
+            // blocking call resumes at home once it returns); the others
+            // exit now.
+            homes.close_unneeded(&shared.pool);
             reap_later(shared, stuck, homes, &report);
             return;
         }
@@ -628,7 +637,7 @@ impl Runtime {
 fn reap_later(
     shared: Arc<Shared>,
     stuck: Vec<std::thread::JoinHandle<()>>,
-    homes: Homes,
+    mut homes: Homes,
     first: &fiber_core::TeardownReport,
 ) {
     let lost_for_good = first.abandoned > first.abandoned_for_later();
@@ -655,6 +664,7 @@ fn reap_later(
                         false,
                     )
                 };
+                homes.close_unneeded(&shared.pool);
                 let later = report.abandoned_for_later();
                 // Done; or some are lost for good anyway; or what is left
                 // waits for blocking calls only, and none is in flight
@@ -743,8 +753,8 @@ fn report_abandoned(report: &fiber_core::TeardownReport) {
 /// them (`serve_homed_fibers`), and the channel to each (one per slot; a
 /// closed one, or none, gives the fiber back).
 struct Homes {
-    senders: Vec<std::sync::mpsc::Sender<crate::worker::HomeRequest>>,
-    serving: Vec<std::thread::JoinHandle<()>>,
+    senders: Vec<Option<std::sync::mpsc::Sender<crate::worker::HomeRequest>>>,
+    serving: Vec<(usize, std::thread::JoinHandle<()>)>,
 }
 
 impl Homes {
@@ -752,7 +762,7 @@ impl Homes {
     /// it back if that worker does not serve (gone, stuck, or it had no
     /// fiber bound to it when it stopped).
     fn resume(&self, fiber: fiber_core::Runnable) -> Result<fiber_core::RunOutcome, fiber_core::Runnable> {
-        let Some(home) = fiber.home().and_then(|home| self.senders.get(home)) else {
+        let Some(home) = fiber.home().and_then(|home| self.senders.get(home)?.as_ref()) else {
             return Err(fiber);
         };
         let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel(1);
@@ -772,14 +782,35 @@ impl Homes {
     /// now); one still running after it is left to finish on its own.
     fn close(self) {
         drop(self.senders);
-        let stop_by = Instant::now() + WORKER_STOP_BOUND;
-        for thread in self.serving {
-            while !thread.is_finished() && Instant::now() < stop_by {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            if thread.is_finished() {
-                let _ = thread.join();
-            }
+        join_bounded(self.serving.into_iter().map(|(_, thread)| thread));
+    }
+
+    /// Close the channels of the serving workers that no fiber still to
+    /// be unwound is bound to (`FramePool::any_homed_at`): they exit now,
+    /// not when the reaper ends (which waits for every blocking call).
+    fn close_unneeded(&mut self, pool: &fiber_core::FramePool) {
+        let (keep, done): (Vec<_>, Vec<_>) = std::mem::take(&mut self.serving)
+            .into_iter()
+            .partition(|(slot, _)| pool.any_homed_at(*slot));
+        for (slot, _) in &done {
+            self.senders[*slot] = None;
+        }
+        self.serving = keep;
+        join_bounded(done.into_iter().map(|(_, thread)| thread));
+    }
+}
+
+/// Join each of `threads`, waiting for all of them together at most the
+/// bound of shutdown step 4; one still running after it is left to finish
+/// on its own.
+fn join_bounded(threads: impl Iterator<Item = std::thread::JoinHandle<()>>) {
+    let stop_by = Instant::now() + WORKER_STOP_BOUND;
+    for thread in threads {
+        while !thread.is_finished() && Instant::now() < stop_by {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if thread.is_finished() {
+            let _ = thread.join();
         }
     }
 }

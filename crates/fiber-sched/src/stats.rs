@@ -150,6 +150,8 @@ pub struct Stats {
     /// without a yield point) for the retire interval (the idle timeout):
     /// each takes no new work and exits once its fiber gives the thread
     /// back, and a replacement starts if the pool is below its ceiling.
+    /// A drain undone (a fiber became bound to the worker in that slice,
+    /// so it stays) is not counted.
     pub workers_drained_stuck: u64,
     /// Fiber frames ever allocated.
     pub frames_allocated: usize,

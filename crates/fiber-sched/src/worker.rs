@@ -273,8 +273,8 @@ pub(crate) struct Shared {
     /// its end and serves it, see `serve_homed_fibers`).
     pub(crate) home_requests: Mutex<Vec<Option<std::sync::mpsc::Receiver<HomeRequest>>>>,
     /// Shutdown: the worker threads that left their loops and stay up to
-    /// resume their pinned fibers for teardown.
-    pub(crate) serving: Mutex<Vec<std::thread::ThreadId>>,
+    /// resume their pinned fibers for teardown (slot index, thread).
+    pub(crate) serving: Mutex<Vec<(usize, std::thread::ThreadId)>>,
 }
 
 /// A pinned fiber that teardown hands to its home worker, and where the
@@ -972,7 +972,7 @@ fn serve_homed_fibers(shared: &Shared, ctx: &WorkerCtx) {
     if !shared.pool.any_homed_at(ctx.index) {
         return;
     }
-    lock(&shared.serving).push(std::thread::current().id());
+    lock(&shared.serving).push((ctx.index, std::thread::current().id()));
     while let Ok((runnable, reply)) = requests.recv() {
         let outcome = runnable.into_running().resume(ctx.index);
         // Pins for unwinds are the teardown's business now (as on the
@@ -1030,14 +1030,14 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) -> Leave {
                     .is_ok()
             {
                 shared.staying.fetch_add(1, Ordering::Relaxed);
-                let index = ctx.index;
-                crate::emit("logging a drain undone", || {
-                    tracing::debug!(
-                        target: "fiber_sched",
-                        worker = index,
-                        "worker stays: drained, but a fiber kept on it for an unwind is bound to it"
-                    )
-                });
+                // The drain was counted as a shrink (and a drain): counted
+                // back, so ups minus downs stays the pool's size over its
+                // minimum and drains count workers that left.
+                shared.counters.drained_stuck.fetch_sub(1, Ordering::Relaxed);
+                shared.counters.record_grow(format!(
+                    "+1 worker (slot {}): drain undone, a fiber kept on it for an unwind is bound to it",
+                    ctx.index
+                ));
                 continue;
             }
             return Leave::Drained;
