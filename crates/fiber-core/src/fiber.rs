@@ -1963,8 +1963,13 @@ unsafe fn told_now(fiber: &Fiber) -> Told {
     unsafe {
         let held_off = fiber.cancel_mask.with(|m| *m) > 0;
         Told {
+            // Inside `non_cancellable` the task's cancellation is held
+            // off, so a tell there is not of it (only teardown's is), but
+            // one told before the section stays told (review 55: it was
+            // told again after the section, and a clean-up send cut).
             task: if held_off {
                 fiber.phase() == Phase::Teardown
+                    || fiber.budget_cancel_told.with(|t| (*t).as_ref().is_some_and(|t| t.task))
             } else {
                 fiber.is_task_cancel_requested() || fiber.phase() != Phase::Open
             },

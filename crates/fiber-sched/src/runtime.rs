@@ -369,17 +369,15 @@ impl Runtime {
         // fiber that waits for its call is one of the fibers the shutdown
         // would wait for.
         if on_worker_of(self.shared.id) || crate::blocking::on_pool_thread_of(self.shared.id) {
-            let rest = Runtime {
-                shared: self.shared.clone(),
-                monitor: self.monitor.take(),
+            let handed_off = match self.shutdown_elsewhere(grace) {
+                Ok(_) => true,
+                Err((rest, _)) => {
+                    // No thread to be had: leaked, never shut down on a
+                    // thread it would wait for.
+                    std::mem::forget(rest);
+                    false
+                }
             };
-            let handed_off = std::thread::Builder::new()
-                .name(format!("{}-shutdown", self.shared.config.thread_name))
-                .spawn(move || {
-                    let mut rest = rest;
-                    rest.shutdown(grace);
-                })
-                .is_ok();
             if !std::thread::panicking() {
                 panic!(
                     "a fiber runtime was dropped (or shut down) from inside one of its own fibers (or one of \
@@ -402,28 +400,11 @@ impl Runtime {
         // exited; this drop returns at once, without a panic (one in a
         // thread-local destructor would abort the process).
         if crate::worker::thread_of(self.shared.id) {
-            let rest = Runtime {
-                shared: self.shared.clone(),
-                monitor: self.monitor.take(),
-            };
-            let (rest_tx, rest_rx) = std::sync::mpsc::channel::<Runtime>();
-            let spawned = std::thread::Builder::new()
-                .name(format!("{}-shutdown", self.shared.config.thread_name))
-                .spawn(move || {
-                    if let Ok(mut rest) = rest_rx.recv() {
-                        rest.shutdown(grace);
-                    }
-                });
-            match spawned {
-                Ok(_) => {
-                    let _ = rest_tx.send(rest);
-                }
-                Err(err) => {
-                    // No thread to be had: the runtime stays up, leaked,
-                    // rather than waiting for this thread on this thread.
-                    eprintln!("fiber: a runtime dropped on its own worker thread could not start its shutdown ({err})");
-                    std::mem::forget(rest);
-                }
+            if let Err((rest, err)) = self.shutdown_elsewhere(grace) {
+                // No thread to be had: the runtime stays up, leaked,
+                // rather than waiting for this thread on this thread.
+                eprintln!("fiber: a runtime dropped on its own worker thread could not start its shutdown ({err})");
+                std::mem::forget(rest);
             }
             return;
         }
@@ -435,32 +416,43 @@ impl Runtime {
         // each would be abandoned, its destructors never run). The protocol
         // runs on a thread of its own, and this one waits for it.
         if std::thread::panicking() {
-            let rest = Runtime {
-                shared: self.shared.clone(),
-                monitor: self.monitor.take(),
-            };
-            let (rest_tx, rest_rx) = std::sync::mpsc::channel::<Runtime>();
-            let spawned = std::thread::Builder::new()
-                .name(format!("{}-shutdown", self.shared.config.thread_name))
-                .spawn(move || {
-                    if let Ok(mut rest) = rest_rx.recv() {
-                        rest.shutdown(grace);
-                    }
-                });
-            match spawned {
+            match self.shutdown_elsewhere(grace) {
                 Ok(thread) => {
-                    let _ = rest_tx.send(rest);
                     let _ = thread.join();
                 }
                 // No thread to be had: shut down here, as before.
-                Err(_) => {
-                    let mut rest = rest;
-                    rest.shutdown(grace);
-                }
+                Err((mut rest, _)) => rest.shutdown(grace),
             }
             return;
         }
         self.shutdown(grace);
+    }
+
+    /// Run the shutdown protocol on a thread of its own (this value keeps
+    /// nothing to shut down); or, if no thread can be started, give back
+    /// the runtime that was to be shut down there.
+    fn shutdown_elsewhere(&mut self, grace: Duration) -> Result<std::thread::JoinHandle<()>, (Runtime, io::Error)> {
+        let rest = Runtime {
+            shared: self.shared.clone(),
+            monitor: self.monitor.take(),
+        };
+        // Sent once the thread exists: a failed spawn drops its closure,
+        // and a runtime dropped there would start this all over again.
+        let (rest_tx, rest_rx) = std::sync::mpsc::channel::<Runtime>();
+        let spawned = std::thread::Builder::new()
+            .name(format!("{}-shutdown", self.shared.config.thread_name))
+            .spawn(move || {
+                if let Ok(mut rest) = rest_rx.recv() {
+                    rest.shutdown(grace);
+                }
+            });
+        match spawned {
+            Ok(thread) => {
+                let _ = rest_tx.send(rest);
+                Ok(thread)
+            }
+            Err(err) => Err((rest, err)),
+        }
     }
 
     /// The shutdown protocol (module docs). Runs on a thread that is not a
