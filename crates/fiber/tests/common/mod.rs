@@ -3,6 +3,7 @@
 //! and panic-message capture.
 #![allow(dead_code)]
 
+pub mod budget;
 pub mod fuzz;
 pub mod hold;
 pub mod load;
