@@ -101,6 +101,12 @@ pub struct FramePool {
     batched: AtomicUsize,
     /// Every frame this pool created, for shutdown and diagnostics.
     all: Mutex<Vec<Arc<Fiber>>>,
+    /// Teardown: fibers given up for later (their blocking call or
+    /// hand-off ended while a teardown gave up on them) whose wake queued
+    /// them before it ended: held here, runnable, for the teardown after
+    /// [`FramePool::revive_abandoned_in_blocking`], which runs them (their
+    /// wake will not come again).
+    given_up_woken: Mutex<Vec<Runnable>>,
     allocated: AtomicUsize,
     /// Frames in use, as a sum of parts: bumped at every spawn on the
     /// spawner's part and dropped at every finish on the finishing
@@ -202,6 +208,7 @@ impl FramePool {
             batches: crossbeam_queue::SegQueue::new(),
             batched: AtomicUsize::new(0),
             all: Mutex::new(Vec::new()),
+            given_up_woken: Mutex::new(Vec::new()),
             allocated: AtomicUsize::new(0),
             in_use_shared: crossbeam_utils::CachePadded::new(AtomicIsize::new(0)),
             in_use_cells: Mutex::new(Vec::new()),
@@ -787,8 +794,11 @@ impl FramePool {
     /// resume such fibers for [`teardown_with_homes`](Self::teardown_with_homes).
     pub fn any_homed_at(&self, worker: usize) -> bool {
         lock(&self.all).iter().any(|frame| {
-            // Relaxed: read after the worker's own last resume (same
-            // thread), which wrote what is read here.
+            // Relaxed: read by the worker after its own last resume (same
+            // thread), or by the teardown thread after that worker's reply
+            // for the last fiber it resumed (the reply channel orders the
+            // fiber's writes before this read): either way after what
+            // wrote it.
             !matches!(
                 frame.state.load(Ordering::Relaxed).state(),
                 FiberState::Init | FiberState::Done | FiberState::Cancelled
@@ -877,6 +887,23 @@ impl FramePool {
         })
     }
 
+    /// Give up on a fiber in a teardown. One given up for later (its
+    /// blocking call or hand-off ended, and its wake queued it: it is
+    /// runnable and will not be woken again) is kept with its place in
+    /// the queues, `given_up_woken`, for the teardown after
+    /// [`revive_abandoned_in_blocking`](Self::revive_abandoned_in_blocking);
+    /// dropped, a revived fiber was in no queue and never ran, its
+    /// destructors lost (`adversarial_review53.rs`, the unpinned control,
+    /// failed about 1 run in 20 under load).
+    fn give_up(&self, runnable: Runnable, homes: bool) {
+        if unwinds_later(runnable.fiber_ref(), homes).is_some() {
+            runnable.fiber_ref().mark_abandoned();
+            lock(&self.given_up_woken).push(runnable);
+        } else {
+            runnable.abandon();
+        }
+    }
+
     /// Is a fiber in transit (see [`any_in_transit`](Self::any_in_transit))
     /// and the pass's budget of waits for one not spent? Then wait a
     /// little (64 thread yields, then 100 us sleeps) and say so: the
@@ -930,6 +957,15 @@ impl FramePool {
         loop {
             let mut batch = drain();
             batch.append(&mut requeue);
+            // Those given up for later and since revived run now.
+            {
+                let mut held = lock(&self.given_up_woken);
+                let (revived, still): (Vec<_>, Vec<_>) = std::mem::take(&mut *held)
+                    .into_iter()
+                    .partition(|r| !r.fiber_ref().is_abandoned());
+                *held = still;
+                batch.extend(revived);
+            }
             let all = lock(&self.all).clone();
             for frame in &all {
                 if frame.is_abandoned() {
@@ -962,8 +998,10 @@ impl FramePool {
                 if runnable.fiber_ref().is_abandoned() {
                     // Woken after an earlier teardown gave up on it (what
                     // it waited for ended on a thread that was still
-                    // running): its task is already ended; never resume it.
-                    runnable.abandon();
+                    // running): its task is already ended; never resume it
+                    // here. One given up for later is kept, runnable, for
+                    // the teardown after its revival.
+                    self.give_up(runnable, homes);
                     continue;
                 }
                 let id = runnable.id();
@@ -1023,7 +1061,7 @@ impl FramePool {
                     let mut rest = drain();
                     rest.append(&mut requeue);
                     for runnable in rest {
-                        runnable.abandon();
+                        self.give_up(runnable, homes);
                     }
                     // A fiber that a thread outside the pass woke while the
                     // parked ones were given up (a blocking call returning)
