@@ -21,6 +21,7 @@
 //! once, sync objects usable afterwards, clear panics naming misuse.
 
 mod common;
+use common::shutdown::{counter, Tracked};
 use common::*;
 
 use fiber::chan::{bounded, unbounded, RecvError};
@@ -28,19 +29,6 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-
-/// Counts its drops.
-struct Tracked(Arc<AtomicUsize>);
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-
-fn counter() -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(0))
-}
 
 // ---------------------------------------------------------------------------
 // Sync objects at teardown.

@@ -23,26 +23,14 @@
 //! no hang, no thread left behind, no false report.
 
 mod common;
+use common::shutdown::{counter, Tracked};
 use common::*;
 
 use fiber::chan::unbounded;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
-
-/// Counts its drops.
-struct Tracked(Arc<AtomicUsize>);
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-
-fn counter() -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(0))
-}
 
 /// `fiber::spawn_pinned` from a plain thread (through a root fiber).
 fn spawn_pinned_on<T: Send + 'static>(

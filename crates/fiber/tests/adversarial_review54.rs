@@ -25,10 +25,11 @@
 
 mod common;
 use common::budget::{after_handle_cancel, self_fed_loop, sends_made};
+use common::shutdown::{counted_rt, stops_within};
 use common::*;
 
 use fiber::chan;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -391,30 +392,6 @@ fn a_drain_undone_keeps_the_scale_counts_equal_to_the_pools_size() {
             })
         },
     );
-}
-
-/// The runtime of the serving-worker tests: two fixed workers, a short
-/// grace, counting its workers' `on_thread_stop` hooks.
-fn counted_rt(stops: &Arc<AtomicUsize>) -> fiber::Runtime {
-    let s = stops.clone();
-    fiber::Runtime::builder()
-        .workers(2)
-        .max_workers(2)
-        .shutdown_timeout(ms(50))
-        .on_thread_stop(move || {
-            s.fetch_add(1, SeqCst);
-        })
-        .build()
-        .unwrap()
-}
-
-/// Wait up to `limit` for `n` hooks to have run; how many did.
-fn stops_within(stops: &AtomicUsize, n: usize, limit: Duration) -> usize {
-    let t0 = Instant::now();
-    while stops.load(SeqCst) < n && t0.elapsed() < limit {
-        std::thread::sleep(ms(5));
-    }
-    stops.load(SeqCst)
 }
 
 /// Control: an unpinned fiber's blocking call outliving the shutdown keeps

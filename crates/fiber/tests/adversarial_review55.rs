@@ -20,9 +20,10 @@
 
 mod common;
 use common::budget::{after_handle_cancel, self_fed_loop, sends_made};
+use common::shutdown::{counted_rt, stops_within};
 use common::*;
 
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -162,30 +163,6 @@ fn a_clean_up_deadline_held_off_by_a_section_is_told_after_it_once() {
 
 // ---------------------------------------------------------------------------
 // (b) Serving workers at shutdown.
-
-/// The runtime of the serving-worker tests: two fixed workers, a short
-/// grace, counting its workers' `on_thread_stop` hooks.
-fn counted_rt(stops: &Arc<AtomicUsize>) -> fiber::Runtime {
-    let s = stops.clone();
-    fiber::Runtime::builder()
-        .workers(2)
-        .max_workers(2)
-        .shutdown_timeout(ms(50))
-        .on_thread_stop(move || {
-            s.fetch_add(1, SeqCst);
-        })
-        .build()
-        .unwrap()
-}
-
-/// Wait up to `limit` for `n` hooks to have run; how many did.
-fn stops_within(stops: &AtomicUsize, n: usize, limit: Duration) -> usize {
-    let t0 = Instant::now();
-    while stops.load(SeqCst) < n && t0.elapsed() < limit {
-        std::thread::sleep(ms(5));
-    }
-    stops.load(SeqCst)
-}
 
 /// A pinned fiber in a blocking call at shutdown whose unwind (a
 /// destructor) makes a second blocking call: after the reaper's round that

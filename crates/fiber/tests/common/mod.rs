@@ -7,6 +7,7 @@ pub mod budget;
 pub mod fuzz;
 pub mod hold;
 pub mod load;
+pub mod shutdown;
 
 use std::panic::AssertUnwindSafe;
 use std::process::{Command, Stdio};
