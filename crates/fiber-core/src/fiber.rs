@@ -2199,7 +2199,9 @@ pub trait CancelScope: Send + Sync + std::any::Any {
     /// runs in a scope whose deadline has passed (a `with_timeout` opened
     /// in clean-up after `sleep(d)?` still ends a loop of operations that
     /// never wait). Asked only then; like
-    /// [`is_cancelled`](Self::is_cancelled) it must not wait. The default
+    /// [`is_cancelled`](Self::is_cancelled) it must not wait. It runs on
+    /// the fiber, inside the operation that looks at its budget: a panic
+    /// from it unwinds out of that operation as its own panic. The default
     /// is `false` (no deadline).
     fn deadline_passed(&self) -> bool {
         false

@@ -870,6 +870,15 @@ impl FramePool {
             .count()
     }
 
+    /// Does a teardown keep fibers given up for later whose wake had
+    /// already queued them (see `give_up`)? Their blocking call or
+    /// hand-off has ended, so nothing else will signal them: the caller
+    /// runs another [`revive_abandoned_in_blocking`](Self::revive_abandoned_in_blocking)
+    /// and teardown to finish them.
+    pub fn holds_given_up_woken(&self) -> bool {
+        !lock(&self.given_up_woken).is_empty()
+    }
+
     /// Is a fiber (not given up on) RUNNABLE or WAKING while every queue
     /// teardown drains was empty: claimed by a waker on another thread
     /// that has not queued it yet?

@@ -660,10 +660,17 @@ fn reap_later(
                 let later = report.abandoned_for_later();
                 // Done; or some are lost for good anyway; or what is left
                 // waits for blocking calls only, and none is in flight
-                // (one that began in an unwind's destructor is waited for).
+                // (one that began in an unwind's destructor is waited for),
+                // nor has one just returned to a fiber this round gave up
+                // on: that fiber is kept runnable, and nothing else would
+                // signal it, so it runs in another round.
                 let calls = crate::blocking::in_flight(shared.id);
-                if later == 0 || report.abandoned > later || (report.abandoned_in_handoff == 0 && calls == 0) {
+                let kept = shared.pool.holds_given_up_woken();
+                if later == 0 || report.abandoned > later || (report.abandoned_in_handoff == 0 && calls == 0 && !kept) {
                     break report;
+                }
+                if kept {
+                    continue;
                 }
                 // Fibers wait for hand-offs held outside this runtime:
                 // go round again once one has ended (or a call began).
