@@ -14,7 +14,8 @@
 //! * Acquire, slow path (`publish`, under the queue lock): set `QUEUED` in
 //!   an RMW that also reads the permits; with the queue empty and enough
 //!   permits, take them, else queue the node.
-//! * Release: `fetch_add` the permits; if the previous value had `QUEUED`,
+//! * Release: add the permits in a CAS that first checks the total
+//!   against `MAX_PERMITS`; if the previous value had `QUEUED`,
 //!   take the queue lock and grant permits to the queue's head nodes in
 //!   order while they fit (`grant`). A release that raced a `publish` is
 //!   ordered against it by the RMWs on the one word: either `publish` sees
@@ -217,13 +218,26 @@ impl Semaphore {
         if n == 0 {
             return;
         }
-        // Release: pairs with the Acquire of the next taker (fast path CAS
-        // or `grant`).
-        let prev = self.state.fetch_add(n << SHIFT, Ordering::Release);
-        if (prev >> SHIFT) + n > Self::MAX_PERMITS {
-            // Undo before panicking so the count stays meaningful.
-            self.state.fetch_sub(n << SHIFT, Ordering::Relaxed);
-            panic!("fiber::sync::Semaphore: adding {n} permits exceeds MAX_PERMITS");
+        // A CAS rather than a `fetch_add` undone on overflow: the count
+        // never shows more than MAX_PERMITS, not even for a moment, so no
+        // taker can get permits that the undo then takes back below zero.
+        // Relaxed load: the CAS below rechecks it.
+        let mut prev = self.state.load(Ordering::Relaxed);
+        loop {
+            assert!(
+                (prev >> SHIFT) + n <= Self::MAX_PERMITS,
+                "fiber::sync::Semaphore: adding {n} permits to {} exceeds MAX_PERMITS",
+                prev >> SHIFT
+            );
+            // Release: pairs with the Acquire of the next taker (fast path
+            // CAS or `grant`). Failure Relaxed: only a new value to retry.
+            match self
+                .state
+                .compare_exchange_weak(prev, prev + (n << SHIFT), Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(seen) => prev = seen,
+            }
         }
         if prev & QUEUED != 0 {
             let wakes = {

@@ -150,3 +150,37 @@ fn semaphore_acquire_is_a_cancellation_point() {
         })
     });
 }
+
+/// `add_permits` past `MAX_PERMITS` panics and leaves the count as it was,
+/// and the count never shows more than `MAX_PERMITS` meanwhile: a taker
+/// racing the refused add could otherwise take permits that never existed.
+#[test]
+fn a_refused_add_never_shows_more_than_max_permits() {
+    use std::sync::atomic::AtomicBool;
+    let sem = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (sem, stop) = (sem.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !stop.load(Ordering::Relaxed) {
+                most = most.max(sem.available_permits());
+            }
+            most
+        })
+    };
+    let mut refused = 0;
+    for _ in 0..20_000 {
+        let add = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sem.add_permits(1)));
+        refused += usize::from(add.is_err());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let most = watcher.join().unwrap();
+    assert_eq!(refused, 20_000, "every add past MAX_PERMITS panics");
+    assert_eq!(sem.available_permits(), Semaphore::MAX_PERMITS);
+    assert!(
+        most <= Semaphore::MAX_PERMITS,
+        "the count showed {most}, past MAX_PERMITS ({})",
+        Semaphore::MAX_PERMITS
+    );
+}
