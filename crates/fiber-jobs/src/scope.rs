@@ -737,6 +737,14 @@ impl<T> ScopedJoinHandle<'_, T> {
 impl<'scope, 'env> Scope<'scope, 'env> {
     /// Spawn a child fiber in this scope; it may borrow anything that
     /// outlives the scope.
+    ///
+    /// # Panics
+    ///
+    /// If the child cannot be spawned, as `std::thread::Scope::spawn`
+    /// panics when it cannot create a thread: its stack was refused, or
+    /// the call comes from outside the runtime's fibers (a plain thread
+    /// that borrowed the scope) once the runtime is shutting down. Use
+    /// [`try_spawn_with`](Self::try_spawn_with) to get the error instead.
     #[track_caller]
     pub fn spawn<F, T>(&'scope self, f: F) -> ScopedJoinHandle<'scope, T>
     where
@@ -886,6 +894,10 @@ impl<E> fmt::Debug for TryScope<'_, '_, E> {
 impl<'scope, 'env, E: Send> TryScope<'scope, 'env, E> {
     /// Spawn a fallible child: its first `Err` fails the scope, cancels the
     /// siblings and is what `try_scope` returns.
+    ///
+    /// # Panics
+    ///
+    /// If the child cannot be spawned, as [`Scope::spawn`].
     #[track_caller]
     pub fn spawn<F, T>(self, f: F) -> ScopedJoinHandle<'scope, T>
     where

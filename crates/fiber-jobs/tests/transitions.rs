@@ -234,14 +234,20 @@ fn a_failed_child_fails_its_parent_through_cancelling() {
             scope(|s| {
                 tx.send(s.job()).unwrap();
                 let sibling_tx = tx.clone();
+                // The failing child panics only once the sibling runs: a
+                // child cancelled before it starts never runs its body (and
+                // never sends its job), which a loaded machine produced
+                // when the failing child ran first on the other worker.
+                let (started_tx, started) = fiber_chan::bounded::<()>(1);
                 s.spawn(move || {
                     sibling_tx.send(Job::current()).unwrap();
+                    started_tx.send(()).unwrap();
                     // Parked until the failure cancels it.
                     let (_keep, never) = fiber_chan::bounded::<()>(0);
                     let _ = never.recv_timeout(Duration::from_secs(3600));
                 });
-                s.spawn(|| {
-                    let _ = fiber_core::yield_now();
+                s.spawn(move || {
+                    started.recv().unwrap();
                     panic!("expected by the test: the failing child")
                 });
             })
