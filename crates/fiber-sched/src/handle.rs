@@ -121,8 +121,10 @@ impl Handle {
     /// # Panics
     ///
     /// Panics when called from a fiber (it would block a worker thread:
-    /// spawn a fiber and join it instead), if the runtime is shut down, or
-    /// with `f`'s panic.
+    /// spawn a fiber and join it instead), on one of the runtime's own
+    /// worker threads outside a fiber (a hook or a tracing callback there:
+    /// the root could wait for that very thread), if the runtime is shut
+    /// down, or with `f`'s panic.
     #[track_caller]
     pub fn block_on<F, T>(&self, f: F) -> T
     where
@@ -225,6 +227,19 @@ where
             "fiber::{what} called inside a fiber: it would block this worker thread while a second \
              root fiber runs; spawn a fiber (fiber::spawn) and join it instead, or call block_on from a \
              plain thread (with a Handle from Runtime::handle / Handle::current)"
+        );
+    }
+    if crate::worker::thread_of(shared.id) {
+        // Outside a fiber but on one of this runtime's own worker threads
+        // (a hook, a tracing callback, a thread-local destructor): the
+        // root fiber would need this thread, or a worker that may be
+        // blocked the same way, and the call waited for ever
+        // (`adversarial_review60.rs`). tokio refuses the same.
+        panic!(
+            "fiber::{what} called on one of this runtime's own worker threads, outside a fiber (an \
+             on_thread_start or on_thread_stop hook, a tracing callback, a thread-local destructor): the \
+             root fiber could wait for this very thread; call block_on from a plain thread, or spawn a \
+             fiber (Handle::spawn) instead"
         );
     }
     let mut value: Option<T> = None;

@@ -309,7 +309,10 @@ impl Runtime {
     ///
     /// Panics when called from a fiber (it would block a worker thread
     /// while a second root runs: spawn a fiber and join it instead, or use
-    /// a [`Handle`] from a plain thread), or with `f`'s panic.
+    /// a [`Handle`] from a plain thread), or on one of this runtime's own
+    /// worker threads outside a fiber (an `on_thread_start` or
+    /// `on_thread_stop` hook, a tracing callback: the root could wait for
+    /// that very thread), or with `f`'s panic.
     #[track_caller]
     pub fn block_on<F, T>(&self, f: F) -> T
     where

@@ -7,7 +7,7 @@
 
 use fiber::chan;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -382,8 +382,14 @@ fn a_fiber_that_refuses_to_unwind_is_abandoned_not_looped_on() {
         let caught = Arc::new(AtomicUsize::new(0));
         let c = caught.clone();
         let rt = fiber::Runtime::new().unwrap();
+        // The root returns only once the fiber runs: one stolen by the
+        // other worker and not started yet when the shutdown begins never
+        // runs at all (0 unwinds caught; seen once under load).
+        let started = Arc::new(AtomicBool::new(false));
+        let s = started.clone();
         rt.block_on(move || {
             fiber::spawn(move || {
+                s.store(true, Ordering::Release);
                 let (_tx, rx) = chan::bounded::<u8>(0);
                 loop {
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rx.recv()));
@@ -392,7 +398,9 @@ fn a_fiber_that_refuses_to_unwind_is_abandoned_not_looped_on() {
                     }
                 }
             });
-            let _ = fiber::yield_now();
+            while !started.load(Ordering::Acquire) {
+                let _ = fiber::yield_now();
+            }
         });
         drop(rt);
         let n = caught.load(Ordering::Relaxed);
