@@ -952,22 +952,8 @@ fn reset_by_peer_wakes_a_parked_reader() {
             let c2 = c.clone();
             let reader = fiber::spawn(move || (&*c2).read(&mut [0; 8]).map_err(|e| e.kind()));
             fiber::sleep(ms(50)).unwrap();
-            let lin = libc::linger {
-                l_onoff: 1,
-                l_linger: 0,
-            };
             use std::os::fd::AsRawFd;
-            // SAFETY: a valid linger struct for an open socket.
-            let r = unsafe {
-                libc::setsockopt(
-                    s.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_LINGER,
-                    (&raw const lin).cast(),
-                    std::mem::size_of::<libc::linger>() as libc::socklen_t,
-                )
-            };
-            assert_eq!(r, 0);
+            common::sockets::reset_on_close(s.as_raw_fd());
             drop(s);
             assert_eq!(reader.join().unwrap(), Err(ErrorKind::ConnectionReset));
         });

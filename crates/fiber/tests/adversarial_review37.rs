@@ -71,24 +71,6 @@ fn pattern(seed: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| pattern_at(i + seed)).collect()
 }
 
-fn set_linger_zero(fd: std::os::fd::RawFd) {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: a valid linger struct for an open socket the caller owns.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&raw const l).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0);
-}
-
 /// The line-echo connection handler: every line back as it came.
 fn echo_lines(conn: TcpStream) -> io::Result<u64> {
     let mut reader = BufReader::new(&conn);
@@ -886,7 +868,7 @@ fn connection_churn_close_half_close_reset() {
                     for i in (t..1000).step_by(4) {
                         let s = Arc::new(std::net::TcpStream::connect(addr).unwrap());
                         if i % 3 == 2 {
-                            set_linger_zero(s.as_raw_fd());
+                            common::sockets::reset_on_close(s.as_raw_fd());
                         }
                         let (a, b, c) = (s.clone(), s.clone(), s.clone());
                         one(i, &|| {
@@ -916,7 +898,7 @@ fn connection_churn_close_half_close_reset() {
                         for i in (1000 + f..3000).step_by(20) {
                             let s = Arc::new(TcpStream::connect(addr).unwrap());
                             if i % 3 == 2 {
-                                set_linger_zero(s.as_raw_fd());
+                                common::sockets::reset_on_close(s.as_raw_fd());
                             }
                             let (a, b, c) = (s.clone(), s.clone(), s.clone());
                             one(i, &|| {

@@ -60,25 +60,6 @@ fn temp_path(name: &str) -> std::path::PathBuf {
     p
 }
 
-/// Make the kernel send a reset when `fd` is closed (`SO_LINGER` 0).
-fn linger_zero(fd: std::os::fd::RawFd) {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: a valid `linger` for an open socket the caller owns.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&raw const l).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0);
-}
-
 /// Fill `s`'s send path until a write would block (the socket must be
 /// non-blocking for the call); the bytes written.
 fn fill(s: &TcpStream) -> usize {
@@ -564,7 +545,7 @@ fn a_reset_wakes_a_parked_writer_and_a_parked_reader() {
             let reader = fiber::spawn(move || (&*ar).read(&mut [0u8; 16]).map_err(|e| e.kind()));
             wait_fiber_parked(writer.id());
             wait_fiber_parked(reader.id());
-            linger_zero(b.as_raw_fd());
+            common::sockets::reset_on_close(b.as_raw_fd());
             drop(b);
             let w = writer.join().unwrap();
             let r = reader.join().unwrap();

@@ -1576,24 +1576,6 @@ fn udp_refusals_surface_on_the_next_call_like_std() {
     within(30, check);
 }
 
-fn reset_on_close(fd: std::os::fd::RawFd) {
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: a valid `linger` for an open socket the caller owns.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&raw const linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0);
-}
-
 /// The peer writes and then resets the connection (`SO_LINGER` 0): the
 /// reads that follow (data first, then the reset, then what comes after)
 /// and a write give std's results step by step, also when the reader was
@@ -1610,7 +1592,7 @@ fn reads_after_a_peer_reset_match_std() {
     let expected: Row = within(30, || {
         let (mut c, s) = std_tcp_pair();
         c.write_all(b"hello").unwrap();
-        reset_on_close(c.as_raw_fd());
+        common::sockets::reset_on_close(c.as_raw_fd());
         drop(c);
         std::thread::sleep(ms(100));
         let mut w = s.try_clone().unwrap();
@@ -1621,7 +1603,7 @@ fn reads_after_a_peer_reset_match_std() {
         // Reader reading after the reset.
         let (mut c, s) = tcp_pair();
         c.write_all(b"hello").unwrap();
-        reset_on_close(c.as_raw_fd());
+        common::sockets::reset_on_close(c.as_raw_fd());
         drop(c);
         std::thread::sleep(ms(100));
         let mut w = s.try_clone().unwrap();
@@ -1643,7 +1625,7 @@ fn reads_after_a_peer_reset_match_std() {
             fiber::sleep(ms(50)).unwrap();
             let mut c = c;
             c.write_all(b"hello").unwrap();
-            reset_on_close(c.as_raw_fd());
+            common::sockets::reset_on_close(c.as_raw_fd());
             drop(c);
             let first = reader.join().unwrap();
             fiber::sleep(ms(100)).unwrap();

@@ -8,6 +8,7 @@ pub mod fuzz;
 pub mod hold;
 pub mod load;
 pub mod shutdown;
+pub mod sockets;
 
 use std::panic::AssertUnwindSafe;
 use std::process::{Command, Stdio};

@@ -1,0 +1,24 @@
+//! Socket test helpers.
+
+use std::os::fd::RawFd;
+
+/// Make the kernel reset the connection when `fd` is closed (`SO_LINGER`
+/// on with a zero timeout): the peer's next read or write fails with
+/// `ConnectionReset` or `BrokenPipe` instead of seeing an orderly end.
+pub fn reset_on_close(fd: RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid `linger` for an open socket the caller owns.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt(SO_LINGER): {}", std::io::Error::last_os_error());
+}
