@@ -228,6 +228,10 @@ pub(crate) struct Fiber {
     /// read at the later ones (cold: only a fiber that makes that many
     /// operations in a row without switching away touches it).
     ops_run_since: UnsafeCell<Option<std::time::Instant>>,
+    /// When the fiber's current streak of `yield_now` calls while it
+    /// unwinds began, and when the last one was (owner-only; cold: see
+    /// [`Fiber::unwinding_yield_stays`]).
+    unwind_yields: UnsafeCell<Option<(std::time::Instant, std::time::Instant)>>,
     /// A cancellation point told this fiber of its cancellation (a wait or
     /// `yield_now` returned `Cancelled`, or a budget look ended an
     /// operation as cancelled), and no budget look has found it not
@@ -494,6 +498,7 @@ impl Fiber {
             poll_misses: UnsafeCell::new(0),
             ops_unswitched: UnsafeCell::new(0),
             ops_run_since: UnsafeCell::new(None),
+            unwind_yields: UnsafeCell::new(None),
             budget_cancel_told: UnsafeCell::new(None),
             cancel_scope: UnsafeCell::new(None),
             locals: UnsafeCell::new(None),
@@ -587,6 +592,7 @@ impl Fiber {
             this.poll_misses.with_mut(|c| *c = 0);
             this.ops_unswitched.with_mut(|c| *c = 0);
             this.budget_cancel_told.with_mut(|c| *c = None);
+            this.unwind_yields.with_mut(|c| *c = None);
             this.body_returned.with_mut(|b| *b = false);
         }
         this.unwind_flags.store(0, Ordering::Relaxed);
@@ -1217,6 +1223,43 @@ impl Fiber {
     #[inline]
     pub(crate) fn is_unwind_pinned(&self) -> bool {
         self.unwind_flags.load(Ordering::Relaxed) & UNWIND_PINNED != 0
+    }
+
+    /// A `yield_now` of this fiber while it unwinds (a destructor, or a
+    /// panic hook, polling in a loop): may it yield the thread only,
+    /// staying on it? Yes for the first [`UNWINDING_WAIT_BOUND`](crate::wait::UNWINDING_WAIT_BOUND)
+    /// of a streak of such yields (calls less than 50 ms apart), as an
+    /// unwinding wait blocks its thread that long first; after that the
+    /// fiber switches away like a parked unwind, so what it polls for can
+    /// come from a fiber this thread would run (one worker, growth off):
+    /// without the bound such a loop held its worker for ever
+    /// (`adversarial_review61.rs`).
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself (an owner-only slot).
+    #[cfg(not(loom))]
+    #[cold]
+    unsafe fn unwinding_yield_stays(&self) -> bool {
+        const STREAK_GAP: std::time::Duration = std::time::Duration::from_millis(50);
+        let now = std::time::Instant::now();
+        // SAFETY: see the function's contract.
+        unsafe {
+            self.unwind_yields.with_mut(|streak| {
+                let since = match *streak {
+                    Some((since, last)) if now.saturating_duration_since(last) < STREAK_GAP => since,
+                    _ => now,
+                };
+                *streak = Some((since, now));
+                now.saturating_duration_since(since) < crate::wait::UNWINDING_WAIT_BOUND
+            })
+        }
+    }
+
+    /// Under loom: always stays (no clock).
+    #[cfg(loom)]
+    unsafe fn unwinding_yield_stays(&self) -> bool {
+        true
     }
 
     /// Ask the CPU to start loading the hot lines of the frame at `this`
@@ -2078,10 +2121,12 @@ pub fn yield_now() -> Result<(), crate::Cancelled> {
             teardown_unwind(&*fiber);
             return Err(crate::Cancelled);
         }
-        if fiber_panicking(&*fiber) {
+        if fiber_panicking(&*fiber) && (*fiber).unwinding_yield_stays() {
             // Unwinding: stay on this thread (see `wait::unwinding_fiber_wait`).
             std::thread::yield_now();
         } else {
+            // Unwinding for longer than the bound: progress wins, as for a
+            // wait (the fiber stays bound to this worker: `suspend`).
             (*fiber).suspend(Suspend::Yield);
         }
         if (*fiber).is_cancel_requested() {

@@ -602,7 +602,7 @@ const UNWINDING_WAIT_SLICE: std::time::Duration = std::time::Duration::from_mill
 /// How long an unwinding fiber blocks its thread in all before it parks
 /// instead (see [`unwinding_fiber_wait`]).
 #[cfg(not(loom))]
-const UNWINDING_WAIT_BOUND: std::time::Duration = std::time::Duration::from_millis(200);
+pub(crate) const UNWINDING_WAIT_BOUND: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A wait of a fiber that is unwinding (a destructor that waits while a
 /// panic propagates). std keeps "this thread is panicking" per OS thread,

@@ -357,7 +357,8 @@ impl Runtime {
     /// cannot wait for itself); the shutdown then goes on, on a thread of
     /// its own, so no thread leaks. On one of its worker threads outside
     /// its fibers (its `on_thread_stop` hook, a thread-local destructor as
-    /// the thread exits) it does not panic: it returns at once, and the
+    /// the thread exits, a tracing callback the worker runs between two
+    /// fibers) it does not panic: it returns at once, and the
     /// shutdown goes on, on a thread of its own, which joins this one once
     /// it has exited.
     pub fn shutdown_timeout(mut self, grace: Duration) {
@@ -371,7 +372,12 @@ impl Runtime {
         // A blocking-pool thread of this runtime is the same case: the
         // fiber that waits for its call is one of the fibers the shutdown
         // would wait for.
-        if on_worker_of(self.shared.id) || crate::blocking::on_pool_thread_of(self.shared.id) {
+        // On a worker thread outside its fibers (a tracing callback the
+        // scheduling loop runs around a resume) no fiber waits on this
+        // thread: that is the hand-off below, without a panic
+        // (`adversarial_review61.rs`).
+        let in_own_fiber = on_worker_of(self.shared.id) && fiber_core::in_fiber();
+        if in_own_fiber || crate::blocking::on_pool_thread_of(self.shared.id) {
             let handed_off = match self.shutdown_elsewhere(grace) {
                 Ok(_) => true,
                 Err((rest, _)) => {
@@ -395,9 +401,10 @@ impl Runtime {
             }
             return;
         }
-        // One of its worker threads outside its scheduling loop (its
+        // One of its worker threads outside its fibers (its
         // `on_thread_start` or `on_thread_stop` hook, a thread-local
-        // destructor as it exits): no fiber waits on this thread, but the
+        // destructor as it exits, a tracing callback between two fibers):
+        // no fiber waits on this thread, but the
         // shutdown joins every worker thread, this one too. The shutdown
         // runs on a thread of its own, which joins this one once it has
         // exited; this drop returns at once, without a panic (one in a
