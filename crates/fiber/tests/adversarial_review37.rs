@@ -1070,6 +1070,14 @@ fn acceptors_on_cloned_listeners_then_all_dropped() {
                 })
                 .collect();
             assert_eq!(accepted.load(Ordering::SeqCst), 60);
+            // Let the 60 acceptors finish first: one still between its
+            // write and its return when cancelled ends CANCELLED (its
+            // value dropped), which a CI run saw once (41 cancelled).
+            let start = Instant::now();
+            while hs.iter().filter(|h| h.is_finished()).count() < 60 {
+                assert!(start.elapsed() < Duration::from_secs(10));
+                fiber::sleep(ms(1)).unwrap();
+            }
             // The rest: cancelled.
             let start = Instant::now();
             for h in &hs {
