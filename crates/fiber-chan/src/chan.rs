@@ -2163,10 +2163,10 @@ impl<T> Chan<T> {
     /// every fiber on one thread, and the holder could run (or be unwound,
     /// which gives the reservation back) only if this one let the thread
     /// go, so a spin there never ended
-    /// (`adversarial_review23.rs::shutdown_unwinding_a_receiver_reserved_by_a_parked_send_arm_returns`).
+    /// (`reviews/review23.rs::shutdown_unwinding_a_receiver_reserved_by_a_parked_send_arm_returns`).
     /// Parked as `WaitKind::Handoff`: a shutdown that gives up on the
     /// fiber here takes it back once the hand-off ends, as it does a fiber
-    /// in a blocking call (`adversarial_review26.rs`). Waiting from
+    /// in a blocking call (`reviews/review26.rs`). Waiting from
     /// `unpublish`, before any unwind begins, also keeps the fiber from
     /// parking in the middle of one (which would pin it, and its panic
     /// count, to the thread). The wait is not cancellable: the reservation

@@ -95,7 +95,7 @@ pub(crate) fn next_fiber_id() -> FiberId {
         // may spawn a scoped child of a fiber it knows nothing of, so a
         // block it took earlier could be below that fiber's id: take a
         // fresh id from the counter, above every id handed out so far
-        // (`adversarial_id_order.rs`). Relaxed: uniqueness needs only
+        // (`adversarial/id_order.rs`). Relaxed: uniqueness needs only
         // the read-modify-write's atomicity.
         return FiberId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     }
@@ -1233,7 +1233,7 @@ impl Fiber {
     /// fiber switches away like a parked unwind, so what it polls for can
     /// come from a fiber this thread would run (one worker, growth off):
     /// without the bound such a loop held its worker for ever
-    /// (`adversarial_review61.rs`).
+    /// (`reviews/review61.rs`).
     ///
     /// # Safety
     ///
@@ -2036,10 +2036,10 @@ unsafe fn told_now(fiber: &Fiber) -> Told {
 /// expired); after its task was told, only another scope whose deadline
 /// has passed (a `with_timeout` opened in clean-up: its deadline still
 /// ends a loop in it, while the task's cancellation, told already, cuts
-/// no clean-up short; `adversarial_review52.rs`). A look outside `non_cancellable` that finds the fiber not
+/// no clean-up short; `reviews/review52.rs`). A look outside `non_cancellable` that finds the fiber not
 /// cancelled forgets the tell; inside the section a held-off cancellation
 /// has not ended, so the tell stands
-/// (`adversarial_review50.rs`).
+/// (`reviews/review50.rs`).
 ///
 /// # Safety
 ///

@@ -902,7 +902,7 @@ impl FramePool {
     /// the queues, `given_up_woken`, for the teardown after
     /// [`revive_abandoned_in_blocking`](Self::revive_abandoned_in_blocking);
     /// dropped, a revived fiber was in no queue and never ran, its
-    /// destructors lost (`adversarial_review53.rs`, the unpinned control,
+    /// destructors lost (`reviews/review53.rs`, the unpinned control,
     /// failed about 1 run in 20 under load).
     fn give_up(&self, runnable: Runnable, homes: bool) {
         if unwinds_later(runnable.fiber_ref(), homes).is_some() {
@@ -994,7 +994,7 @@ impl FramePool {
                 // RUNNABLE before it reaches a queue: neither parked nor
                 // drained, it would be neither run nor given up on, and its
                 // joiners would wait for ever
-                // (`adversarial_review27.rs::a_fiber_given_up_in_a_blocking_call_can_be_joined_after_the_runtime_is_dropped`).
+                // (`reviews/review27.rs::a_fiber_given_up_in_a_blocking_call_can_be_joined_after_the_runtime_is_dropped`).
                 // Its waker is in the middle of a few lines: wait for it.
                 if self.waited_for_transit(&mut transit_waits) {
                     continue;
@@ -1215,7 +1215,7 @@ enum Later {
 /// their fibers for teardown (`homes`, [`FramePool::teardown_with_homes`]);
 /// otherwise teardown gives it up for good, the shutdown report must say
 /// so, and the runtime's memory stays leaked
-/// (`adversarial_review21.rs::a_pinned_fiber_given_up_in_a_blocking_call_is_unwound_or_reported_as_lost`).
+/// (`reviews/review21.rs::a_pinned_fiber_given_up_in_a_blocking_call_is_unwound_or_reported_as_lost`).
 /// (A later teardown whose home does not serve it gives it up then.)
 fn unwinds_later(frame: &Fiber, homes: bool) -> Option<Later> {
     if !homes && (frame.is_pinned() || frame.is_unwind_pinned()) {

@@ -458,7 +458,7 @@ pub fn fiber_wake_via(record: &Waiter, sched: &dyn Schedule) -> bool {
 /// `cancelled` may run user code (a `CancelScope::is_cancelled`) while the
 /// fiber is PARKING: if it panics, the state word is put back to RUNNING
 /// first, so the panic reaches the wait's caller with the fiber legal
-/// (`adversarial_review49.rs::a_cancel_scope_that_panics_in_a_wait_leaves_the_fiber_legal`).
+/// (`reviews/review49.rs::a_cancel_scope_that_panics_in_a_wait_leaves_the_fiber_legal`).
 pub(crate) fn enter_parking(state: &StateWord, interruptible: bool, cancelled: impl FnOnce() -> bool) -> Option<u64> {
     let ticket = state.transition_to_parking();
     if interruptible {
@@ -568,7 +568,7 @@ fn fiber_or_thread_wait<W: Waitable + ?Sized>(
             // yield is allowed in teardown) let a loop of zero waits that
             // ignores its cancellation (a `select!` taking a due timer arm,
             // a due timer `recv`) spin for ever on the thread dropping the
-            // runtime (`adversarial_review38.rs`).
+            // runtime (`reviews/review38.rs`).
             // SAFETY: the running fiber reads its own scheduler slot.
             && (unsafe { fiber.phase() } != crate::pool::Phase::Teardown || crate::fiber::fiber_panicking(fiber))
         {

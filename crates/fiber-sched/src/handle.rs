@@ -234,7 +234,7 @@ where
         // (a hook, a tracing callback, a thread-local destructor): the
         // root fiber would need this thread, or a worker that may be
         // blocked the same way, and the call waited for ever
-        // (`adversarial_review60.rs`). tokio refuses the same.
+        // (`reviews/review60.rs`). tokio refuses the same.
         panic!(
             "fiber::{what} called on one of this runtime's own worker threads, outside a fiber (an \
              on_thread_start or on_thread_stop hook, a tracing callback, a thread-local destructor): the \

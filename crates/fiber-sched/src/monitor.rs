@@ -220,7 +220,7 @@ fn rescue_waiting(shared: &Shared, index: usize, main_limit: usize) -> usize {
     // each rescue reversed the batch, and beside fibers that yield after
     // turns longer than the stuck threshold the fibers in its middle swapped
     // places at every rescue and never ran (a timer-woken fiber waited for
-    // ever: `adversarial_review34.rs::a_sleeper_beside_five_yielding_crunchers_two_workers`).
+    // ever: `reviews/review34.rs::a_sleeper_beside_five_yielding_crunchers_two_workers`).
     let mut main = Vec::new();
     while main.len() < main_limit {
         match slot.stealer.steal() {
@@ -591,7 +591,7 @@ fn decide_growth(
 /// deadlock report asks: while this one acts, that one's quiet is no
 /// deadlock.) A socket wait does not count: an idle server of one runtime
 /// parked in `accept` for good must not hide another runtime's deadlock
-/// for good (`adversarial_roots.rs::a_deadlock_is_reported_while_another_runtime_waits_on_a_socket`).
+/// for good (`adversarial/roots.rs::a_deadlock_is_reported_while_another_runtime_waits_on_a_socket`).
 pub(crate) fn may_still_act(shared: &Shared) -> bool {
     // Relaxed loads throughout: a snapshot for a report that waits a
     // whole quiet window before it fires, like `check_deadlock`'s own.
@@ -606,7 +606,7 @@ pub(crate) fn may_still_act(shared: &Shared) -> bool {
         // Live timers only, as in `check_deadlock`: dead entries (waits
         // that ended early) wake nobody, and must not hold another
         // runtime's report off until they expire
-        // (`adversarial_review26.rs::a_real_deadlock_is_reported_while_another_runtime_holds_only_dead_timer_entries`).
+        // (`reviews/review26.rs::a_real_deadlock_is_reported_while_another_runtime_holds_only_dead_timer_entries`).
         // The sweep runs only when the other runtime's quiet window is up.
         || (shared.timers.any_pending() && shared.timers.purge_dead(1) > 0)
 }
@@ -676,7 +676,7 @@ fn check_deadlock(
     // Nor is any other wait while another runtime still acts (a fiber
     // running or runnable there, a timer pending, a blocking call): its
     // fibers may send on a channel, release a lock or unpark a fiber of
-    // this one (`adversarial_review21.rs::a_root_waiting_on_a_channel_fed_by_another_runtime_is_not_a_deadlock`).
+    // this one (`reviews/review21.rs::a_root_waiting_on_a_channel_fed_by_another_runtime_is_not_a_deadlock`).
     // The report is about the whole process, as Go's is.
     if crate::handle::another_runtime_acting(shared.id) {
         *quiet_since = Some(now);

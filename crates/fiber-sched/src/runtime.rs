@@ -375,7 +375,7 @@ impl Runtime {
         // On a worker thread outside its fibers (a tracing callback the
         // scheduling loop runs around a resume) no fiber waits on this
         // thread: that is the hand-off below, without a panic
-        // (`adversarial_review61.rs`).
+        // (`reviews/review61.rs`).
         let in_own_fiber = on_worker_of(self.shared.id) && fiber_core::in_fiber();
         if in_own_fiber || crate::blocking::on_pool_thread_of(self.shared.id) {
             let handed_off = match self.shutdown_elsewhere(grace) {
@@ -634,7 +634,7 @@ impl Runtime {
 /// runtime ends it as it unwinds in the same teardown; one elsewhere (a
 /// `select!` of another runtime or of a plain thread) when it completes or
 /// gives the hand-off back, which the reaper waits for
-/// (`adversarial_review26.rs`). It keeps the runtime's memory alive
+/// (`reviews/review26.rs`). It keeps the runtime's memory alive
 /// meanwhile, and frees it unless a fiber was given up on for good.
 fn reap_later(
     shared: Arc<Shared>,

@@ -1391,7 +1391,7 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
             // hand-offs only, a pair computing 20 ms a turn let the deque's
             // top fiber run once every 16 turns, and 20 fibers sleeping
             // 10 ms in a loop beside it waited up to 2 s a sleep
-            // (`adversarial_review12.rs::twenty_sleeper_loops_beside_pairs_one_worker`).
+            // (`reviews/review12.rs::twenty_sleeper_loops_beside_pairs_one_worker`).
             if let Some(fiber) = runnext.take() {
                 ctx.yielded.push(fiber);
             }
@@ -1405,7 +1405,7 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
             // looks, a pair handing off every microsecond got 16 to 61 us
             // per 10 ms turn of a pair computing 1 ms a hand-off, 1/570 of
             // the time: Go's `TestPingPongHog`,
-            // `conformance_go_runtime.rs::ping_pong_hog`.)
+            // `conformance/go_runtime.rs::ping_pong_hog`.)
             if let Some(fiber) = runnext.take() {
                 ctx.picked_runnext.set(true);
                 return Some(fiber);
@@ -1415,7 +1415,7 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
             // chain's fiber waits in its slot. (Without it, a tree whose
             // fibers compute 5 ms and spawn into runnext kept the oldest
             // fiber of the deque waiting 1.4 s:
-            // `adversarial_starvation.rs::the_oldest_fiber_of_a_refilled_lifo_deque_runs_within_a_time_bound`.)
+            // `adversarial/starvation.rs::the_oldest_fiber_of_a_refilled_lifo_deque_runs_within_a_time_bound`.)
             late_in_chain = true;
         }
     }
@@ -1425,7 +1425,7 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     // long between parks (a ping-pong pair computing 10 ms a turn) made its
     // 976th look, the one that reaches the bottom of the LIFO deque, tens
     // of seconds late, and a timer-woken fiber there waited that long
-    // (`conformance_go_runtime.rs::a_sleeper_wakes_beside_a_compute_heavy_ping_pong_pair`).
+    // (`conformance/go_runtime.rs::a_sleeper_wakes_beside_a_compute_heavy_ping_pong_pair`).
     // (Read on every 4th look: a look of a yield loop costs about 20 ns,
     // and reading the clock on each one showed.)
     let late = late_in_chain
@@ -1466,7 +1466,7 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
                 // holds just the fiber that yielded at the end of that
                 // turn, which would run again at once, ahead of all of them
                 // (one turn in eight beside three waiting fibers:
-                // `adversarial_review36.rs::a_fiber_yielding_after_a_long_turn_does_not_run_again_ahead_of_the_others_one_worker`);
+                // `reviews/review36.rs::a_fiber_yielding_after_a_long_turn_does_not_run_again_ahead_of_the_others_one_worker`);
                 // the global queue is served first, as Go's `Gosched` puts
                 // the goroutine behind it. (Checked here, on the rare
                 // fairness look, not on every yield.)

@@ -317,7 +317,7 @@ impl<'a> Waitable for LockWait<'a> {
             // over), and the `Io`'s drop takes it out if the wait ends
             // otherwise (a barging `try_complete`, or unwinding at
             // teardown)
-            // (`adversarial_review24.rs::mutex_starving_first_waiter_keeps_its_hand_off_when_its_fiber_is_cancelled`).
+            // (`reviews/review24.rs::mutex_starving_first_waiter_keeps_its_hand_off_when_its_fiber_is_cancelled`).
             return None;
         }
         // Handed over (the lock is ours), or woken to retry.

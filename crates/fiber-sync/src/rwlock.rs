@@ -654,7 +654,7 @@ impl<'a> Waitable for RwWait<'a> {
             // awake; `publish` parks it again there (or finds it granted
             // meanwhile), and the `Io`'s drop takes it out if the fiber is
             // unwound instead
-            // (`adversarial_review24.rs::rwlock_try_read_never_passes_a_waiting_writer_whose_fiber_is_cancelled`).
+            // (`reviews/review24.rs::rwlock_try_read_never_passes_a_waiting_writer_whose_fiber_is_cancelled`).
             return None;
         }
         // Granted (the lock is ours), or handed out of the queue otherwise.

@@ -169,7 +169,7 @@ fn condvar_cancelled_wait_returns_with_the_guard() {
 
 /// Two waits in progress with two different mutexes: the second panics
 /// (std may panic on a condvar used with more than one mutex). Between
-/// waits a mutex may move (`adversarial_scope_failures.rs` in the facade
+/// waits a mutex may move (`adversarial/scope_failures.rs` in the facade
 /// crate), so only waits in progress bind it.
 #[test]
 fn condvar_with_two_mutexes_at_once_panics() {

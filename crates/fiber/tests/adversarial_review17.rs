@@ -1,7 +1,7 @@
 //! Adversarial review 17: time semantics as users of Go's `time` package,
 //! crossbeam-channel's `after` / `at` / `tick` / `never` and tokio's
 //! `time` expect them, beyond the extremes (those are in
-//! `adversarial_review4.rs` and `adversarial_timeouts.rs`).
+//! `reviews/review4.rs` and `adversarial/timeouts.rs`).
 //!
 //! * Ordering: sleepers wake in deadline order; sleepers of one deadline
 //!   all wake; a later sleeper never finds an earlier one still parked.

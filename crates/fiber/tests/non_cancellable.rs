@@ -200,7 +200,7 @@ fn shutdown_waits_for_a_sections_timed_clean_up() {
 /// shutdown for the grace time at most, then is unwound. A plain thread
 /// may hold the sender (here it does), so the runtime cannot tell this wait
 /// from clean-up that waits for a thread's last message: it keeps the
-/// grace time for it, as for a lock (`adversarial_review4.rs::
+/// grace time for it, as for a lock (`reviews/review4.rs::
 /// non_cancellable_recv_timeout_max_keeps_the_grace_time_like_a_long_timeout`).
 #[test]
 fn shutdown_waits_at_most_the_grace_time_for_a_stuck_section() {

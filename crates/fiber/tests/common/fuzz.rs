@@ -1,5 +1,5 @@
 //! The seeded random-program fuzzers' shared parts
-//! (`adversarial_review27.rs`, `adversarial_review29.rs`): a xorshift
+//! (`reviews/review27.rs`, `reviews/review29.rs`): a xorshift
 //! generator and the environment knobs of their long runs.
 
 /// A small xorshift64 generator: the same seed gives the same program.
@@ -49,15 +49,29 @@ pub fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
+/// Whether a panic payload is one a fuzzer planned.
+pub type Planned = fn(&(dyn std::any::Any + Send)) -> bool;
+
 /// Keep a fuzzer's planned panics (those `planned` recognizes by their
-/// payload) out of the output; other panics print as usual. Once per test
-/// process.
-pub fn quiet_panics(planned: fn(&(dyn std::any::Any + Send)) -> bool) {
+/// payload) out of the output; other panics print as usual. One hook per
+/// test process serves every predicate registered.
+pub fn quiet_panics(planned: Planned) {
+    // One hook for the whole binary (several files' fuzzers share it when
+    // they are modules of one test binary): it stays quiet for a payload
+    // any registered predicate plans.
+    static PLANNED: std::sync::Mutex<Vec<Planned>> = std::sync::Mutex::new(Vec::new());
     static ONCE: std::sync::Once = std::sync::Once::new();
+    {
+        let mut list = PLANNED.lock().unwrap_or_else(|e| e.into_inner());
+        if !list.contains(&planned) {
+            list.push(planned);
+        }
+    }
     ONCE.call_once(|| {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if planned(info.payload()) {
+            let list = PLANNED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if list.iter().any(|p| p(info.payload())) {
                 return;
             }
             default(info);

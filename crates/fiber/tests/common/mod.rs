@@ -139,11 +139,12 @@ pub fn child_outcome(
     }
     // `--include-ignored`: the child runs the scenario even if it is marked
     // `#[ignore]` (it would otherwise run nothing and pass).
+    let full_name = full_test_name(scenario);
     let mut child = Command::new(std::env::current_exe().unwrap());
     child
         .args([
             "--exact",
-            scenario,
+            full_name.as_str(),
             "--nocapture",
             "--test-threads=1",
             "--include-ignored",
@@ -178,6 +179,42 @@ pub fn child_outcome(
         std::thread::sleep(ms(20));
     };
     Some((status, err_reader.join().unwrap()))
+}
+
+/// The full name of the test `scenario` in this test binary, as `--exact`
+/// needs it: the test named so, or the one whose module path ends in
+/// `::scenario` (several test files are modules of one binary). The test
+/// thread's own name breaks a tie. Fails loudly when no test matches: a
+/// child told to run a name that is not a test would run nothing and pass.
+pub fn full_test_name(scenario: &str) -> String {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--list", "--include-ignored"])
+            .env_remove(CHILD_VAR)
+            .stderr(Stdio::null())
+            .output()
+            .expect("list this binary's tests");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.strip_suffix(": test"))
+            .map(str::to_string)
+            .collect()
+    });
+    let suffix = format!("::{scenario}");
+    let matches: Vec<&String> = names
+        .iter()
+        .filter(|n| n.as_str() == scenario || n.ends_with(&suffix))
+        .collect();
+    if let [only] = matches.as_slice() {
+        return only.to_string();
+    }
+    if let Some(own) = std::thread::current().name() {
+        if matches.iter().any(|n| n.as_str() == own) {
+            return own.to_string();
+        }
+    }
+    panic!("in_child: scenario {scenario:?} names no single test of this binary (matches: {matches:?})");
 }
 
 /// This process's virtual size (`VmSize`), in bytes.

@@ -1,5 +1,5 @@
 //! The three-way harness of the ported channel suites
-//! (`conformance_crossbeam.rs`, `conformance_crossbeam_mpsc.rs`): each
+//! (`conformance/crossbeam.rs`, `conformance/crossbeam_mpsc.rs`): each
 //! body runs on plain threads and in fibers of a one- and a two-worker
 //! runtime, with upstream's `thread::sleep` / `yield_now` / `spawn`
 //! mapped to what the mode needs.
