@@ -15,6 +15,7 @@ use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::common::sockets::tcp_pair;
 use crate::common::{ms, rt, within};
 
 fn rt_n(workers: usize) -> fiber::Runtime {
@@ -24,14 +25,6 @@ fn rt_n(workers: usize) -> fiber::Runtime {
         .shutdown_timeout(ms(500))
         .build()
         .unwrap()
-}
-
-fn tcp_pair() -> (TcpStream, TcpStream) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let client = TcpStream::connect(addr).unwrap();
-    let (server, _) = listener.accept().unwrap();
-    (client, server)
 }
 
 extern "C" {

@@ -22,3 +22,20 @@ pub fn reset_on_close(fd: RawFd) {
     };
     assert_eq!(r, 0, "setsockopt(SO_LINGER): {}", std::io::Error::last_os_error());
 }
+
+/// A connected pair of fiber TCP streams on loopback: (client, the
+/// listener's accepted end). Works in a fiber or on a plain thread.
+pub fn tcp_pair() -> (fiber::net::TcpStream, fiber::net::TcpStream) {
+    let listener = fiber::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = fiber::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    (client, server)
+}
+
+/// [`tcp_pair`] with std's types.
+pub fn std_tcp_pair() -> (std::net::TcpStream, std::net::TcpStream) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    (client, server)
+}

@@ -17,14 +17,8 @@ use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::sockets::tcp_pair;
 use crate::common::{in_child, ms, rt2, set_sock_timeout, wait_parked, within};
-
-fn tcp_pair() -> (TcpStream, TcpStream) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (server, _) = listener.accept().unwrap();
-    (client, server)
-}
 
 fn is_cancelled_io(e: &std::io::Error) -> bool {
     e.kind() == ErrorKind::Other && e.get_ref().is_some_and(|i| i.is::<fiber::Cancelled>())

@@ -22,6 +22,7 @@
 
 use crate::common::*;
 
+use crate::common::sockets::{std_tcp_pair, tcp_pair};
 use fiber::net::unix::{UnixDatagram, UnixListener, UnixStream};
 use fiber::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::collections::BTreeSet;
@@ -30,20 +31,6 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn tcp_pair() -> (TcpStream, TcpStream) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (server, _) = listener.accept().unwrap();
-    (client, server)
-}
-
-fn std_tcp_pair() -> (std::net::TcpStream, std::net::TcpStream) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (server, _) = listener.accept().unwrap();
-    (client, server)
-}
 
 fn is_cancelled(e: &std::io::Error) -> bool {
     e.kind() == ErrorKind::Other && e.get_ref().is_some_and(|i| i.is::<fiber::Cancelled>())

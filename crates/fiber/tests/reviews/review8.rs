@@ -13,26 +13,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::sockets::{std_tcp_pair, tcp_pair};
 use crate::common::{ms, rt, set_sock_timeout, within};
 
 /// `body` in a fiber of a two-worker runtime, then on a plain thread.
 fn in_fiber_and_thread(body: fn()) {
     within(30, move || rt().block_on(body));
     within(30, body);
-}
-
-fn tcp_pair() -> (TcpStream, TcpStream) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (server, _) = listener.accept().unwrap();
-    (client, server)
-}
-
-fn std_tcp_pair() -> (std::net::TcpStream, std::net::TcpStream) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (server, _) = listener.accept().unwrap();
-    (client, server)
 }
 
 fn is_nonblocking_fd(fd: std::os::fd::RawFd) -> bool {
