@@ -16,8 +16,8 @@
 //! `CancellationException` seen by the body is an `Err(Cancelled)` from a
 //! cancellation point. `GlobalScope.launch` is `fiber::spawn`.
 //!
-//! This file does not repeat what `conformance/jobs.rs`, `cancellation.rs`,
-//! `non_cancellable.rs`, `adversarial_*` and `fiber-jobs/tests` already hold;
+//! This file does not repeat what `conformance/jobs.rs`, `behaviour/cancellation.rs`,
+//! `behaviour/non_cancellable.rs`, `adversarial_*` and `fiber-jobs/tests` already hold;
 //! each test names its upstream test. Every test runs in fibers on a
 //! one-worker and on a two-worker runtime (`one_worker` / `two_workers`).
 

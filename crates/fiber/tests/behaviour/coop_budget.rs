@@ -8,9 +8,8 @@
 //! loop to make a little progress: before the budget, the driver ran
 //! only once the loop had ended.
 
-mod common;
-use common::load::spin;
-use common::{rt1, within};
+use crate::common::load::spin;
+use crate::common::{rt1, within};
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

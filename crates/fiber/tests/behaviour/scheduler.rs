@@ -167,7 +167,7 @@ fn a_fiber_running_5_s_without_a_yield_point_is_named_by_the_stall_report() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "a_fiber_running_5_s_without_a_yield_point_is_named_by_the_stall_report",
+            &crate::common::full_test_name("a_fiber_running_5_s_without_a_yield_point_is_named_by_the_stall_report"),
             "--nocapture",
         ])
         .env(CHILD, "1")
@@ -182,7 +182,7 @@ fn a_fiber_running_5_s_without_a_yield_point_is_named_by_the_stall_report() {
     );
     assert!(stderr.contains("fiber: stall: fiber "), "{stderr}");
     assert!(
-        stderr.contains("without a yield point (spawned at crates/fiber/tests/scheduler.rs:"),
+        stderr.contains("without a yield point (spawned at crates/fiber/tests/behaviour/scheduler.rs:"),
         "{stderr}"
     );
     assert!(stderr.contains("fiber dump:"), "{stderr}");

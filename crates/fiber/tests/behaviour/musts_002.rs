@@ -2,8 +2,7 @@
 //! or held only weakly; spec/musts.md traces each one. Each test names the
 //! section it holds.
 
-mod common;
-use common::{ms, rt2, within};
+use crate::common::{ms, rt2, within};
 use fiber::chan::bounded;
 use fiber::{CancelReason, Job, JobState};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -2,8 +2,7 @@
 //! held, or held only weakly; spec/musts.md traces each one. Each test
 //! names the section it holds.
 
-mod common;
-use common::{ms, rt1, within};
+use crate::common::{ms, rt1, within};
 use fiber::core::testing::TestScheduler;
 use fiber::core::{fiber_wake, Canceller, Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::sync::{Arc, Mutex};

@@ -7,8 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod common;
-use common::{ms, on_runtime, within};
+use crate::common::{ms, on_runtime, within};
 
 /// A cancelled scoped child sleeps, sends and joins in its clean-up.
 #[test]
@@ -165,7 +164,7 @@ fn shutdown_ends_a_sections_wait() {
 #[test]
 fn shutdown_waits_for_a_sections_timed_clean_up() {
     let (got, elapsed) = within(60, || {
-        let rt = common::rt_fixed_grace(2, Duration::from_secs(5));
+        let rt = crate::common::rt_fixed_grace(2, Duration::from_secs(5));
         let (tx, rx) = std::sync::mpsc::channel();
         let (started_tx, started_rx) = std::sync::mpsc::channel();
         rt.spawn(move || {
@@ -180,7 +179,7 @@ fn shutdown_waits_for_a_sections_timed_clean_up() {
             });
         });
         started_rx.recv().unwrap();
-        common::wait_parked(&rt, 1);
+        crate::common::wait_parked(&rt, 1);
         let start = Instant::now();
         drop(rt);
         (rx.try_recv(), start.elapsed())
@@ -205,7 +204,7 @@ fn shutdown_waits_for_a_sections_timed_clean_up() {
 #[test]
 fn shutdown_waits_at_most_the_grace_time_for_a_stuck_section() {
     let (elapsed, after) = within(60, || {
-        let rt = common::rt_fixed_grace(2, Duration::from_secs(1));
+        let rt = crate::common::rt_fixed_grace(2, Duration::from_secs(1));
         let (tx, rx) = fiber::chan::bounded::<()>(0);
         let after = Arc::new(AtomicBool::new(false));
         let a = after.clone();
@@ -215,7 +214,7 @@ fn shutdown_waits_at_most_the_grace_time_for_a_stuck_section() {
             });
             a.store(true, Ordering::SeqCst);
         });
-        common::wait_parked(&rt, 1);
+        crate::common::wait_parked(&rt, 1);
         let start = Instant::now();
         drop(rt);
         drop(tx);

@@ -249,7 +249,12 @@ fn duration_max_means_forever_and_never_overflows() {
 
 fn child(scenario: &str) -> std::process::Output {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", scenario, "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &crate::common::full_test_name(scenario),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("FIBER_SOUNDNESS_CHILD", scenario)
         .env("FIBER_SHUTDOWN_TIMEOUT_MS", "200")
         .output()
