@@ -63,12 +63,36 @@ std::thread_local! {
     /// On a blocking-pool thread: the id of the runtime it serves (0 on
     /// any other thread; runtime ids start at 1).
     static POOL_THREAD_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// On a blocking-pool thread: is it running a call now (false between
+    /// calls and in its thread-local destructors as it retires)?
+    static IN_CALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Is this thread one of runtime `runtime_id`'s blocking-pool threads? A
 /// fiber of that runtime may be parked waiting for the call it runs.
 pub(crate) fn on_pool_thread_of(runtime_id: usize) -> bool {
     POOL_THREAD_OF.try_with(|id| id.get() == runtime_id).unwrap_or(false)
+}
+
+/// Is this thread one of runtime `runtime_id`'s blocking-pool threads, in
+/// the middle of a call (a fiber of that runtime waits for it)? Between
+/// calls, or in a thread-local destructor as the thread retires, no fiber
+/// waits on it.
+pub(crate) fn in_call_of(runtime_id: usize) -> bool {
+    on_pool_thread_of(runtime_id) && IN_CALL.try_with(|c| c.get()).unwrap_or(false)
+}
+
+/// Run one queued call, marked as in a call for [`in_call_of`].
+fn run_marked(job: Job) {
+    struct Unmark;
+    impl Drop for Unmark {
+        fn drop(&mut self) {
+            let _ = IN_CALL.try_with(|c| c.set(false));
+        }
+    }
+    let _ = IN_CALL.try_with(|c| c.set(true));
+    let _unmark = Unmark;
+    job(true);
 }
 
 /// On a blocking-pool thread, the id of the runtime it serves
@@ -202,13 +226,13 @@ impl Pool {
         POOL_THREAD_OF.with(|id| id.set(self.runtime_id));
         let first = first.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(job) = first {
-            job(true);
+            run_marked(job);
         }
         let mut state = lock(&self.state);
         loop {
             if let Some(job) = state.queue.pop_front() {
                 drop(state);
-                job(true);
+                run_marked(job);
                 state = lock(&self.state);
                 continue;
             }

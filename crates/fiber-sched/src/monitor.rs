@@ -65,10 +65,24 @@ struct WorkerView {
     taken_at: Instant,
 }
 
+std::thread_local! {
+    /// On a runtime's monitor thread: that runtime's id (0 on any other
+    /// thread).
+    static MONITOR_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Is the current thread runtime `shared_id`'s monitor (a tracing layer
+/// called for one of its events)? A shutdown cannot join the thread it
+/// runs on.
+pub(crate) fn thread_of(shared_id: usize) -> bool {
+    MONITOR_OF.try_with(|id| id.get() == shared_id).unwrap_or(false)
+}
+
 /// How often the monitor looks at the pool's idle frames.
 const TRIM_INTERVAL: Duration = Duration::from_secs(1);
 
 pub(crate) fn monitor_main(shared: Arc<Shared>, mut dump_requests: crate::dumpsig::DumpRequests) {
+    MONITOR_OF.with(|id| id.set(shared.id));
     let mut views: Vec<WorkerView> = (0..shared.slots.len())
         .map(|_| WorkerView {
             heartbeat: 0,

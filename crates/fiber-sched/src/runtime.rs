@@ -353,14 +353,18 @@ impl Runtime {
     ///
     /// # Panics
     ///
-    /// Panics when called from one of this runtime's own fibers (a runtime
+    /// Panics when called from one of this runtime's own fibers, or from
+    /// one of its [`fiber::blocking`](crate::blocking) calls (a runtime
     /// cannot wait for itself); the shutdown then goes on, on a thread of
-    /// its own, so no thread leaks. On one of its worker threads outside
-    /// its fibers (its `on_thread_stop` hook, a thread-local destructor as
-    /// the thread exits, a tracing callback the worker runs between two
-    /// fibers) it does not panic: it returns at once, and the
-    /// shutdown goes on, on a thread of its own, which joins this one once
-    /// it has exited.
+    /// its own, so no thread leaks. On another of its own threads (a
+    /// worker outside its fibers: its `on_thread_stop` hook, a
+    /// thread-local destructor as the thread exits, a tracing callback the
+    /// worker runs between two fibers; its monitor thread, in a tracing
+    /// callback for a growth, stall or deadlock event; a blocking-pool
+    /// thread between calls, in a thread-local destructor as it retires)
+    /// it does not panic: it returns at once, and the shutdown goes on, on
+    /// a thread of its own, which joins this one once it has exited. The
+    /// same holds for dropping the runtime there.
     pub fn shutdown_timeout(mut self, grace: Duration) {
         self.shutdown_or_hand_off(grace);
     }
@@ -369,15 +373,15 @@ impl Runtime {
         if self.monitor.is_none() {
             return;
         }
-        // A blocking-pool thread of this runtime is the same case: the
-        // fiber that waits for its call is one of the fibers the shutdown
-        // would wait for.
+        // A blocking-pool thread of this runtime in the middle of a call
+        // is the same case: the fiber that waits for the call is one of
+        // the fibers the shutdown would wait for.
         // On a worker thread outside its fibers (a tracing callback the
         // scheduling loop runs around a resume) no fiber waits on this
         // thread: that is the hand-off below, without a panic
         // (`reviews/review61.rs`).
         let in_own_fiber = on_worker_of(self.shared.id) && fiber_core::in_fiber();
-        if in_own_fiber || crate::blocking::on_pool_thread_of(self.shared.id) {
+        if in_own_fiber || crate::blocking::in_call_of(self.shared.id) {
             let handed_off = match self.shutdown_elsewhere(grace) {
                 Ok(_) => true,
                 Err((rest, _)) => {
@@ -403,17 +407,23 @@ impl Runtime {
         }
         // One of its worker threads outside its fibers (its
         // `on_thread_start` or `on_thread_stop` hook, a thread-local
-        // destructor as it exits, a tracing callback between two fibers):
-        // no fiber waits on this thread, but the
-        // shutdown joins every worker thread, this one too. The shutdown
-        // runs on a thread of its own, which joins this one once it has
-        // exited; this drop returns at once, without a panic (one in a
+        // destructor as it exits, a tracing callback between two fibers),
+        // its monitor thread (a tracing layer called for a growth, stall
+        // or deadlock event: `reviews/review63.rs`) or one of its
+        // blocking-pool threads between calls (a thread-local destructor
+        // as it retires): no fiber waits on this thread, but the shutdown
+        // joins it (or waits for it to leave the pool). The shutdown runs
+        // on a thread of its own, which joins this one once it has exited;
+        // this drop returns at once, without a panic (one in a
         // thread-local destructor would abort the process).
-        if crate::worker::thread_of(self.shared.id) {
+        if crate::worker::thread_of(self.shared.id)
+            || crate::monitor::thread_of(self.shared.id)
+            || crate::blocking::on_pool_thread_of(self.shared.id)
+        {
             if let Err((rest, err)) = self.shutdown_elsewhere(grace) {
                 // No thread to be had: the runtime stays up, leaked,
                 // rather than waiting for this thread on this thread.
-                eprintln!("fiber: a runtime dropped on its own worker thread could not start its shutdown ({err})");
+                eprintln!("fiber: a runtime dropped on one of its own threads could not start its shutdown ({err})");
                 std::mem::forget(rest);
             }
             return;

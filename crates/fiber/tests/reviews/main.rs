@@ -59,5 +59,6 @@ mod review59;
 mod review60;
 mod review61;
 mod review62;
+mod review63;
 mod review7;
 mod review8;
