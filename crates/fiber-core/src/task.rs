@@ -130,8 +130,10 @@ enum Payload {
     Owned(OwnedOnly),
 }
 
-/// A payload that may not be `Sync`: reachable only by moving it out.
-struct OwnedOnly(Box<dyn Any + Send + 'static>);
+/// A payload that may not be `Sync`: reachable only by moving it out. Its
+/// type, read when it was taken in (by its owner), answers
+/// [`JoinError::is`] without a reference to it.
+struct OwnedOnly(Box<dyn Any + Send + 'static>, std::any::TypeId);
 
 // SAFETY: no `&OwnedOnly` method or field access reaches the payload (it is
 // only moved out, by `JoinError::try_into_panic`, and dropped by its
@@ -145,7 +147,10 @@ impl Payload {
             Ok(s) => Payload::Shared(s),
             Err(payload) => match payload.downcast::<String>() {
                 Ok(s) => Payload::Shared(s),
-                Err(payload) => Payload::Owned(OwnedOnly(payload)),
+                Err(payload) => {
+                    let type_id = (*payload).type_id();
+                    Payload::Owned(OwnedOnly(payload, type_id))
+                }
             },
         }
     }
@@ -292,6 +297,63 @@ impl JoinError {
     /// ```
     pub fn downcast_ref<T: Any>(&self) -> Option<&T> {
         self.panic_payload()?.downcast_ref::<T>()
+    }
+
+    /// Did the fiber panic with a payload of type `T` (any type, also one
+    /// [`downcast_ref`](Self::downcast_ref) cannot lend)? What `is` on
+    /// the `Box<dyn Any + Send>` of `std::thread::JoinHandle::join` says.
+    /// False for an error that is not a panic.
+    ///
+    /// ```
+    /// # mod fiber { pub(crate) use fiber_core as core; }
+    /// let sched = fiber::core::testing::TestScheduler::new();
+    /// let h = sched.spawn(|| -> u32 { std::panic::panic_any(7u8) });
+    /// sched.run();
+    /// let err = h.join().unwrap_err();
+    /// assert!(err.is::<u8>());
+    /// assert!(!err.is::<&str>());
+    /// ```
+    pub fn is<T: Any>(&self) -> bool {
+        match &self.repr {
+            Repr::Panic(Payload::Shared(p)) => (**p).is::<T>(),
+            Repr::Panic(Payload::Owned(p)) => p.1 == std::any::TypeId::of::<T>(),
+            _ => false,
+        }
+    }
+
+    /// The panic payload as a `Box<T>`, by value, if the fiber panicked
+    /// with a `T`; otherwise the error back unchanged. std's
+    /// `err.downcast::<T>()` on the error of
+    /// `std::thread::JoinHandle::join`, for any payload type.
+    ///
+    /// ```
+    /// # mod fiber { pub(crate) use fiber_core as core; }
+    /// let sched = fiber::core::testing::TestScheduler::new();
+    /// let code = std::env::args().count(); // a value known only at run time
+    /// let h = sched.spawn(move || -> u32 { panic!("code {code}") });
+    /// sched.run();
+    /// let err = h.join().unwrap_err();
+    /// let err = err.downcast::<&str>().unwrap_err(); // a formatted message is a String
+    /// assert_eq!(*err.downcast::<String>().unwrap(), format!("code {code}"));
+    /// ```
+    pub fn downcast<T: Any>(self) -> Result<Box<T>, JoinError> {
+        if !self.is::<T>() {
+            return Err(self);
+        }
+        let JoinError { repr, id, name } = self;
+        match repr {
+            Repr::Panic(payload) => match payload.into_box().downcast::<T>() {
+                Ok(value) => Ok(value),
+                // `is` said it is a `T`: not reached, but the payload is
+                // handed back rather than lost.
+                Err(payload) => Err(JoinError {
+                    repr: Repr::Panic(Payload::new(payload)),
+                    id,
+                    name,
+                }),
+            },
+            repr => Err(JoinError { repr, id, name }),
+        }
     }
 
     /// The id of the fiber joined: the one that failed, or, when the join
@@ -820,6 +882,17 @@ impl<T: Send> JoinHandle<T> {
         T: 'static,
     {
         crate::park::FiberHandle::new(self.task.id, TaskRef::joined(&self.task), self.task.name.clone())
+    }
+
+    /// The same as [`fiber`](Self::fiber), under std's name
+    /// (`std::thread::JoinHandle::thread`), so that `handle.thread().id()`
+    /// and `handle.thread().unpark()` port unchanged. It returns the handle
+    /// by value, where std lends one.
+    pub fn thread(&self) -> crate::park::FiberHandle
+    where
+        T: 'static,
+    {
+        self.fiber()
     }
 
     /// A type-erased handle that can cancel this fiber.

@@ -57,6 +57,17 @@ impl fmt::Display for Cancelled {
 
 impl std::error::Error for Cancelled {}
 
+/// A cancellation as an `io::Error` of kind `Other` whose inner error is
+/// `Cancelled`: what a cancelled `fiber::net` call returns, so that
+/// `fiber::sleep(d)?` works in a function returning `io::Result` and the
+/// caller tells both apart the same way
+/// (`e.get_ref().is_some_and(|e| e.is::<Cancelled>())`).
+impl From<Cancelled> for std::io::Error {
+    fn from(cancelled: Cancelled) -> std::io::Error {
+        std::io::Error::other(cancelled)
+    }
+}
+
 /// What [`Waitable::publish`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Publish {

@@ -643,6 +643,19 @@ impl JobCore {
     /// under the job lock, where the state and the reason change together:
     /// a cancel landing between two separate reads would otherwise show a
     /// job that was never timed out as `TimedOut` for a moment.
+    /// The attached children that have not ended (a snapshot taken under
+    /// the job's lock; in no particular order: the sweep of ended children
+    /// reorders the list).
+    #[cfg(not(loom))]
+    pub(crate) fn live_children(&self) -> Vec<Arc<JobCore>> {
+        let sync = lock(&self.sync);
+        sync.children
+            .iter()
+            .filter(|c| !c.state().is_terminal())
+            .cloned()
+            .collect()
+    }
+
     #[cfg(not(loom))]
     pub(crate) fn observed_reason(&self) -> Option<CancelReason> {
         let _sync = lock(&self.sync);

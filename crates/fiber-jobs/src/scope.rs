@@ -181,6 +181,123 @@ impl Job {
     pub fn id(&self) -> u64 {
         self.core.id
     }
+
+    /// The job this one is attached to: the enclosing job of a scope or
+    /// `with_timeout` body, the scope's job of a scoped child. `None` for a
+    /// root job (a fiber from [`fiber::spawn`](fiber_core::spawn), a
+    /// runtime's root fiber) and for a scope opened directly inside
+    /// [`non_cancellable`](fiber_core::non_cancellable), which is detached
+    /// from the job it was opened in. Kotlin's `Job.parent`.
+    ///
+    /// ```
+    /// # mod fiber {
+    /// #     pub(crate) use fiber_chan as chan;
+    /// #     pub use fiber_core::yield_now;
+    /// #     pub use fiber_jobs::{scope, with_timeout, Job};
+    /// #     pub use fiber_sched::sleep;
+    /// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    /// #         fiber_sched::Runtime::new().unwrap().block_on(f)
+    /// #     }
+    /// # }
+    /// fiber::run(|| {
+    ///     let outer = fiber::Job::current();
+    ///     fiber::scope(|s| {
+    ///         assert_eq!(s.job().parent(), Some(outer.clone()));
+    ///         let child = s.spawn(|| fiber::Job::current().parent());
+    ///         assert_eq!(child.join().unwrap(), Some(s.job()));
+    ///     });
+    ///     assert_eq!(outer.parent(), None);
+    /// });
+    /// ```
+    pub fn parent(&self) -> Option<Job> {
+        self.core.parent.clone().map(|core| Job { core })
+    }
+
+    /// The children of this job that have not ended, as a snapshot (a
+    /// child attached or ended after the call is not reflected), in no
+    /// particular order. A job's children are the jobs of the fibers
+    /// spawned in its scopes' and the scopes and `with_timeout` bodies
+    /// opened directly in it. Kotlin's `Job.children`, which likewise lists
+    /// only children that have not completed.
+    ///
+    /// ```
+    /// # mod fiber {
+    /// #     pub(crate) use fiber_chan as chan;
+    /// #     pub use fiber_core::yield_now;
+    /// #     pub use fiber_jobs::{scope, with_timeout, Job};
+    /// #     pub use fiber_sched::sleep;
+    /// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    /// #         fiber_sched::Runtime::new().unwrap().block_on(f)
+    /// #     }
+    /// # }
+    /// fiber::run(|| {
+    ///     fiber::scope(|s| {
+    ///         let (tx, rx) = fiber::chan::bounded::<()>(0);
+    ///         let waiting = s.spawn(move || rx.recv().is_err());
+    ///         let done = s.spawn(|| ());
+    ///         done.join().unwrap();
+    ///         assert_eq!(s.job().children(), vec![waiting.job()]);
+    ///         drop(tx);
+    ///         assert!(waiting.join().unwrap());
+    ///         assert!(s.job().children().is_empty());
+    ///     });
+    /// });
+    /// ```
+    pub fn children(&self) -> Vec<Job> {
+        self.core.live_children().into_iter().map(|core| Job { core }).collect()
+    }
+
+    /// Cancel every child of this job that has not ended (and their
+    /// subtrees), but not the job itself: it stays active, and children
+    /// attached later start uncancelled. Kotlin's `Job.cancelChildren()`.
+    /// When the call returns, each of those children is cancelling (or has
+    /// ended) and every fiber parked in them has been woken, as with
+    /// [`cancel`](Self::cancel).
+    ///
+    /// ```
+    /// # mod fiber {
+    /// #     pub(crate) use fiber_chan as chan;
+    /// #     pub use fiber_core::yield_now;
+    /// #     pub use fiber_jobs::{scope, with_timeout, Job};
+    /// #     pub use fiber_sched::sleep;
+    /// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    /// #         fiber_sched::Runtime::new().unwrap().block_on(f)
+    /// #     }
+    /// # }
+    /// fiber::run(|| {
+    ///     fiber::scope(|s| {
+    ///         let (_tx, rx) = fiber::chan::bounded::<()>(0);
+    ///         let a = s.spawn(move || rx.recv().is_err());
+    ///         fiber::yield_now().unwrap();
+    ///         s.job().cancel_children();
+    ///         assert!(a.join().unwrap_err().is_cancelled());
+    ///         assert!(s.job().is_active());
+    ///         assert_eq!(s.spawn(|| 7).join().unwrap(), 7);
+    ///     });
+    /// });
+    /// ```
+    pub fn cancel_children(&self) {
+        for child in self.core.live_children() {
+            child.cancel(CancelReason::Cancelled);
+        }
+    }
+}
+
+/// Two `Job`s are equal when they are handles to the same job (Kotlin's
+/// identity comparison of `Job` objects).
+impl PartialEq for Job {
+    fn eq(&self, other: &Job) -> bool {
+        Arc::ptr_eq(&self.core, &other.core)
+    }
+}
+
+impl Eq for Job {}
+
+/// Hashes the job's identity, consistent with `PartialEq`.
+impl std::hash::Hash for Job {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.core), state);
+    }
 }
 
 /// Where the running fiber stands to `job` (see [`inside`]).
@@ -314,7 +431,7 @@ fn current_job() -> Option<Arc<JobCore>> {
 pub use fiber_core::Cancelled;
 
 /// `with_timeout`'s deadline passed first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TimedOut;
 
 impl fmt::Display for TimedOut {
@@ -324,6 +441,39 @@ impl fmt::Display for TimedOut {
 }
 
 impl std::error::Error for TimedOut {}
+
+/// A timeout as an `io::Error` of kind `TimedOut` whose inner error is
+/// `TimedOut`, so that `fiber::with_timeout(d, f)?` works in a function
+/// returning `io::Result`.
+///
+/// ```
+/// # mod fiber {
+/// #     pub(crate) use fiber_chan as chan;
+/// #     pub use fiber_core::yield_now;
+/// #     pub use fiber_jobs::{scope, with_timeout, Job};
+/// #     pub use fiber_sched::sleep;
+/// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+/// #         fiber_sched::Runtime::new().unwrap().block_on(f)
+/// #     }
+/// # }
+/// use std::time::Duration;
+///
+/// fn slow() -> std::io::Result<u32> {
+///     let value = fiber::with_timeout(Duration::from_millis(1), || {
+///         let _ = fiber::sleep(Duration::from_secs(60));
+///         1
+///     })?;
+///     Ok(value)
+/// }
+///
+/// let err = fiber::run(slow).unwrap_err();
+/// assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+/// ```
+impl From<TimedOut> for io::Error {
+    fn from(timed_out: TimedOut) -> io::Error {
+        io::Error::new(io::ErrorKind::TimedOut, timed_out)
+    }
+}
 
 /// Has the running fiber been cancelled: its job (or an ancestor's), its
 /// `JoinHandle::cancel`, or its runtime's shutdown? `false` on a plain
@@ -731,6 +881,48 @@ impl<T> ScopedJoinHandle<'_, T> {
     /// `std::thread::ScopedJoinHandle::thread`.
     pub fn fiber(&self) -> fiber_core::FiberHandle {
         fiber_core::FiberHandle::of_unjoined(self.id, self.job.clone(), self.name.clone())
+    }
+
+    /// The same as [`fiber`](Self::fiber), under std's name
+    /// (`std::thread::ScopedJoinHandle::thread`), so that
+    /// `handle.thread().id()` and `handle.thread().unpark()` port
+    /// unchanged. It returns the handle by value, where std lends one.
+    pub fn thread(&self) -> fiber_core::FiberHandle {
+        self.fiber()
+    }
+
+    /// The child's job (what [`Job::current`] returns inside the child):
+    /// its state, its children, waiting for it without taking its value.
+    /// The handle of Kotlin's `launch` is such a job, so
+    /// `job.isActive` / `isCancelled` / `isCompleted` port as
+    /// `handle.job().is_active()` and so on.
+    ///
+    /// ```
+    /// # mod fiber {
+    /// #     pub(crate) use fiber_chan as chan;
+    /// #     pub use fiber_core::yield_now;
+    /// #     pub use fiber_jobs::{scope, with_timeout, Job};
+    /// #     pub use fiber_sched::sleep;
+    /// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    /// #         fiber_sched::Runtime::new().unwrap().block_on(f)
+    /// #     }
+    /// # }
+    /// fiber::run(|| {
+    ///     fiber::scope(|s| {
+    ///         let (_tx, rx) = fiber::chan::bounded::<()>(0);
+    ///         let child = s.spawn(move || rx.recv().is_err());
+    ///         let job = child.job();
+    ///         assert!(job.is_active());
+    ///         child.cancel();
+    ///         assert!(job.is_cancelled());
+    ///         job.join().unwrap();
+    ///         assert!(job.is_completed());
+    ///         assert!(child.join().unwrap_err().is_cancelled());
+    ///     });
+    /// });
+    /// ```
+    pub fn job(&self) -> Job {
+        Job { core: self.job.clone() }
     }
 }
 

@@ -65,6 +65,10 @@ pub use once::OnceLock;
 pub use once::{Once, OnceState};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
+/// std's shared-ownership pointers and atomics (nothing here parks, so
+/// std's serve fibers as they are): re-exported so that
+/// `use std::sync::{Arc, Mutex, Condvar}` ports as an import change.
+pub use std::sync::{atomic, Arc, Weak};
 /// std's poisoning and `try_*` result types, which the locks here return:
 /// re-exported so that a port from `std::sync` is an import change.
 pub use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};

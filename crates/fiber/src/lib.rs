@@ -34,7 +34,7 @@
 //! | spawn with settings | `thread::Builder` | | `task::Builder` | | `fiber::Builder::new().name(..).stack_size(..).pinned(..)` |
 //! | borrow in children | `thread::scope` | `crossbeam::scope` | | `sync.WaitGroup` | `fiber::scope`, `fiber::try_scope` (errgroup) |
 //! | spawn from outside | | | `Handle::spawn` | | `fiber::Handle` (`Runtime::handle`, `Handle::current`) |
-//! | channels | `mpsc::sync_channel` | `bounded`, `unbounded` | `mpsc::channel` | `make(chan T, n)` | `fiber::chan::bounded`, `unbounded` (MPMC, crossbeam's API) |
+//! | channels | `mpsc::sync_channel` | `bounded`, `unbounded` | `mpsc::channel` | `make(chan T, n)` | `fiber::chan::bounded`, `unbounded` (MPMC, crossbeam's API); `fiber::sync::mpsc` under std's names |
 //! | select | | `select!`, `Select` | `tokio::select!` | `select` | `fiber::select!`, `fiber::chan::Select` |
 //! | timers | `thread::sleep` | `after`, `tick` | `time::sleep`, `interval` | `time.Sleep`, `time.After` | `fiber::sleep`, `fiber::chan::after`, `tick` |
 //! | timeouts | | `recv_timeout` | `time::timeout` | `context.WithTimeout` | `fiber::with_timeout`, `recv_timeout`, `send_timeout` |
@@ -76,11 +76,11 @@
 #[doc(inline)]
 pub use fiber_chan as chan;
 #[doc(inline)]
-pub use fiber_chan::select;
+pub use fiber_chan::{select, select_biased};
 pub use fiber_core as core;
 #[doc(inline)]
 pub use fiber_core::{
-    park, park_timeout, yield_now, Dump, FiberHandle, FiberId, FiberInfo, JoinError, JoinHandle, WaitKind,
+    panicking, park, park_timeout, yield_now, Dump, FiberHandle, FiberId, FiberInfo, JoinError, JoinHandle, WaitKind,
 };
 #[doc(inline)]
 pub use fiber_jobs::{
@@ -91,8 +91,90 @@ pub use fiber_jobs::{
 pub use fiber_net as net;
 #[doc(inline)]
 pub use fiber_sched::{blocking, Config, ConfigError, Handle, Runtime};
-#[doc(inline)]
-pub use fiber_sync as sync;
+/// Locks and other synchronization that park a fiber instead of its
+/// worker thread, with `std::sync`'s API ([`Mutex`](sync::Mutex),
+/// [`RwLock`](sync::RwLock), [`Condvar`](sync::Condvar),
+/// [`Barrier`](sync::Barrier), [`OnceLock`](sync::OnceLock),
+/// [`Once`](sync::Once), [`LazyLock`](sync::LazyLock)), a FIFO
+/// [`Semaphore`](sync::Semaphore), a [`WaitGroup`](sync::WaitGroup),
+/// std's [`Arc`](sync::Arc), [`Weak`](sync::Weak) and
+/// [`atomic`](sync::atomic) as they are, and [`mpsc`](sync::mpsc): std's
+/// channel names over [`chan`]. A port from `std::sync` is an import
+/// change. Everything here works from fibers and plain threads alike; the
+/// rules (poisoning, fairness, which waits are cancellation points) are
+/// in the `fiber-sync` crate's documentation and `spec/sync.md`.
+///
+/// ```
+/// use fiber::sync::{Arc, Condvar, Mutex};
+///
+/// let pair = Arc::new((Mutex::new(false), Condvar::new()));
+/// let pair2 = pair.clone();
+/// fiber::run(move || {
+///     let waiter = fiber::spawn(move || {
+///         let (ready, cv) = &*pair2;
+///         let ready = cv.wait_while(ready.lock().unwrap(), |ready| !*ready).unwrap();
+///         *ready
+///     });
+///     let (ready, cv) = &*pair;
+///     *ready.lock().unwrap() = true;
+///     cv.notify_all();
+///     assert!(waiter.join().unwrap());
+/// });
+/// ```
+pub mod sync {
+    #[doc(inline)]
+    pub use fiber_sync::*;
+
+    /// `std::sync::mpsc`'s names over [`fiber::chan`](crate::chan):
+    /// [`channel`](mpsc::channel) is [`chan::unbounded`](crate::chan::unbounded),
+    /// [`sync_channel`](mpsc::sync_channel) is [`chan::bounded`](crate::chan::bounded) (a
+    /// bound of 0 is a rendezvous, as in std), and
+    /// [`SyncSender`](mpsc::SyncSender) is the same
+    /// [`Sender`](mpsc::Sender). The channels park fibers and block plain threads,
+    /// and they are a superset of std's: the receiver can be cloned
+    /// (several consumers), and both ends have `close`, `len` and the
+    /// timed forms of [`chan`](crate::chan).
+    ///
+    /// ```
+    /// use fiber::sync::mpsc;
+    ///
+    /// let sum = fiber::run(|| {
+    ///     let (tx, rx) = mpsc::sync_channel(0);
+    ///     for i in 1..=4u32 {
+    ///         let tx: mpsc::SyncSender<u32> = tx.clone();
+    ///         fiber::spawn(move || tx.send(i).unwrap());
+    ///     }
+    ///     drop(tx);
+    ///     rx.iter().sum::<u32>()
+    /// });
+    /// assert_eq!(sum, 10);
+    /// ```
+    pub mod mpsc {
+        #[doc(inline)]
+        pub use fiber_chan::{
+            IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError, Sender, TryIter, TryRecvError,
+            TrySendError,
+        };
+
+        /// The sending half of a [`sync_channel`]: the same type as
+        /// [`Sender`] (std keeps two types; here every sender has `send`,
+        /// `try_send` and the timed forms).
+        pub type SyncSender<T> = Sender<T>;
+
+        /// A channel with no bound: `send` never waits (std's
+        /// `mpsc::channel`; [`chan::unbounded`](crate::chan::unbounded)).
+        pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
+            fiber_chan::unbounded()
+        }
+
+        /// A channel holding at most `bound` values; with a bound of 0,
+        /// every `send` waits for a `recv` to take its value (std's
+        /// `mpsc::sync_channel`; [`chan::bounded`](crate::chan::bounded)).
+        pub fn sync_channel<T>(bound: usize) -> (SyncSender<T>, Receiver<T>) {
+            fiber_chan::bounded(bound)
+        }
+    }
+}
 mod builder;
 pub use builder::Builder;
 

@@ -19,6 +19,7 @@ mod go_sync;
 mod jobs;
 mod kotlin_jobs;
 mod may;
+mod ported_names;
 mod std_net;
 mod std_sync;
 mod std_thread;
