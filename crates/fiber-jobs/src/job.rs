@@ -161,6 +161,10 @@ struct Sync_ {
     /// first failure wins), kept so that a scope can still raise one whose
     /// payload no join took (almost always empty: no allocation).
     later_panics: Vec<SharedPayload>,
+    /// Completion handlers (`Job::invoke_on_completion`), in registration
+    /// order; taken by the finalize that ends the job and run once its
+    /// lock is released (almost always empty: no allocation).
+    on_completion: Vec<CompletionHandler>,
     /// The fibers running in this job (`ModelFiber`s under loom).
     /// Inline room for one: a job almost always runs exactly one fiber, and
     /// a heap buffer per job cost an allocation and a free per child.
@@ -360,6 +364,9 @@ enum FinalStep {
     HandUp(Failure),
 }
 
+/// A handler run once when a job ends, with its final state.
+pub(crate) type CompletionHandler = Box<dyn FnOnce(JobState) + Send>;
+
 /// What a finalize does after it releases the job lock.
 struct Finalized {
     /// The job passed its deadline while ACTIVE: ACTIVE -> CANCELLING
@@ -374,6 +381,8 @@ struct Finalized {
     discard: Option<Failure>,
     /// The ended children still listed, dropped once the lock is released.
     children: Vec<Arc<JobCore>>,
+    /// The completion handlers, run once the lock is released.
+    handlers: Vec<CompletionHandler>,
 }
 
 /// Finished children swept out of a list (inline for a small sweep: no
@@ -383,6 +392,20 @@ type Finished = smallvec::SmallVec<[Arc<JobCore>; SWEEP_AT]>;
 /// Sweep finished children out of a job's list once they are at least
 /// half of it (and at least this many).
 const SWEEP_AT: usize = 6;
+
+/// Run completion handlers in order. A handler that panics (the panic
+/// hook has reported it) does not keep the others from running, nor the
+/// job's end from reaching its parent: its panic, and a panic of its
+/// payload's destructor, stop here.
+fn run_completion_handlers(handlers: Vec<CompletionHandler>, state: JobState) {
+    for handler in handlers {
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || handler(state))) {
+            if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload))) {
+                std::mem::forget(again);
+            }
+        }
+    }
+}
 
 /// Move the finished children out of `children` (their `Arc`s are dropped
 /// by the caller, after it releases the lock).
@@ -549,6 +572,7 @@ impl JobCore {
                 failure: None,
                 failure_handed_up: false,
                 later_panics: Vec::new(),
+                on_completion: Vec::new(),
                 fibers: Default::default(),
             }),
             reason: AtomicU8::new(NO_REASON),
@@ -643,6 +667,26 @@ impl JobCore {
     /// under the job lock, where the state and the reason change together:
     /// a cancel landing between two separate reads would otherwise show a
     /// job that was never timed out as `TimedOut` for a moment.
+    /// Run `handler` once with the job's final state: now, on the caller,
+    /// if the job has ended; otherwise when it ends, on the thread that
+    /// ends it (decided under the job lock that the finalize holds while it
+    /// takes the handlers, so a handler is never lost or run twice).
+    pub(crate) fn invoke_on_completion(&self, handler: CompletionHandler) {
+        let ended = {
+            let mut sync = lock(&self.sync);
+            let state = self.state();
+            if state.is_terminal() {
+                Some((state, handler))
+            } else {
+                sync.on_completion.push(handler);
+                None
+            }
+        };
+        if let Some((state, handler)) = ended {
+            run_completion_handlers(vec![handler], state);
+        }
+    }
+
     /// The attached children that have not ended (a snapshot taken under
     /// the job's lock; in no particular order: the sweep of ended children
     /// reorders the list).
@@ -1033,6 +1077,7 @@ impl JobCore {
                 // Every child has ended: the list goes, so no child's
                 // `parent` link keeps a reference cycle alive.
                 children: std::mem::take(&mut sync.children),
+                handlers: std::mem::take(&mut sync.on_completion),
             }))
         }
     }
@@ -1048,6 +1093,7 @@ impl JobCore {
             waiters,
             discard,
             children,
+            handlers,
         } = finalized;
         // Outside the job's lock (see `cancel_one`).
         if timed_out {
@@ -1079,6 +1125,12 @@ impl JobCore {
         // into the run queue instead of a clone and a drop.
         // (Taken out in place: a by-value iterator would copy the list.)
         let mut waiters = waiters;
+        // Before the joiners wake and the parent hears of the end: a join
+        // of the job, or the scope it is a child of, returns only after
+        // the handlers have run.
+        if !handlers.is_empty() {
+            run_completion_handlers(handlers, final_state);
+        }
         for waiter in waiters.iter_mut().filter_map(Option::take) {
             waiter.wake();
             crate::trace_event!("JOB_WAIT_WAKE", self.id);

@@ -193,7 +193,7 @@ impl Job {
     /// # mod fiber {
     /// #     pub(crate) use fiber_chan as chan;
     /// #     pub use fiber_core::yield_now;
-    /// #     pub use fiber_jobs::{scope, with_timeout, Job};
+    /// #     pub use fiber_jobs::{scope, with_timeout, Job, JobState};
     /// #     pub use fiber_sched::sleep;
     /// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     /// #         fiber_sched::Runtime::new().unwrap().block_on(f)
@@ -224,7 +224,7 @@ impl Job {
     /// # mod fiber {
     /// #     pub(crate) use fiber_chan as chan;
     /// #     pub use fiber_core::yield_now;
-    /// #     pub use fiber_jobs::{scope, with_timeout, Job};
+    /// #     pub use fiber_jobs::{scope, with_timeout, Job, JobState};
     /// #     pub use fiber_sched::sleep;
     /// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     /// #         fiber_sched::Runtime::new().unwrap().block_on(f)
@@ -247,6 +247,62 @@ impl Job {
         self.core.live_children().into_iter().map(|core| Job { core }).collect()
     }
 
+    /// Run `handler` once, with the job's final state (`Completed`,
+    /// `Cancelled` or `Failed`), when the job ends: Kotlin's
+    /// `invokeOnCompletion`. If the job has already ended, `handler` runs
+    /// now, on the caller. Otherwise it runs on the thread (or in the
+    /// fiber) that ends the job, after the final state is set and before
+    /// the job's parked joiners are woken and its parent hears of the end:
+    /// when a scope returns, the handlers of all its children have run.
+    /// Handlers run in the order they were added.
+    ///
+    /// As in Kotlin, a handler should be quick and must not wait: it holds
+    /// up the job's joiners and parent while it runs, and where it runs in
+    /// the fiber that ends the job, that fiber's job has ended, so a
+    /// cancellable wait there reports `Cancelled` (as in the code a fiber
+    /// runs after its body returned). A handler that
+    /// panics is reported by the panic hook and goes no further: the other
+    /// handlers still run and the job still ends as it did. A job that
+    /// never ends (a fiber that never returns) never runs its handlers;
+    /// they are dropped with the job.
+    ///
+    /// ```
+    /// # mod fiber {
+    /// #     pub(crate) use fiber_chan as chan;
+    /// #     pub use fiber_core::yield_now;
+    /// #     pub use fiber_jobs::{scope, with_timeout, Job, JobState};
+    /// #     pub use fiber_sched::sleep;
+    /// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    /// #         fiber_sched::Runtime::new().unwrap().block_on(f)
+    /// #     }
+    /// # }
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// fiber::run(|| {
+    ///     let log = Arc::new(Mutex::new(Vec::new()));
+    ///     fiber::scope(|s| {
+    ///         let (_hold, rx) = fiber::chan::bounded::<()>(0);
+    ///         let ok = s.spawn(|| 1);
+    ///         let stopped = s.spawn(move || rx.recv().is_ok());
+    ///         for (name, job) in [("ok", ok.job()), ("stopped", stopped.job())] {
+    ///             let log = log.clone();
+    ///             job.invoke_on_completion(move |state| log.lock().unwrap().push((name, state)));
+    ///         }
+    ///         stopped.cancel();
+    ///     });
+    ///     // The scope returned: every child's handler has run.
+    ///     let mut log = log.lock().unwrap().clone();
+    ///     log.sort_by_key(|(name, _)| *name);
+    ///     assert_eq!(log, [("ok", fiber::JobState::Completed), ("stopped", fiber::JobState::Cancelled)]);
+    /// });
+    /// ```
+    pub fn invoke_on_completion<F>(&self, handler: F)
+    where
+        F: FnOnce(JobState) + Send + 'static,
+    {
+        self.core.invoke_on_completion(Box::new(handler));
+    }
+
     /// Cancel every child of this job that has not ended (and their
     /// subtrees), but not the job itself: it stays active, and children
     /// attached later start uncancelled. Kotlin's `Job.cancelChildren()`.
@@ -258,7 +314,7 @@ impl Job {
     /// # mod fiber {
     /// #     pub(crate) use fiber_chan as chan;
     /// #     pub use fiber_core::yield_now;
-    /// #     pub use fiber_jobs::{scope, with_timeout, Job};
+    /// #     pub use fiber_jobs::{scope, with_timeout, Job, JobState};
     /// #     pub use fiber_sched::sleep;
     /// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     /// #         fiber_sched::Runtime::new().unwrap().block_on(f)
@@ -450,7 +506,7 @@ impl std::error::Error for TimedOut {}
 /// # mod fiber {
 /// #     pub(crate) use fiber_chan as chan;
 /// #     pub use fiber_core::yield_now;
-/// #     pub use fiber_jobs::{scope, with_timeout, Job};
+/// #     pub use fiber_jobs::{scope, with_timeout, Job, JobState};
 /// #     pub use fiber_sched::sleep;
 /// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 /// #         fiber_sched::Runtime::new().unwrap().block_on(f)
@@ -901,7 +957,7 @@ impl<T> ScopedJoinHandle<'_, T> {
     /// # mod fiber {
     /// #     pub(crate) use fiber_chan as chan;
     /// #     pub use fiber_core::yield_now;
-    /// #     pub use fiber_jobs::{scope, with_timeout, Job};
+    /// #     pub use fiber_jobs::{scope, with_timeout, Job, JobState};
     /// #     pub use fiber_sched::sleep;
     /// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     /// #         fiber_sched::Runtime::new().unwrap().block_on(f)

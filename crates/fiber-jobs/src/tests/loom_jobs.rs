@@ -103,6 +103,36 @@ fn loom_join_registration_racing_finalize() {
     });
 }
 
+/// A completion handler added while the job ends runs exactly once, with
+/// the final state: either the finalize takes it, or the registration
+/// sees the job ended and runs it itself. Reading "ended" outside the lock
+/// that the finalize holds while it takes the handlers loses it (loom finds
+/// the handler never run), and running it on the registering side as well
+/// as keeping it runs it twice.
+#[test]
+fn loom_completion_handler_racing_finalize() {
+    use loom::sync::atomic::{AtomicUsize, Ordering};
+    loom::model(|| {
+        let job = JobCore::new(None, false, false);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let registrar = {
+            let job = job.clone();
+            let ran = ran.clone();
+            thread::spawn(move || {
+                job.invoke_on_completion(Box::new(move |state| {
+                    assert_eq!(state, JobState::Completed);
+                    // Relaxed: the count is read after both threads are
+                    // joined (the join orders it).
+                    ran.fetch_add(1, Ordering::Relaxed);
+                }))
+            })
+        };
+        job.body_done();
+        registrar.join().unwrap();
+        assert_eq!(ran.load(Ordering::Relaxed), 1, "the handler runs exactly once");
+    });
+}
+
 /// The scope owner's wait for its children racing the last child's end:
 /// the owner always wakes. The last child wakes only the record kept for
 /// the children's waiter (not the job's joiners); checking the active

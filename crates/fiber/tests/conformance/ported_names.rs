@@ -437,3 +437,115 @@ fn jobs_compare_and_hash_by_identity() {
         assert!(set.contains(&a) && set.contains(&other));
     });
 }
+
+/// Kotlin's `invokeOnCompletion`: each handler runs once with the final
+/// state, in the order added; on an ended job at once, on the caller; a
+/// panicking handler stops neither the others nor the job's end; a scope
+/// returns only after its children's handlers have run.
+#[test]
+fn invoke_on_completion_follows_kotlin() {
+    crate::common::fuzz::quiet_panics(planned_panic);
+    on_both(|| {
+        let log = Arc::new(fiber::sync::Mutex::new(Vec::new()));
+        let record = |tag: &'static str| {
+            let log = log.clone();
+            move |state: JobState| log.lock().unwrap().push((tag, state))
+        };
+        fiber::supervisor_scope(|s| {
+            let (_hold, rx) = fiber::chan::bounded::<()>(0);
+            let (go_tx, go_rx) = fiber::chan::bounded::<()>(0);
+            let ok = s.spawn(move || {
+                let _ = go_rx.recv();
+                1
+            });
+            let stopped = s.spawn(move || rx.recv().is_ok());
+            let failed = s.spawn(|| -> u32 { panic!("ported-names handler child") });
+            ok.job().invoke_on_completion(record("ok first"));
+            ok.job().invoke_on_completion(|_| panic!("ported-names handler"));
+            ok.job().invoke_on_completion(record("ok third"));
+            stopped.job().invoke_on_completion(record("stopped"));
+            let failed_job = failed.job();
+            assert!(failed.join().unwrap_err().is_panic());
+            // Ended already: runs now, here.
+            let here = std::thread::current().id();
+            let ran_here = Arc::new(AtomicUsize::new(0));
+            {
+                let ran_here = ran_here.clone();
+                failed_job.invoke_on_completion(move |state| {
+                    assert_eq!(state, JobState::Failed);
+                    assert_eq!(std::thread::current().id(), here);
+                    ran_here.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            assert_eq!(ran_here.load(Ordering::SeqCst), 1);
+            stopped.cancel();
+            go_tx.send(()).unwrap();
+        });
+        let mut log = log.lock().unwrap().clone();
+        log.sort_by_key(|(tag, _)| *tag);
+        assert_eq!(
+            log,
+            [
+                ("ok first", JobState::Completed),
+                ("ok third", JobState::Completed),
+                ("stopped", JobState::Cancelled),
+            ],
+            "every handler ran, the panicking one did not stop the next"
+        );
+
+        // Many children on every worker: all handlers ran once the scope
+        // returned.
+        let ran = Arc::new(AtomicUsize::new(0));
+        fiber::scope(|s| {
+            for i in 0..200 {
+                let h = s.spawn(move || {
+                    if i % 3 == 0 {
+                        fiber::yield_now().unwrap();
+                    }
+                    i
+                });
+                let ran = ran.clone();
+                h.job().invoke_on_completion(move |state| {
+                    assert_eq!(state, JobState::Completed);
+                    ran.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        assert_eq!(ran.load(Ordering::SeqCst), 200);
+
+        // A handler may use the job it belongs to: read its state, add
+        // another handler (which runs at once: the job has ended).
+        let nested = Arc::new(AtomicUsize::new(0));
+        fiber::scope(|s| {
+            let h = s.spawn(|| ());
+            let job = h.job();
+            let nested = nested.clone();
+            let again = job.clone();
+            job.invoke_on_completion(move |state| {
+                assert_eq!(again.state(), state);
+                assert!(again.is_completed());
+                let nested2 = nested.clone();
+                again.invoke_on_completion(move |_| {
+                    nested2.fetch_add(10, Ordering::SeqCst);
+                });
+                nested.fetch_add(1, Ordering::SeqCst);
+            });
+        });
+        assert_eq!(nested.load(Ordering::SeqCst), 11);
+
+        // A with_timeout job that times out ends CANCELLED; a fiber's own
+        // root job ends when its body does.
+        let (tx, rx) = fiber::chan::bounded(2);
+        let timeout_tx = tx.clone();
+        let _ = fiber::with_timeout(ms(2), move || {
+            Job::current().invoke_on_completion(move |state| timeout_tx.send(("timeout", state)).unwrap());
+            let _ = fiber::sleep(Duration::from_secs(60));
+        });
+        fiber::spawn(move || {
+            Job::current().invoke_on_completion(move |state| tx.send(("root", state)).unwrap());
+        });
+        let mut got = [rx.recv().unwrap(), rx.recv().unwrap()];
+        got.sort_by_key(|(tag, _)| *tag);
+        assert_eq!(got, [("root", JobState::Completed), ("timeout", JobState::Cancelled)]);
+    });
+}
