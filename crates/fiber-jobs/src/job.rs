@@ -661,12 +661,6 @@ impl JobCore {
         self.reason.store(reason_to_word(reason), Ordering::Relaxed);
     }
 
-    /// The reason a user sees (`Job::cancel_reason`): the recorded one, or
-    /// `TimedOut` for an ACTIVE job past its deadline (as
-    /// [`observed_state`](Self::observed_state) reads it CANCELLING). Read
-    /// under the job lock, where the state and the reason change together:
-    /// a cancel landing between two separate reads would otherwise show a
-    /// job that was never timed out as `TimedOut` for a moment.
     /// Run `handler` once with the job's final state: now, on the caller,
     /// if the job has ended; otherwise when it ends, on the thread that
     /// ends it (decided under the job lock that the finalize holds while it
@@ -700,6 +694,12 @@ impl JobCore {
             .collect()
     }
 
+    /// The reason a user sees (`Job::cancel_reason`): the recorded one, or
+    /// `TimedOut` for an ACTIVE job past its deadline (as
+    /// [`observed_state`](Self::observed_state) reads it CANCELLING). Read
+    /// under the job lock, where the state and the reason change together:
+    /// a cancel landing between two separate reads would otherwise show a
+    /// job that was never timed out as `TimedOut` for a moment.
     #[cfg(not(loom))]
     pub(crate) fn observed_reason(&self) -> Option<CancelReason> {
         let _sync = lock(&self.sync);
@@ -1121,16 +1121,15 @@ impl JobCore {
         if woken > 0 {
             bump(Counter::WaitersWoken, woken);
         }
+        // Before the parked joiners wake and the parent hears of the end:
+        // the scope the job is a child of returns only after they ran.
+        if !handlers.is_empty() {
+            run_completion_handlers(handlers, final_state);
+        }
         // Consumed (`Waiter::wake`): each record's frame reference moves
         // into the run queue instead of a clone and a drop.
         // (Taken out in place: a by-value iterator would copy the list.)
         let mut waiters = waiters;
-        // Before the joiners wake and the parent hears of the end: a join
-        // of the job, or the scope it is a child of, returns only after
-        // the handlers have run.
-        if !handlers.is_empty() {
-            run_completion_handlers(handlers, final_state);
-        }
         for waiter in waiters.iter_mut().filter_map(Option::take) {
             waiter.wake();
             crate::trace_event!("JOB_WAIT_WAKE", self.id);
