@@ -60,5 +60,6 @@ mod review60;
 mod review61;
 mod review62;
 mod review63;
+mod review64;
 mod review7;
 mod review8;
