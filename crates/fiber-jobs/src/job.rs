@@ -310,6 +310,11 @@ pub(crate) struct JobCore {
     /// Spawned children: yes. Scopes and timeouts: no (their failure travels
     /// by unwinding or return value in the fiber that runs them).
     propagates: bool,
+    /// Made by `Job::new` / `Job::new_supervisor`: no body runs in it. Its
+    /// "body" is done when `complete` is called or when it leaves ACTIVE
+    /// (cancelled, failed, timed out): from then on it ends as soon as its
+    /// children have.
+    standalone: bool,
     pub(crate) parent: Option<Arc<JobCore>>,
     /// For a job made directly inside `fiber::non_cancellable` (it has no
     /// parent there): the job the fiber was running in. Not a parent: no
@@ -478,6 +483,14 @@ impl JobCore {
         JobCore::with_deadline(parent, supervisor, propagates, None)
     }
 
+    /// A standalone job (`Job::new`): ACTIVE, no body, attached to
+    /// `parent` (whose failure handling it joins, as a spawned child) if
+    /// given.
+    pub(crate) fn standalone(parent: Option<Arc<JobCore>>, supervisor: bool) -> Arc<JobCore> {
+        let propagates = parent.is_some();
+        JobCore::make(parent, supervisor, propagates, None, true)
+    }
+
     /// [`JobCore::new`] with a deadline of its own (`with_timeout`'s job);
     /// the job keeps the earlier of it and its parent's.
     pub(crate) fn with_deadline(
@@ -486,12 +499,23 @@ impl JobCore {
         propagates: bool,
         deadline: Option<Instant>,
     ) -> Arc<JobCore> {
+        JobCore::make(parent, supervisor, propagates, deadline, false)
+    }
+
+    fn make(
+        parent: Option<Arc<JobCore>>,
+        supervisor: bool,
+        propagates: bool,
+        deadline: Option<Instant>,
+        standalone: bool,
+    ) -> Arc<JobCore> {
         let inherited = parent.as_ref().and_then(|p| p.deadline);
         let deadline = match (deadline, inherited) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let fresh = |parent: Option<Arc<JobCore>>| JobCore::alloc(parent, None, supervisor, propagates, deadline);
+        let fresh =
+            |parent: Option<Arc<JobCore>>| JobCore::alloc(parent, None, supervisor, propagates, deadline, standalone);
         let Some(parent) = parent else {
             let job = fresh(None);
             job.count_root_created();
@@ -538,7 +562,7 @@ impl JobCore {
         supervisor: bool,
         deadline: Option<Instant>,
     ) -> Arc<JobCore> {
-        let job = JobCore::alloc(None, enclosing, supervisor, false, deadline);
+        let job = JobCore::alloc(None, enclosing, supervisor, false, deadline, false);
         job.count_root_created();
         job
     }
@@ -550,6 +574,7 @@ impl JobCore {
         supervisor: bool,
         propagates: bool,
         deadline: Option<Instant>,
+        standalone: bool,
     ) -> Arc<JobCore> {
         // The job counters join the runtime's shutdown report (FIBER_STATS=1).
         static REPORTER: std::sync::Once = std::sync::Once::new();
@@ -559,6 +584,7 @@ impl JobCore {
             state: AtomicU8::new(JobState::Active as u8),
             supervisor,
             propagates,
+            standalone,
             parent,
             enclosing,
             deadline,
@@ -592,7 +618,7 @@ impl JobCore {
     /// and make another, and so on until the stack overflowed.
     #[cfg(not(loom))]
     pub(crate) fn new_root_uncounted() -> Arc<JobCore> {
-        JobCore::alloc(None, None, false, false, None)
+        JobCore::alloc(None, None, false, false, None, false)
     }
 
     /// Count and trace the creation of a root job made by
@@ -679,6 +705,32 @@ impl JobCore {
         if let Some((state, handler)) = ended {
             run_completion_handlers(vec![handler], state);
         }
+    }
+
+    /// `Job::complete` of a standalone job: its body is done, so it ends
+    /// (COMPLETED, or as its children's failures decide) once its children
+    /// have. `false` if it had left ACTIVE or was completed already.
+    pub(crate) fn complete(self: &Arc<Self>) -> bool {
+        debug_assert!(self.standalone, "only a standalone job has no body of its own to end");
+        let step = {
+            let mut sync = lock(&self.sync);
+            if sync.body_done || self.state() != JobState::Active {
+                return false;
+            }
+            sync.body_done = true;
+            if sync.active_children == 0 {
+                self.finalize_locked(&mut sync)
+            } else {
+                None
+            }
+        };
+        self.finish_finalize(step);
+        true
+    }
+
+    /// Was this job made by `Job::new` / `Job::new_supervisor`?
+    pub(crate) fn is_standalone(&self) -> bool {
+        self.standalone
     }
 
     /// The attached children that have not ended (a snapshot taken under
@@ -820,7 +872,7 @@ impl JobCore {
         panicked: &mut Option<Box<dyn Any + Send>>,
     ) -> Option<Vec<Arc<JobCore>>> {
         crate::trace_event!("JOB_CANCEL_REQ", self.id);
-        let (reason, fibers, children) = {
+        let (reason, fibers, children, ended) = {
             let mut sync = lock(&self.sync);
             let first = match self.state() {
                 JobState::Active => {
@@ -849,6 +901,19 @@ impl JobCore {
                 JobState::Cancelling if !self.subtree_cancelled.load(Ordering::Acquire) => false,
                 _ => return None,
             };
+            // A standalone job (`Job::new`) has no body that could return:
+            // leaving ACTIVE is its body's end, and with no child running
+            // it ends here (under this lock, as every finalize).
+            let ended = if first && self.standalone {
+                sync.body_done = true;
+                if sync.active_children == 0 {
+                    self.finalize_locked(&mut sync)
+                } else {
+                    None
+                }
+            } else {
+                None
+            };
             // Finished children (not swept yet) need no cancel.
             let children = sync
                 .children
@@ -857,7 +922,7 @@ impl JobCore {
                 .filter(|c| !c.state().is_terminal())
                 .cloned()
                 .collect::<Vec<_>>();
-            (first.then(|| self.reason()), sync.fibers.clone(), children)
+            (first.then(|| self.reason()), sync.fibers.clone(), children, ended)
         };
         // Logged outside the job's lock: a subscriber's callback may park
         // the calling fiber (`tracing_layers.rs`).
@@ -876,6 +941,10 @@ impl JobCore {
                     drop(payload);
                 }
             }
+        }
+        // After the CANCELLING transition's log: the end is logged next.
+        if ended.is_some() {
+            self.finish_finalize(ended);
         }
         // `interrupt` is the canceller's half of fiber-core's handshake
         // (`wait.rs::enter_parking`): state stored; fence(SeqCst); read the
@@ -929,6 +998,17 @@ impl JobCore {
         self.finish_finalize(step);
     }
 
+    /// This job has ended, and a child attached after its end (a
+    /// standalone job's `spawn` then: the child started cancelled) ended
+    /// too: the ended job's list no longer goes at a finalize, so the late
+    /// children are taken out here, or each would keep the other alive.
+    #[cold]
+    #[inline(never)]
+    fn drop_late_children(&self) {
+        let late = take_finished(&mut lock(&self.sync).children);
+        drop(late);
+    }
+
     /// A child ended in `state` (`Completed` for a child whose failure
     /// does not travel through the tree). A failed child that fails this
     /// job did so before it ended (`FinalStep::HandUp`).
@@ -954,6 +1034,9 @@ impl JobCore {
                 (false, Taken::new())
             }
         };
+        if self.state().is_terminal() {
+            self.drop_late_children();
+        }
         // Consumed: each record's frame reference moves into the run queue.
         // (Taken out in place: a by-value iterator would copy the list.)
         let mut waiters = waiters;
@@ -975,7 +1058,7 @@ impl JobCore {
 
     /// The unlocked half of a finalize: hand a failure up first if the
     /// locked half asked for it (then finalize again), or report the end.
-    fn finish_finalize(self: &Arc<Self>, mut step: Option<FinalStep>) {
+    fn finish_finalize(&self, mut step: Option<FinalStep>) {
         loop {
             match step {
                 None => return,
@@ -1084,7 +1167,7 @@ impl JobCore {
 
     /// The unlocked half of [`finalize`](Self::finalize): count, wake the
     /// waiters, report to the parent.
-    fn after_finalize(self: &Arc<Self>, finalized: Finalized) {
+    fn after_finalize(&self, finalized: Finalized) {
         let Finalized {
             timed_out,
             from,
@@ -1601,5 +1684,29 @@ mod sweep_tests {
         drop((parent, live));
         assert_eq!(parent_weak.strong_count(), 0, "the parent job was freed");
         assert_eq!(child_weak.strong_count(), 0, "the child job was freed");
+    }
+
+    /// A child attached to a standalone job after it ended starts
+    /// cancelled, and once it ends it is out of the ended job's list: the
+    /// two do not keep each other alive.
+    #[test]
+    fn a_late_child_of_an_ended_standalone_job_is_freed() {
+        let job = JobCore::standalone(None, false);
+        assert!(job.complete());
+        assert_eq!(job.state(), JobState::Completed);
+        let late = JobCore::new(Some(job.clone()), false, true);
+        assert_eq!(late.state(), JobState::Cancelling, "a late child starts cancelled");
+        assert_eq!(lock(&job.sync).children.len(), 1);
+        late.body_done();
+        assert_eq!(late.state(), JobState::Cancelled);
+        assert!(
+            lock(&job.sync).children.is_empty(),
+            "the late child left the ended job's list"
+        );
+        assert_eq!(job.state(), JobState::Completed, "the ended job stays as it ended");
+        let (job_weak, late_weak) = (Arc::downgrade(&job), Arc::downgrade(&late));
+        drop((job, late));
+        assert_eq!(job_weak.strong_count(), 0, "the job was freed");
+        assert_eq!(late_weak.strong_count(), 0, "the late child was freed");
     }
 }

@@ -182,6 +182,143 @@ impl Job {
         self.core.id
     }
 
+    /// A new job with no fiber of its own: Kotlin's `Job()` (with
+    /// `parent`, `Job(parent)`). Fibers are started in it with
+    /// [`spawn`](Self::spawn); it stays ACTIVE until [`complete`](Self::complete)
+    /// is called or it is cancelled, and then ends once its children have:
+    /// COMPLETED, CANCELLED, or FAILED if a child panicked (a child's
+    /// failure cancels it and its other children, as in a scope). Given a
+    /// `parent`, it is that job's child: cancelled with it, its failure
+    /// cancels the parent (unless the parent is a supervisor), and the
+    /// parent ends only after it. A job made under a parent that is
+    /// cancelling or has ended starts cancelled. Unlike a scope, nothing
+    /// waits for it on its own: join it with [`join`](Self::join).
+    ///
+    /// Usable from any thread; [`spawn`](Self::spawn) needs a fiber.
+    ///
+    /// ```
+    /// # mod fiber {
+    /// #     pub(crate) use fiber_chan as chan;
+    /// #     pub use fiber_core::yield_now;
+    /// #     pub use fiber_jobs::{scope, with_timeout, Job, JobState};
+    /// #     pub use fiber_sched::sleep;
+    /// #     pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    /// #         fiber_sched::Runtime::new().unwrap().block_on(f)
+    /// #     }
+    /// # }
+    /// fiber::run(|| {
+    ///     let job = fiber::Job::new(None);
+    ///     let (tx, rx) = fiber::chan::unbounded();
+    ///     let handles: Vec<_> = (0..3u32)
+    ///         .map(|i| {
+    ///             let tx = tx.clone();
+    ///             job.spawn(move || tx.send(i * 10).unwrap())
+    ///         })
+    ///         .collect();
+    ///     assert!(job.is_active());
+    ///     assert!(job.complete()); // no more work of its own
+    ///     assert_eq!(job.join(), Ok(fiber::JobState::Completed));
+    ///     drop(tx);
+    ///     let mut got: Vec<u32> = rx.iter().collect();
+    ///     got.sort();
+    ///     assert_eq!(got, [0, 10, 20]);
+    ///     for h in handles {
+    ///         h.join().unwrap();
+    ///     }
+    /// });
+    /// ```
+    pub fn new(parent: Option<&Job>) -> Job {
+        Job {
+            core: JobCore::standalone(parent.map(|p| p.core.clone()), false),
+        }
+    }
+
+    /// [`Job::new`] for a supervisor: Kotlin's `SupervisorJob()`. A
+    /// child's failure stays with that child (its handle's `join`
+    /// reports it); the job and its other children go on.
+    pub fn new_supervisor(parent: Option<&Job>) -> Job {
+        Job {
+            core: JobCore::standalone(parent.map(|p| p.core.clone()), true),
+        }
+    }
+
+    /// Kotlin's `CompletableJob.complete()` for a job made by
+    /// [`Job::new`] / [`Job::new_supervisor`]: it has no more work of its
+    /// own, so it ends as soon as its children have (COMPLETED unless one
+    /// failed or it was cancelled meanwhile). Children spawned after this,
+    /// while others still run, are waited for too; once it has ended, a
+    /// spawned child starts cancelled. Returns `true` if this call
+    /// completed it, `false` if it was completed before or is cancelling
+    /// or has ended.
+    ///
+    /// # Panics
+    ///
+    /// If the job is not one made by `Job::new` / `Job::new_supervisor`:
+    /// a scope's, a fiber's or a `with_timeout` job ends when its body
+    /// returns.
+    #[track_caller]
+    pub fn complete(&self) -> bool {
+        if !self.core.is_standalone() {
+            panic!(
+                "fiber::Job::complete called on a job that runs a body of its own (a scope's, a fiber's or a \
+                 with_timeout job), which ends when that body returns; only a job made by Job::new or \
+                 Job::new_supervisor is completed by hand"
+            );
+        }
+        self.core.complete()
+    }
+
+    /// Start `f` as a fiber in a new child job of this one (Kotlin's
+    /// `CoroutineScope(job).launch { }`), on the runtime of the calling
+    /// fiber. The handle joins it as a scope's does: the value, or a
+    /// `JoinError` saying it panicked or was cancelled; its
+    /// [`job`](ScopedJoinHandle::job) is the child's job. A panic in `f`
+    /// fails the child and, unless this job is a supervisor, cancels this
+    /// job and its other children; nothing re-raises it (the handle's
+    /// `join` reports it). A child spawned into a job that is cancelling or
+    /// has ended starts cancelled: `f` is dropped unrun.
+    ///
+    /// # Panics
+    ///
+    /// If called outside a fiber (there is no runtime to run the child);
+    /// if the job is not one made by `Job::new` / `Job::new_supervisor`
+    /// (spawn into a scope with `Scope::spawn`); or if the fiber cannot
+    /// be spawned (its stack refused, or the runtime is shutting down),
+    /// as `fiber::spawn` does.
+    #[track_caller]
+    pub fn spawn<F, T>(&self, f: F) -> ScopedJoinHandle<'static, T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if !self.core.is_standalone() {
+            panic!(
+                "fiber::Job::spawn called on a job that runs a body of its own (a scope's, a fiber's or a \
+                 with_timeout job): spawn its children with Scope::spawn; Job::spawn starts fibers in a job \
+                 made by Job::new or Job::new_supervisor"
+            );
+        }
+        let Some(sched) = fiber_core::current_scheduler() else {
+            panic!(
+                "fiber::Job::spawn called outside a fiber: there is no runtime to run the child on; call it \
+                 from a fiber (fiber::run, Runtime::block_on, or a fiber spawned with Handle::spawn)"
+            );
+        };
+        // SAFETY: `f`, `T` and `()` are 'static: the child borrows nothing.
+        match unsafe {
+            spawn_child_of(
+                &self.core,
+                &sched,
+                move || Ok::<T, ()>(f()),
+                None,
+                SpawnOptions::default(),
+            )
+        } {
+            Ok(handle) => handle,
+            Err(e) => panic!("fiber::Job::spawn: could not spawn the child fiber: {e}"),
+        }
+    }
+
     /// The job this one is attached to: the enclosing job of a scope or
     /// `with_timeout` body, the scope's job of a scoped child. `None` for a
     /// root job (a fiber from [`fiber::spawn`](fiber_core::spawn), a
@@ -1030,44 +1167,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         T: Send + 'scope,
         E: Send + 'scope,
     {
-        let child = JobCore::new(Some(self.job.clone()), false, true);
-        let body = ChildBody {
-            f: Some(f),
-            job: child.clone(),
-            _outcome: PhantomData,
-            error,
-            done: false,
-            registered: None,
-        };
-        let name = options.name.clone();
         // SAFETY: the scope joins every child (`join_children`, also when its
         // body panics) before it returns, and a child drops everything it
         // owns (closure, value, locals) before `body_done` releases that
         // join, whether it ran or was dropped unrun (`ChildBody`); so nothing
         // the closure borrows for 'scope is used after the scope ends. This
-        // is std::thread::scope's argument. The child's job is its per-fiber
-        // block (its park token) and carries its outcome. On an
-        // error the body was dropped unrun, so the child is done.
-        let spawned =
-            unsafe { fiber_core::try_spawn_unjoined(&self.sched, options, child.clone(), move || body.run()) };
-        let id = match spawned {
-            Ok(id) => id,
-            Err(e) => {
-                // The body was dropped unrun and left `Cancelled` for a
-                // handle that will never exist: take it back (a boxed
-                // outcome would leak otherwise).
-                // SAFETY: the job carries `Outcome<T>`, `T: Send`.
-                drop(unsafe { child.take_outcome::<Outcome<T>>() });
-                return Err(e);
-            }
-        };
-        Ok(ScopedJoinHandle {
-            job: child,
-            id,
-            name,
-            _scope: PhantomData,
-            _outcome: PhantomData,
-        })
+        // is std::thread::scope's argument.
+        unsafe { spawn_child_of(&self.job, &self.sched, f, error, options) }
     }
 
     /// The scope's job.
@@ -1101,6 +1207,61 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     pub fn cancel(&self) {
         self.job().cancel();
     }
+}
+
+/// Spawn `f` as a child of `parent` (a new child job, the fiber's
+/// per-fiber block, which carries its outcome), on `sched`.
+///
+/// # Safety
+///
+/// Whatever `f`, `T` and `E` borrow stays valid until the child has
+/// dropped everything it owns (its `body_done`), as
+/// [`fiber_core::try_spawn_unjoined`] requires.
+#[track_caller]
+unsafe fn spawn_child_of<'a, F, T, E>(
+    parent: &Arc<JobCore>,
+    sched: &Arc<dyn fiber_core::Schedule>,
+    f: F,
+    error: Option<Arc<Mutex<Option<E>>>>,
+    options: SpawnOptions,
+) -> io::Result<ScopedJoinHandle<'a, T>>
+where
+    F: FnOnce() -> Result<T, E> + Send + 'a,
+    T: Send + 'a,
+    E: Send + 'a,
+{
+    let child = JobCore::new(Some(parent.clone()), false, true);
+    let body = ChildBody {
+        f: Some(f),
+        job: child.clone(),
+        _outcome: PhantomData,
+        error,
+        done: false,
+        registered: None,
+    };
+    let name = options.name.clone();
+    // SAFETY: the caller's contract covers the borrows. The child's job is
+    // its per-fiber block (its park token) and carries its outcome. On an
+    // error the body was dropped unrun, so the child is done.
+    let spawned = unsafe { fiber_core::try_spawn_unjoined(sched, options, child.clone(), move || body.run()) };
+    let id = match spawned {
+        Ok(id) => id,
+        Err(e) => {
+            // The body was dropped unrun and left `Cancelled` for a
+            // handle that will never exist: take it back (a boxed
+            // outcome would leak otherwise).
+            // SAFETY: the job carries `Outcome<T>`, `T: Send`.
+            drop(unsafe { child.take_outcome::<Outcome<T>>() });
+            return Err(e);
+        }
+    };
+    Ok(ScopedJoinHandle {
+        job: child,
+        id,
+        name,
+        _scope: PhantomData,
+        _outcome: PhantomData,
+    })
 }
 
 /// A `try_scope`: children return `Result<_, E>`.

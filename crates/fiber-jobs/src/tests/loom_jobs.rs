@@ -133,6 +133,53 @@ fn loom_completion_handler_racing_finalize() {
     });
 }
 
+/// A standalone job (`Job::new`) cancelled while its last child ends: it
+/// ends CANCELLED, whichever comes first, with nothing calling `complete`.
+/// The cancel is its body's end: setting that end without finalizing when
+/// no child is left (the child ended first) leaves it ACTIVE-less and
+/// unended for ever (loom reports the job not terminal).
+#[test]
+fn loom_standalone_job_cancel_racing_last_child_end() {
+    loom::model(|| {
+        let job = JobCore::standalone(None, false);
+        let child = JobCore::new(Some(job.clone()), false, true);
+        let ender = {
+            let child = child.clone();
+            thread::spawn(move || child.body_done())
+        };
+        job.cancel(CancelReason::Cancelled);
+        ender.join().unwrap();
+        assert_eq!(
+            job.state(),
+            JobState::Cancelled,
+            "the job ends once cancelled and childless"
+        );
+        assert!(!job.complete(), "an ended job is not completed again");
+    });
+}
+
+/// `complete` racing a cancel of a standalone job with no children: it
+/// ends exactly once, COMPLETED if `complete` came first, CANCELLED if the
+/// cancel did, and `complete` says which.
+#[test]
+fn loom_standalone_job_complete_racing_cancel() {
+    loom::model(|| {
+        let job = JobCore::standalone(None, false);
+        let canceller = {
+            let job = job.clone();
+            thread::spawn(move || job.cancel(CancelReason::Cancelled))
+        };
+        let completed = job.complete();
+        canceller.join().unwrap();
+        let state = job.state();
+        if completed {
+            assert_eq!(state, JobState::Completed);
+        } else {
+            assert_eq!(state, JobState::Cancelled);
+        }
+    });
+}
+
 /// The scope owner's wait for its children racing the last child's end:
 /// the owner always wakes. The last child wakes only the record kept for
 /// the children's waiter (not the job's joiners); checking the active

@@ -549,3 +549,176 @@ fn invoke_on_completion_follows_kotlin() {
         assert_eq!(got, [("root", JobState::Completed), ("timeout", JobState::Cancelled)]);
     });
 }
+
+/// Kotlin's `Job()` / `CompletableJob.complete()` / `CoroutineScope(job)
+/// .launch`: a job with no fiber of its own stays active until completed,
+/// then ends once its children have; `complete` says whether this call did
+/// it.
+#[test]
+fn a_standalone_job_completes_after_its_children() {
+    on_both(|| {
+        let job = Job::new(None);
+        assert!(job.is_active() && job.parent().is_none());
+        let (go_tx, go_rx) = fiber::chan::bounded::<()>(0);
+        let waiting = job.spawn(move || {
+            let _ = go_rx.recv();
+            5
+        });
+        let quick = job.spawn(|| 1);
+        assert_eq!(quick.join().unwrap(), 1);
+        assert!(job.complete());
+        assert!(!job.complete(), "a second complete does nothing");
+        assert!(job.is_active(), "completing: a child still runs");
+        assert_eq!(job.children(), vec![waiting.job()]);
+        // A child spawned while it completes is waited for as well.
+        let late = job.spawn(|| 7);
+        go_tx.send(()).unwrap();
+        assert_eq!(job.join(), Ok(JobState::Completed));
+        assert_eq!(waiting.join().unwrap(), 5);
+        assert_eq!(late.join().unwrap(), 7);
+        // Ended: a child spawned now starts cancelled, its closure unrun.
+        let ran = Arc::new(AtomicUsize::new(0));
+        let ran2 = ran.clone();
+        let after = job.spawn(move || ran2.fetch_add(1, Ordering::SeqCst));
+        assert!(after.join().unwrap_err().is_cancelled());
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        assert_eq!(job.state(), JobState::Completed);
+
+        // Completed with no children: ends at once.
+        let empty = Job::new(None);
+        assert!(empty.complete());
+        assert_eq!(empty.state(), JobState::Completed);
+    });
+}
+
+/// Cancelling a standalone job ends it once its children have (no
+/// `complete` needed, as Kotlin's `Job().cancel()`); a child's panic fails
+/// a plain job and cancels the siblings, while a supervisor job keeps
+/// going.
+#[test]
+fn a_standalone_job_is_cancelled_or_failed_like_kotlins() {
+    crate::common::fuzz::quiet_panics(planned_panic);
+    on_both(|| {
+        let empty = Job::new(None);
+        empty.cancel();
+        assert_eq!(empty.state(), JobState::Cancelled, "no children: ended at once");
+        assert!(!empty.complete());
+
+        let job = Job::new(None);
+        let (_hold, rx) = fiber::chan::bounded::<()>(0);
+        let parked: Vec<_> = (0..3)
+            .map(|_| {
+                let rx = rx.clone();
+                job.spawn(move || rx.recv().is_ok())
+            })
+            .collect();
+        for h in &parked {
+            crate::common::wait_fiber_parked(h.id());
+        }
+        job.cancel();
+        assert_eq!(job.join(), Ok(JobState::Cancelled));
+        for h in parked {
+            assert!(h.join().unwrap_err().is_cancelled());
+        }
+
+        // A child's panic fails a plain job and cancels its siblings.
+        let job = Job::new(None);
+        let (_hold, rx) = fiber::chan::bounded::<()>(0);
+        let sibling = job.spawn(move || rx.recv().is_ok());
+        crate::common::wait_fiber_parked(sibling.id());
+        let failing = job.spawn(|| -> u32 { panic!("ported-names standalone child") });
+        assert_eq!(job.join(), Ok(JobState::Failed));
+        assert!(failing.join().unwrap_err().is_panic());
+        assert!(sibling.join().unwrap_err().is_cancelled());
+
+        // A supervisor keeps going: the failure stays with the child.
+        let sup = Job::new_supervisor(None);
+        let failing = sup.spawn(|| -> u32 { panic!("ported-names supervised child") });
+        assert!(failing.join().unwrap_err().is_panic());
+        assert!(sup.is_active());
+        assert_eq!(sup.spawn(|| 3).join().unwrap(), 3);
+        assert!(sup.complete());
+        assert_eq!(sup.join(), Ok(JobState::Completed));
+    });
+}
+
+/// `Job(parent)`: the new job is the parent's child. The parent's cancel
+/// reaches it and its children; a parent waits for it; a job made under a
+/// parent that is cancelling starts cancelled (and, childless, ends).
+#[test]
+fn a_standalone_job_with_a_parent_is_its_child() {
+    on_both(|| {
+        fiber::scope(|s| {
+            let child_job = Job::new(Some(&s.job()));
+            assert_eq!(child_job.parent(), Some(s.job()));
+            assert!(s.job().children().contains(&child_job));
+            let (_hold, rx) = fiber::chan::bounded::<()>(0);
+            let parked = child_job.spawn(move || rx.recv().is_ok());
+            crate::common::wait_fiber_parked(parked.id());
+            // Completed: the scope's end waits for it.
+            assert!(child_job.complete());
+            let closer = s.spawn(move || {
+                // Cancel the parked grandchild through its own handle so
+                // the standalone job can end.
+                parked.cancel();
+                parked.join().unwrap_err().is_cancelled()
+            });
+            assert!(closer.join().unwrap());
+            assert_eq!(child_job.join(), Ok(JobState::Completed));
+        });
+
+        let outer = Job::new(None);
+        let inner = Job::new(Some(&outer));
+        let (_hold, rx) = fiber::chan::bounded::<()>(0);
+        let parked = inner.spawn(move || rx.recv().is_ok());
+        crate::common::wait_fiber_parked(parked.id());
+        outer.cancel();
+        assert!(parked.join().unwrap_err().is_cancelled());
+        assert_eq!(inner.join(), Ok(JobState::Cancelled));
+        assert_eq!(outer.join(), Ok(JobState::Cancelled));
+        let born_cancelled = Job::new(Some(&outer));
+        assert_eq!(born_cancelled.state(), JobState::Cancelled);
+    });
+}
+
+/// Misuse names itself: `complete` and `spawn` on a job that runs a body
+/// of its own, and `spawn` outside a fiber. A standalone job made and
+/// joined on plain threads works.
+#[test]
+fn standalone_job_misuse_is_a_clear_panic() {
+    on_both(|| {
+        let message = crate::common::panic_message(|| {
+            Job::current().complete();
+        })
+        .expect("complete on a fiber's job panics");
+        assert!(
+            message.contains("Job::complete") && message.contains("Job::new"),
+            "{message}"
+        );
+        let message = crate::common::panic_message(|| {
+            fiber::scope(|s| {
+                s.job().spawn(|| ());
+            });
+        })
+        .expect("spawn into a scope's job panics");
+        assert!(
+            message.contains("Job::spawn") && message.contains("Scope::spawn"),
+            "{message}"
+        );
+    });
+    let job = Job::new(None);
+    let message = crate::common::panic_message(|| {
+        job.spawn(|| ());
+    })
+    .expect("spawn outside a fiber panics");
+    assert!(message.contains("outside a fiber"), "{message}");
+    // Made on a plain thread, fed from a runtime, joined on a plain thread.
+    let rt = crate::common::rt2();
+    let handle = {
+        let job = job.clone();
+        rt.block_on(move || job.spawn(|| 11))
+    };
+    assert!(job.complete());
+    assert_eq!(job.join(), Ok(JobState::Completed));
+    assert_eq!(handle.join().unwrap(), 11);
+}
