@@ -402,11 +402,82 @@ const SWEEP_AT: usize = 6;
 /// hook has reported it) does not keep the others from running, nor the
 /// job's end from reaching its parent: its panic, and a panic of its
 /// payload's destructor, stop here.
-fn run_completion_handlers(handlers: Vec<CompletionHandler>, state: JobState) {
+///
+/// Handlers never run inside a job that has ended. On the fiber that ends
+/// a job, the fiber's current job is an ended one (the job itself, or the
+/// last child whose end ended it): read there, `fiber::is_cancelled()`
+/// would say true after a normal end, and a scope opened there would
+/// attach under the ended job and start cancelled. So while the handlers
+/// run, that fiber's job is `parent` (the parent of the job whose
+/// handlers these are, alive while they run: it counts that job as an
+/// active child until after them), with the fiber registered in it so
+/// that its cancel interrupts a handler's wait; or no job, for a job
+/// without a parent.
+fn run_completion_handlers(handlers: Vec<CompletionHandler>, state: JobState, parent: Option<&Arc<JobCore>>) {
+    #[cfg(not(loom))]
+    let _outside = OutsideEndedJob::enter(parent);
+    #[cfg(loom)]
+    let _ = parent;
     for handler in handlers {
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || handler(state))) {
             if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload))) {
                 std::mem::forget(again);
+            }
+        }
+    }
+}
+
+/// While alive, the running fiber's cancellation scope is a live job (or
+/// none) instead of an ended one (see [`run_completion_handlers`]); put
+/// back on drop, also when a handler unwinds past it.
+#[cfg(not(loom))]
+struct OutsideEndedJob {
+    /// `None` when the fiber's job had not ended (nothing was changed).
+    restore: Option<Restore>,
+}
+
+/// What [`OutsideEndedJob`] puts back.
+#[cfg(not(loom))]
+struct Restore {
+    /// The fiber's cancellation scope before (the ended job).
+    previous: Option<Arc<dyn fiber_core::CancelScope>>,
+    /// The job the fiber was registered in meanwhile, if this did it.
+    registered: Option<Arc<JobCore>>,
+}
+
+#[cfg(not(loom))]
+impl OutsideEndedJob {
+    fn enter(parent: Option<&Arc<JobCore>>) -> OutsideEndedJob {
+        let Some(current) = fiber_core::current_cancel_scope() else {
+            return OutsideEndedJob { restore: None };
+        };
+        let current: Arc<dyn Any + Send + Sync> = current;
+        let ended = current.downcast::<JobCore>().is_ok_and(|job| job.state().is_terminal());
+        if !ended {
+            return OutsideEndedJob { restore: None };
+        }
+        let parent = parent.cloned();
+        // Registered for the handlers' time unless it is already (the
+        // fiber runs the parent's body too): only an entry made here is
+        // taken out again.
+        let registered = match (&parent, fiber_core::current_fiber()) {
+            (Some(parent), Some(me)) => parent.add_fiber_if_absent(me).then(|| parent.clone()),
+            _ => None,
+        };
+        let previous = fiber_core::swap_cancel_scope(parent.map(|p| p as Arc<dyn fiber_core::CancelScope>));
+        OutsideEndedJob {
+            restore: Some(Restore { previous, registered }),
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for OutsideEndedJob {
+    fn drop(&mut self) {
+        if let Some(Restore { previous, registered }) = self.restore.take() {
+            drop(fiber_core::swap_cancel_scope(previous));
+            if let (Some(job), Some(me)) = (registered, fiber_core::current_id()) {
+                job.remove_one_fiber(me);
             }
         }
     }
@@ -703,7 +774,7 @@ impl JobCore {
             }
         };
         if let Some((state, handler)) = ended {
-            run_completion_handlers(vec![handler], state);
+            run_completion_handlers(vec![handler], state, self.parent.as_ref());
         }
     }
 
@@ -794,6 +865,36 @@ impl JobCore {
     #[cfg(not(loom))]
     pub(crate) fn remove_fiber(&self, id: fiber_core::FiberId) {
         lock(&self.sync).fibers.retain(|f| f.id() != id);
+    }
+
+    /// [`add_fiber`](Self::add_fiber) unless the fiber is registered
+    /// already; whether it added it (then [`remove_one_fiber`](Self::remove_one_fiber)
+    /// takes that entry out again, and any earlier one stays).
+    #[cfg(not(loom))]
+    fn add_fiber_if_absent(&self, fiber: fiber_core::FiberRef) -> bool {
+        let to_interrupt = {
+            let mut sync = lock(&self.sync);
+            if sync.fibers.iter().any(|f| f.id() == fiber.id()) {
+                return false;
+            }
+            let cancelled = self.is_cancelled().then(|| fiber.clone());
+            sync.fibers.push(fiber);
+            cancelled
+        };
+        if let Some(fiber) = to_interrupt {
+            fiber.interrupt();
+        }
+        true
+    }
+
+    /// Take one registration of the fiber `id` out (see
+    /// [`add_fiber_if_absent`](Self::add_fiber_if_absent)).
+    #[cfg(not(loom))]
+    fn remove_one_fiber(&self, id: fiber_core::FiberId) {
+        let mut sync = lock(&self.sync);
+        if let Some(at) = sync.fibers.iter().position(|f| f.id() == id) {
+            sync.fibers.remove(at);
+        }
     }
 
     /// Request cancellation (and of every child). When this returns, the
@@ -1207,7 +1308,7 @@ impl JobCore {
         // Before the parked joiners wake and the parent hears of the end:
         // the scope the job is a child of returns only after they ran.
         if !handlers.is_empty() {
-            run_completion_handlers(handlers, final_state);
+            run_completion_handlers(handlers, final_state, self.parent.as_ref());
         }
         // Consumed (`Waiter::wake`): each record's frame reference moves
         // into the run queue instead of a clone and a drop.

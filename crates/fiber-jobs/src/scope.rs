@@ -352,10 +352,13 @@ impl Job {
 
     /// The children of this job that have not ended, as a snapshot (a
     /// child attached or ended after the call is not reflected), in no
-    /// particular order. A job's children are the jobs of the fibers
-    /// spawned in its scopes' and the scopes and `with_timeout` bodies
-    /// opened directly in it. Kotlin's `Job.children`, which likewise lists
-    /// only children that have not completed.
+    /// particular order. A job's children are the jobs of the scopes and
+    /// `with_timeout` bodies opened directly in it, the jobs of the fibers
+    /// spawned in it if it is a scope's job (or a job from [`Job::new`]),
+    /// and the jobs made with it as their parent; the fibers spawned in a
+    /// fiber's scopes are children of the scopes' jobs, not of the fiber's.
+    /// Kotlin's `Job.children`, which likewise lists only children that
+    /// have not completed.
     ///
     /// ```
     /// # mod fiber {
@@ -391,13 +394,19 @@ impl Job {
     /// fiber) that ends the job, after the final state is set and before
     /// the job's parked joiners are woken and its parent hears of the end:
     /// when a scope returns, the handlers of all its children have run.
-    /// Handlers run in the order they were added.
+    /// Handlers added before the job ended run in the order they were
+    /// added; one added once it has ended runs at once on the caller, which
+    /// may be while the earlier ones still run on the thread that ended it
+    /// (as in Kotlin).
     ///
-    /// As in Kotlin, a handler should be quick and must not wait: it holds
-    /// up the job's joiners and parent while it runs, and where it runs in
-    /// the fiber that ends the job, that fiber's job has ended, so a
-    /// cancellable wait there reports `Cancelled` (as in the code a fiber
-    /// runs after its body returned). A handler that
+    /// A handler never runs inside the job that ended: on the fiber that
+    /// ended it, the handler runs in that job's parent (the scope's job for
+    /// a scoped child: `Job::current()` there is the parent, and its
+    /// cancellation is what `fiber::is_cancelled()` reports), or in no job
+    /// for a job without a parent (a fiber's root job: `Job::try_current()`
+    /// is `None`). As in Kotlin, a handler should be quick and should not
+    /// wait: it holds up the job's joiners and parent while it runs. A
+    /// handler that
     /// panics is reported by the panic hook and goes no further: the other
     /// handlers still run and the job still ends as it did. A job that
     /// never ends (a fiber that never returns) never runs its handlers;

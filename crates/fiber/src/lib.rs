@@ -45,6 +45,16 @@
 //! | thread-locals | `thread_local!` | | `task_local!` | | `fiber::fiber_local!`, or `fiber::spawn_pinned` to keep `thread_local!` caches |
 //! | park | `thread::park`, `unpark` | | | | `fiber::park`, `fiber::current().unpark()` |
 //!
+//! From Kotlin's coroutines: `coroutineScope` / `supervisorScope` are
+//! `fiber::scope` / `fiber::supervisor_scope`, `launch` is `s.spawn` (its
+//! `Job` is `handle.job()`), `Job()` / `SupervisorJob()` with `complete()`
+//! and `CoroutineScope(job).launch` are `Job::new` / `Job::new_supervisor`,
+//! `job.complete()` and `job.spawn`, and `Job` has `cancel`, `join`,
+//! `cancel_and_join`, `is_active` / `is_cancelled` / `is_completed`,
+//! `children`, `parent`, `cancel_children` and `invoke_on_completion`;
+//! `withTimeout` is `fiber::with_timeout`, `withContext(NonCancellable)` is
+//! `fiber::non_cancellable`.
+//!
 //! # Cancellation points
 //!
 //! Cancellation is cooperative: a cancelled fiber (its `JoinHandle::cancel`,

@@ -61,5 +61,6 @@ mod review61;
 mod review62;
 mod review63;
 mod review64;
+mod review65;
 mod review7;
 mod review8;
