@@ -399,12 +399,14 @@ impl Job {
     /// may be while the earlier ones still run on the thread that ended it
     /// (as in Kotlin).
     ///
-    /// A handler never runs inside the job that ended: on the fiber that
-    /// ended it, the handler runs in that job's parent (the scope's job for
-    /// a scoped child: `Job::current()` there is the parent, and its
-    /// cancellation is what `fiber::is_cancelled()` reports), or in no job
-    /// for a job without a parent (a fiber's root job: `Job::try_current()`
-    /// is `None`). As in Kotlin, a handler should be quick and should not
+    /// A handler never runs inside the job that ended: where the fiber
+    /// running it is in an ended job (the fiber that ended it), the handler
+    /// runs in that job's parent instead (the scope's job for a scoped
+    /// child: `Job::current()` there is the parent, and its cancellation is
+    /// what `fiber::is_cancelled()` reports), or in no job if it has no
+    /// parent (a fiber's root job: `Job::try_current()` is `None`).
+    /// Anywhere else it runs in the job of the thread or fiber that runs
+    /// it. As in Kotlin, a handler should be quick and should not
     /// wait: it holds up the job's joiners and parent while it runs. A
     /// handler that
     /// panics is reported by the panic hook and goes no further: the other
@@ -1573,6 +1575,23 @@ where
 /// A wait that only ends when `with_timeout`'s body signals it.
 struct Done(Mutex<(bool, Option<fiber_core::Waiter>)>);
 
+/// Tells a `with_timeout` watchdog that the job is closed (its wait ends
+/// and it exits without cancelling), when dropped.
+struct ReleaseWatchdog(Arc<Done>);
+
+impl Drop for ReleaseWatchdog {
+    fn drop(&mut self) {
+        let waiter = {
+            let mut d = lock(&self.0 .0);
+            d.0 = true;
+            d.1.take()
+        };
+        if let Some(w) = waiter {
+            w.wake();
+        }
+    }
+}
+
 impl fiber_core::Waitable for Done {
     type Io = ();
     fn try_complete(&self, _: &mut ()) -> Option<fiber_core::WaitResult> {
@@ -1700,21 +1719,23 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
     if late {
         job.cancel(CancelReason::TimedOut);
     }
-    let waiter = {
-        let mut d = lock(&done.0);
-        d.0 = true;
-        d.1.take()
-    };
-    if let Some(w) = waiter {
-        w.wake();
-    }
     // The job ends before this fiber parks for the watchdog: a deadline
     // passing while it waits there (a busy worker) must not turn a body
     // that returned in time into a timed-out job (`finalize` ends a job
     // found past its deadline CANCELLED). With no child left (the body's
-    // scopes closed inside it), closing does not park. The watchdog's
-    // cancel of an ended job changes nothing.
+    // scopes closed inside it), closing does not park. A child that
+    // outlives the body (a standalone job made under this one with
+    // `Job::new`) is waited for here, with the watchdog still armed: at
+    // the deadline it cancels the job and that child with it, as Kotlin's
+    // `withTimeout` times out while it waits for its children (it used to
+    // be released before, and the wait lasted for ever:
+    // `reviews/review66.rs`). The watchdog's cancel of an ended job
+    // changes nothing.
+    // Released on every path, also when the close re-raises the body's
+    // panic (the watchdog would otherwise stay parked until the deadline).
+    let release = ReleaseWatchdog(done);
     let closed = close_scope(&job, body);
+    drop(release);
     let timed_out = job.reason() == Some(CancelReason::TimedOut);
     let _ = watchdog.join();
     match closed {

@@ -62,5 +62,6 @@ mod review62;
 mod review63;
 mod review64;
 mod review65;
+mod review66;
 mod review7;
 mod review8;
