@@ -64,6 +64,9 @@ fn handler_of_a_parentless_standalone_job_ended_by_its_last_child_runs_in_no_job
         tx.send(()).unwrap();
         assert!(child.join().unwrap());
         assert_eq!(job.join(), Ok(JobState::Completed));
+        // A join that finds the job ended returns at once: the handler may
+        // still be running on the child's fiber.
+        wait_until("the handler ran", 10, || seen.lock().unwrap().len() == 1);
         let seen = seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 1);
         assert_eq!(seen[0].state, JobState::Completed);
@@ -226,6 +229,11 @@ fn scope_in_a_handler_that_runs_in_no_job_works() {
         tx.send(()).unwrap();
         child.join().unwrap();
         assert_eq!(job.join(), Ok(JobState::Completed));
+        // A join that finds the job ended returns at once, possibly while
+        // the handler (which waits here: its scope joins a child) still
+        // runs on the fiber that ended the job; only parked joiners are
+        // woken after the handlers.
+        wait_until("the handler ran", 10, || got.lock().unwrap().is_some());
         let got = got.lock().unwrap().take().expect("the handler ran");
         assert_eq!(got.0, 7);
         assert_eq!(got.1, None);
@@ -540,6 +548,8 @@ fn handler_capturing_its_job_is_dropped_at_the_end() {
         job.complete();
         h.join().unwrap();
         job.join().unwrap();
+        // As above: the handler (and its drop) may still be under way.
+        wait_until("the handler was dropped", 10, || drops.load(SeqCst) == 1);
         assert_eq!(drops.load(SeqCst), 1);
     });
 }
@@ -562,6 +572,8 @@ fn handler_spawning_into_its_own_ended_job() {
         job.complete();
         h.join().unwrap();
         assert_eq!(job.join(), Ok(JobState::Completed));
+        // As above: the handler waits (its join), so it may still run.
+        wait_until("the handler ran", 10, || got.lock().unwrap().is_some());
         assert_eq!(*got.lock().unwrap(), Some(Err(true)));
         assert_eq!(job.state(), JobState::Completed);
         assert!(job.children().is_empty());
