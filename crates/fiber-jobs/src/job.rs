@@ -788,12 +788,7 @@ impl JobCore {
             if sync.body_done || self.state() != JobState::Active {
                 return false;
             }
-            sync.body_done = true;
-            if sync.active_children == 0 {
-                self.finalize_locked(&mut sync)
-            } else {
-                None
-            }
+            self.mark_body_done_locked(&mut sync)
         };
         self.finish_finalize(step);
         true
@@ -1006,12 +1001,7 @@ impl JobCore {
             // leaving ACTIVE is its body's end, and with no child running
             // it ends here (under this lock, as every finalize).
             let ended = if first && self.standalone {
-                sync.body_done = true;
-                if sync.active_children == 0 {
-                    self.finalize_locked(&mut sync)
-                } else {
-                    None
-                }
+                self.mark_body_done_locked(&mut sync)
             } else {
                 None
             };
@@ -1089,12 +1079,7 @@ impl JobCore {
     pub(crate) fn body_done(self: &Arc<Self>) {
         let step = {
             let mut sync = lock(&self.sync);
-            sync.body_done = true;
-            if sync.active_children == 0 {
-                self.finalize_locked(&mut sync)
-            } else {
-                None
-            }
+            self.mark_body_done_locked(&mut sync)
         };
         self.finish_finalize(step);
     }
@@ -1183,6 +1168,19 @@ impl JobCore {
                     };
                 }
             }
+        }
+    }
+
+    /// The body is done (it returned, or a standalone job's body counts as
+    /// done): with no child running the job ends here, under the job lock
+    /// the caller holds, as every finalize; the caller passes the step to
+    /// [`finish_finalize`](Self::finish_finalize) once the lock is released.
+    fn mark_body_done_locked(&self, sync: &mut Sync_) -> Option<FinalStep> {
+        sync.body_done = true;
+        if sync.active_children == 0 {
+            self.finalize_locked(sync)
+        } else {
+            None
         }
     }
 
@@ -1360,13 +1358,8 @@ impl JobCore {
             if let Some(unwanted) = unsafe { self.outcome_slot(&mut sync).store(outcome) } {
                 return Some(unwanted);
             }
-            sync.body_done = true;
-            // No child left: finalize under this same lock.
-            if sync.active_children == 0 {
-                self.finalize_locked(&mut sync)
-            } else {
-                None
-            }
+            // No child left: finalized under this same lock.
+            self.mark_body_done_locked(&mut sync)
         };
         self.finish_finalize(finalize);
         None
