@@ -192,8 +192,7 @@ impl Drop for FramePool {
         // hold none: `adversarial_handles_after_runtime.rs`). Stacks in the
         // caches of threads still alive go when those threads exit or
         // register with another pool.
-        while self.idle_stacks.pop().is_some() {}
-        while self.big_stacks.pop().is_some() {}
+        self.release_idle_stacks();
     }
 }
 
@@ -533,6 +532,30 @@ impl FramePool {
         let released = stacks.len() + big_gone.len();
         drop(big_gone);
         self.stacks.recycle_many(stacks);
+        released
+    }
+
+    /// Unmap every idle stack (the pool's size and bigger ones), for a pool
+    /// whose runtime has shut down: no fiber starts on it again, but the
+    /// pool itself lives on as long as a `Handle` of that runtime does,
+    /// and without this its idle stacks would stay mapped until then (10 GB
+    /// of address space after 10,000 fibers;
+    /// `reviews/review68.rs::a_handle_kept_after_its_runtime_pins_no_stacks`),
+    /// and so would the allocator's recycled stacks and the slab it carves.
+    /// A stack that a fiber of the pool leaves later (one finished by a
+    /// reaper) goes when the pool does. Returns how many idle stacks of the
+    /// pool's queues were dropped.
+    pub fn release_idle_stacks(&self) -> usize {
+        let mut released = 0;
+        while self.idle_stacks.pop().is_some() {
+            released += 1;
+        }
+        while self.big_stacks.pop().is_some() {
+            released += 1;
+        }
+        // And what the allocator keeps: its recycled stacks and the slabs
+        // it is carving (each slab mapped until its last stack goes).
+        self.stacks.release_unused();
         released
     }
 

@@ -640,6 +640,16 @@ impl StackAllocator {
         // and its slab is unmapped with the slab's last stack.
     }
 
+    /// Drop every stack this allocator keeps for later (the recycled ones)
+    /// and the slabs it is carving, for an allocator whose runtime has shut
+    /// down: each slab is unmapped once its last stack is gone. A later
+    /// [`allocate`](Self::allocate) would map a new slab.
+    pub fn release_unused(&self) {
+        while self.free.pop().is_some() {}
+        let cursors = std::mem::take(&mut lock(&self.carver).cursors);
+        drop(cursors);
+    }
+
     /// [`recycle`](Self::recycle) many stacks at once: neighbours carved
     /// from the same page-table-guarded or unguarded slab give their pages
     /// back in one `madvise` call (each call costs a TLB shootdown).

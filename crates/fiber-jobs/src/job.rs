@@ -133,7 +133,8 @@ struct Sync_ {
     /// ends is not removed at once: its `Arc` stays until the job's own
     /// thread sweeps the finished ones (at the next attach once they are
     /// at least half, and when the scope owner's wait for its children
-    /// returns). So attach and detach stay O(1) without hashing (design
+    /// returns; a standalone job, which has no owner thread, sweeps as its
+    /// children end, see `on_child_terminal`). So attach and detach stay O(1) without hashing (design
     /// 4.18, "O(n) completion"), the child's last reference is usually
     /// dropped on the thread that allocated it (no cross-thread free,
     /// which with glibc's arenas takes the allocating arena's lock), and a
@@ -1103,10 +1104,22 @@ impl JobCore {
             state != JobState::Failed || self.supervisor || self.state() != JobState::Active,
             "a failed child cancelled its non-supervisor parent before it ended"
         );
-        let (finalize, waiters) = {
+        let (finalize, waiters, swept) = {
             let mut sync = lock(&self.sync);
             // The child stays in `children` until a sweep (see the field).
             sync.active_children -= 1;
+            // A standalone job has no owner thread to sweep its list, and
+            // may be dropped without ever ending: its ended children are
+            // swept here, all of them once none is active (amortized
+            // otherwise), so that no ended child's `parent` link keeps it
+            // alive in a cycle through the list.
+            let swept = if self.standalone
+                && (sync.active_children == 0 || sync.children.len() >= 2 * sync.active_children + SWEEP_AT)
+            {
+                take_finished(&mut sync.children)
+            } else {
+                Finished::new()
+            };
             if sync.active_children == 0 {
                 // Wake whoever waits for the children (the scope owner),
                 // not the joiners of this job: it has not ended.
@@ -1115,11 +1128,13 @@ impl JobCore {
                 if std::mem::take(&mut sync.child_waiters_in_set) {
                     waiters.extend(sync.waiters.take_all());
                 }
-                (sync.body_done, waiters)
+                (sync.body_done, waiters, swept)
             } else {
-                (false, Taken::new())
+                (false, Taken::new(), swept)
             }
         };
+        // Their last references, outside the lock.
+        drop(swept);
         if self.state().is_terminal() {
             self.drop_late_children();
         }

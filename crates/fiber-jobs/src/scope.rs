@@ -411,8 +411,13 @@ impl Job {
     /// handler that
     /// panics is reported by the panic hook and goes no further: the other
     /// handlers still run and the job still ends as it did. A job that
-    /// never ends (a fiber that never returns) never runs its handlers;
-    /// they are dropped with the job.
+    /// never ends (a fiber that never returns, a standalone job never
+    /// completed nor cancelled) never runs its handlers; they are dropped
+    /// with the job. A handler is kept inside its job until it runs, so a
+    /// handler that holds a clone of its own `Job` keeps that job alive: if
+    /// the job never ends, neither is ever freed (a reference cycle, as
+    /// with an `Arc` stored in itself). Capture what the handler needs
+    /// (`job.id()`, a channel) rather than the job.
     ///
     /// ```
     /// # mod fiber {

@@ -625,6 +625,9 @@ impl Runtime {
         }
         homes.close();
         shared.timers.clear();
+        // No fiber of this runtime starts again: its idle stacks go now,
+        // not when the last `Handle` does.
+        shared.pool.release_idle_stacks();
         if report.must_leak() {
             std::mem::forget(shared);
         }
@@ -702,6 +705,7 @@ fn reap_later(
             report_abandoned(&report);
             homes.close();
             shared.timers.clear();
+            shared.pool.release_idle_stacks();
             if lost_for_good || report.must_leak() {
                 std::mem::forget(shared);
             }

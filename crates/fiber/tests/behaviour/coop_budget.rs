@@ -43,9 +43,13 @@ fn driver_sees_progress(looper: impl FnOnce(Arc<AtomicU64>) + Send + 'static) ->
 }
 
 fn assert_shared((waited, finished): (Duration, bool), what: &str) {
+    // The rule: the driver runs before the loop ends. The bound on the
+    // wait is loose (the loop alone is about 0.8 s of work; without the
+    // budget the driver waits for all of it): on a loaded 2-core machine
+    // the OS alone took a select loop's wait to 514 ms once.
     assert!(!finished, "{what}: the driver ran only once the loop had ended");
     assert!(
-        waited < Duration::from_millis(500),
+        waited < Duration::from_millis(2_000),
         "{what}: the driver waited {waited:?}"
     );
 }

@@ -63,5 +63,6 @@ mod review63;
 mod review64;
 mod review65;
 mod review66;
+mod review68;
 mod review7;
 mod review8;
