@@ -1041,6 +1041,11 @@ impl<'a> Select<'a> {
         // When the select began waiting (set at its first park): a tick
         // taken after a late wake-up keeps its schedule.
         let mut since: Option<Instant> = None;
+        // Has this select parked (or slept) yet? A select whose timed park
+        // ended at its deadline returns at once: the yield below is for a
+        // select that never parked (`parks` stays empty for one with no
+        // operation, which sleeps instead).
+        let mut parked = false;
         loop {
             let n = self.ops.len();
             if let Some(i) = self.try_pass(ready_only, since) {
@@ -1069,11 +1074,17 @@ impl<'a> Select<'a> {
                 }
                 Mode::Block | Mode::Forever => None,
                 Mode::Until(d) if Instant::now() >= d => {
-                    // Timed out: still a yield point in a fiber (a select
-                    // with a zero timeout polled in a loop must let the
-                    // fibers queued behind it run), through fiber-core's
-                    // zero wait, which yields and returns at once.
-                    fiber_core::wait_until(Some(d), Interrupt::NotCancellable);
+                    // Timed out without parking: still a yield point in a
+                    // fiber (a select with a zero timeout polled in a loop
+                    // must let the fibers queued behind it run), through
+                    // fiber-core's zero wait, which yields and returns at
+                    // once. One that parked until its deadline has given
+                    // the worker up already: a second turn through the
+                    // yield queue made it the latest of the timed waits
+                    // (`reviews/review67.rs`).
+                    if !parked {
+                        fiber_core::wait_until(Some(d), Interrupt::NotCancellable);
+                    }
                     return None;
                 }
                 Mode::Until(d) => Some(d),
@@ -1106,6 +1117,7 @@ impl<'a> Select<'a> {
             };
             crate::sync::depth::assert_unlocked("fiber-chan: a select wait");
             let options = WaitOptions::new().deadline(wake_at).interrupt(Interrupt::Cancellable);
+            parked = true;
             let result = if n == 0 {
                 // Nothing to publish (`Select` with every operation removed
                 // under a deadline): just wait.

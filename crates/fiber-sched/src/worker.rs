@@ -548,6 +548,10 @@ pub(crate) struct WorkerCtx {
     picked_runnext: Cell<bool>,
     /// The coarse clock at the last fairness look (`FAIR_LOOK_MS`).
     fair_look_ms: Cell<u64>,
+    /// The coarse clock at the last look that aged out the local deque
+    /// (`age_out_local`); apart from `fair_look_ms`, which every counted
+    /// look resets.
+    age_look_ms: Cell<u64>,
     /// Late fairness looks so far: where the next one starts.
     late_looks: Cell<u32>,
     /// Fibers that yielded, in order, behind everything else (stealable).
@@ -870,6 +874,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         chain_looks: Cell::new(0),
         picked_runnext: Cell::new(false),
         fair_look_ms: Cell::new(fiber_core::coarse_clock_ms()),
+        age_look_ms: Cell::new(fiber_core::coarse_clock_ms()),
         late_looks: Cell::new(0),
         yielded: yields,
         tick: Cell::new(0),
@@ -1480,6 +1485,18 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
                 // the oldest entry is the largest subtree, and taking it
                 // that often made W2 skynet 30% slower, by breaking the
                 // depth-first walk.)
+                // Once per `FAIR_LOOK_MS`, the older half of a long deque
+                // goes to the global queue (`age_out_local`).
+                _ if {
+                    let now_ms = fiber_core::coarse_clock_ms();
+                    now_ms >= ctx.age_look_ms.get() + FAIR_LOOK_MS && {
+                        ctx.age_look_ms.set(now_ms);
+                        true
+                    }
+                } =>
+                {
+                    age_out_local(shared, ctx)
+                }
                 _ if tick % (GLOBAL_CHECK_INTERVAL * OLDEST_LOCAL_EVERY) == 0 || late => take_oldest_local(shared, ctx),
                 _ => None,
             };
@@ -1563,6 +1580,56 @@ fn take_global_batch(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     }
     Some(fiber)
 }
+
+/// A fairness look's turn at the local deque, once per `FAIR_LOOK_MS`
+/// (coarse clock): its oldest fiber, and, when the deque is long, the
+/// older half of the rest (up to `AGE_OUT_MAX`) moved to the global queue,
+/// oldest first (a fiber homed here to the inbox). The LIFO deque keeps a
+/// worker on the newest work; a worker that more work keeps reaching
+/// (sleepers woken faster than it can run them, a tree that keeps
+/// spawning) got back to its bottom only through the counted looks, one
+/// fiber per `GLOBAL_CHECK_INTERVAL * OLDEST_LOCAL_EVERY` looks (the timed
+/// look never came: every counted look resets its clock): beside 4,000
+/// sleeper loops of 1 ms on one worker some sleeps ended seconds late,
+/// beside 100,000 of 10 ms up to 91 s
+/// (`reviews/review67.rs::sleeper_loops_beyond_one_workers_capacity_are_late_by_a_pass_not_seconds`).
+/// Moved, they wait in FIFO order where every look serves a batch of them
+/// and any other worker can take them, as Go moves half of a full local
+/// queue to its global queue.
+fn age_out_local(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
+    let first = take_oldest_local(shared, ctx)?;
+    let len = ctx.local.len();
+    if len >= AGE_OUT_MIN {
+        let mut moved = 0;
+        for _ in 0..(len / 2).min(AGE_OUT_MAX) {
+            let Some(fiber) = take_oldest_local(shared, ctx) else {
+                break;
+            };
+            if fiber.home() == Some(ctx.index) {
+                shared.slots[ctx.index].inbox.push(fiber);
+            } else {
+                shared.global.push(fiber);
+                moved += 1;
+            }
+        }
+        if moved > 0 {
+            shared.counters.global_pushes.fetch_add(moved, Ordering::Relaxed);
+            // Another worker may take them (the idle handshake's notifier
+            // half, as for any push where others look).
+            shared.notify_one();
+        }
+    }
+    Some(first)
+}
+
+/// A local deque at least this long (Go's local run queue holds 256) is
+/// aged out in part at its look ([`age_out_local`]). A shorter one is what
+/// a spawn tree's depth-first walk keeps (W2 skynet: about 60 fibers);
+/// aging those out sent its largest subtrees around the global queue
+/// every 10 ms and made W2 about 30% slower.
+pub const AGE_OUT_MIN: usize = 1024;
+/// The most fibers one timed fairness look moves out of the local deque.
+pub const AGE_OUT_MAX: usize = 4096;
 
 /// The oldest fiber of this worker's own deque (from the end thieves take).
 fn take_oldest_local(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {

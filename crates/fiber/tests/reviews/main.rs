@@ -63,6 +63,7 @@ mod review63;
 mod review64;
 mod review65;
 mod review66;
+mod review67;
 mod review68;
 mod review7;
 mod review8;

@@ -369,9 +369,12 @@ fn a_thread_waiting_for_a_mutex_is_not_starved_by_fibers_relocking_in_a_loop() {
             drop(g);
         }
         stop.store(true, Ordering::Relaxed);
-        for h in hammers {
-            assert!(h.join().unwrap() > 0);
-        }
+        // The hammers together (one of them may not have had a turn yet:
+        // two spawned from a plain thread can share a worker, the second
+        // waiting for the first's operation-budget yield, 2 ms in, while
+        // the 50 locks can take less).
+        let rounds: u64 = hammers.into_iter().map(|h| h.join().unwrap()).sum();
+        assert!(rounds > 0);
         assert!(
             start.elapsed() < Duration::from_secs(20),
             "50 thread locks took {:?} (worst {worst:?})",
