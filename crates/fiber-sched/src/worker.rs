@@ -1599,9 +1599,16 @@ fn take_global_batch(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
 fn age_out_local(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     let first = take_oldest_local(shared, ctx)?;
     let len = ctx.local.len();
-    if len >= AGE_OUT_MIN {
+    let batch = if len >= AGE_OUT_MIN {
+        (len / 2).min(AGE_OUT_MAX)
+    } else if len >= AGE_OUT_SMALL {
+        len / 8
+    } else {
+        0
+    };
+    if batch > 0 {
         let mut moved = 0;
-        for _ in 0..(len / 2).min(AGE_OUT_MAX) {
+        for _ in 0..batch {
             let Some(fiber) = take_oldest_local(shared, ctx) else {
                 break;
             };
@@ -1628,6 +1635,9 @@ fn age_out_local(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
 /// aging those out sent its largest subtrees around the global queue
 /// every 10 ms and made W2 about 30% slower.
 pub const AGE_OUT_MIN: usize = 1024;
+/// A deque at least this long (and under `AGE_OUT_MIN`) has an eighth of
+/// it aged out at its look.
+pub const AGE_OUT_SMALL: usize = 64;
 /// The most fibers one timed fairness look moves out of the local deque.
 pub const AGE_OUT_MAX: usize = 4096;
 

@@ -65,5 +65,6 @@ mod review65;
 mod review66;
 mod review67;
 mod review68;
+mod review69;
 mod review7;
 mod review8;
