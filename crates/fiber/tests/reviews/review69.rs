@@ -97,23 +97,26 @@ fn the_bottom_of_a_deque_just_over_the_threshold_runs_soon() {
         });
         eprintln!("r69 fairness: {workers} worker(s), 1,200 victims per worker: worst wait {worst:?}");
         assert!(
-            worst < ms(3_000),
+            worst < ms(5_000),
             "{workers} worker(s): a fiber at the bottom of a deque of 1,200 waited {worst:?}"
         );
     }
 }
 
-/// Just under it, the bottom of the deque is still served only one fiber
-/// per timed look (10 ms) or per 976 counted looks: on one worker the last
-/// of 950 fibers waits over 6 s behind the chains, where 1,200 (over
-/// `AGE_OUT_MIN`) all run within about 0.5 s. (Two workers: 0.9-5.5 s.)
+/// Just under it, the bottom of the deque was served only one fiber per
+/// timed look (10 ms) or per 976 counted looks until `AGE_OUT_SMALL`: on
+/// one worker the last of 950 fibers waited over 6 s behind the chains,
+/// where 1,200 (over `AGE_OUT_MIN`) all ran within about 0.5 s. (Two
+/// workers: 0.9-5.5 s.)
 // Failed before the fix: 950 fibers spawned onto a saturated worker's deque (under AGE_OUT_MIN = 1,024) are not all run after 6 s (1 worker), where 1,200 run within ~0.5 s
+// (About 1.2 s with the fix on the 2-core VM, over 6 s before it; the
+// bound, 5 s, leaves room for a loaded run.)
 #[test]
 fn the_bottom_of_a_deque_just_under_the_threshold_does_not_starve() {
     let worst = within(60, || worst_wait_at_the_bottom(1, 950, ms(6_000)));
     eprintln!("r69 fairness: 1 worker, 950 victims: worst wait {worst:?}");
     assert!(
-        worst < ms(3_000),
+        worst < ms(5_000),
         "a fiber at the bottom of a deque of 950 waited {worst:?}"
     );
 }
