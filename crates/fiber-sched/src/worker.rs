@@ -1583,8 +1583,9 @@ fn take_global_batch(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
 
 /// A fairness look's turn at the local deque, once per `FAIR_LOOK_MS`
 /// (coarse clock): its oldest fiber, and, when the deque is long, the
-/// older half of the rest (up to `AGE_OUT_MAX`) moved to the global queue,
-/// oldest first (a fiber homed here to the inbox). The LIFO deque keeps a
+/// oldest of the rest moved to the global queue, oldest first (a fiber
+/// homed here to the inbox): half of them (up to `AGE_OUT_MAX`) from
+/// `AGE_OUT_MIN` fibers on, an eighth from `AGE_OUT_SMALL` on. The LIFO deque keeps a
 /// worker on the newest work; a worker that more work keeps reaching
 /// (sleepers woken faster than it can run them, a tree that keeps
 /// spawning) got back to its bottom only through the counted looks, one
@@ -1629,14 +1630,16 @@ fn age_out_local(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     Some(first)
 }
 
-/// A local deque at least this long (Go's local run queue holds 256) is
-/// aged out in part at its look ([`age_out_local`]). A shorter one is what
-/// a spawn tree's depth-first walk keeps (W2 skynet: about 60 fibers);
-/// aging those out sent its largest subtrees around the global queue
-/// every 10 ms and made W2 about 30% slower.
+/// A local deque at least this long has half of it aged out at its look
+/// ([`age_out_local`]). A spawn tree's depth-first walk keeps its deques
+/// shorter, mostly: W2 skynet's pass 256, and with this threshold at 256
+/// its largest subtrees went round the global queue every 10 ms and W2
+/// ran about 30% slower; from 1,024 on it is level with no aging.
 pub const AGE_OUT_MIN: usize = 1024;
 /// A deque at least this long (and under `AGE_OUT_MIN`) has an eighth of
-/// it aged out at its look.
+/// it aged out at its look: with the half rule alone, 950 fibers at the
+/// bottom of a refilled deque waited over 6 s
+/// (`reviews/review69.rs::the_bottom_of_a_deque_just_under_the_threshold_does_not_starve`).
 pub const AGE_OUT_SMALL: usize = 64;
 /// The most fibers one timed fairness look moves out of the local deque.
 pub const AGE_OUT_MAX: usize = 4096;
