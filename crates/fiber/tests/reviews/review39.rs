@@ -1003,6 +1003,9 @@ fn last_receiver_leaving_empties_the_buffer() {
 fn select_ready_with_timers_and_disconnection() {
     within(20, || {
         let body = || {
+            // Before the timer is made: its 20 ms count from its creation,
+            // and a loaded machine may pause this thread before the wait.
+            let start = Instant::now();
             let late = after(ms(20));
             let nev = never::<u32>();
             let (tx, rx) = unbounded::<u32>();
@@ -1010,7 +1013,6 @@ fn select_ready_with_timers_and_disconnection() {
             let i_nev = sel.recv(&nev);
             let i_late = sel.recv(&late);
             assert!(sel.try_ready().is_err());
-            let start = Instant::now();
             assert_eq!(sel.ready_timeout(Duration::from_secs(10)), Ok(i_late));
             assert!(start.elapsed() >= ms(20));
             assert!(late.try_recv().is_ok(), "ready must not consume the timer's message");
