@@ -1085,17 +1085,6 @@ impl JobCore {
         self.finish_finalize(step);
     }
 
-    /// This job has ended, and a child attached after its end (a
-    /// standalone job's `spawn` then: the child started cancelled) ended
-    /// too: the ended job's list no longer goes at a finalize, so the late
-    /// children are taken out here, or each would keep the other alive.
-    #[cold]
-    #[inline(never)]
-    fn drop_late_children(&self) {
-        let late = take_finished(&mut lock(&self.sync).children);
-        drop(late);
-    }
-
     /// A child ended in `state` (`Completed` for a child whose failure
     /// does not travel through the tree). A failed child that fails this
     /// job did so before it ended (`FinalStep::HandUp`).
@@ -1104,7 +1093,7 @@ impl JobCore {
             state != JobState::Failed || self.supervisor || self.state() != JobState::Active,
             "a failed child cancelled its non-supervisor parent before it ended"
         );
-        let (finalize, waiters, swept) = {
+        let (step, waiters, swept) = {
             let mut sync = lock(&self.sync);
             // The child stays in `children` until a sweep (see the field).
             sync.active_children -= 1;
@@ -1113,8 +1102,16 @@ impl JobCore {
             // swept here, all of them once none is active (amortized
             // otherwise), so that no ended child's `parent` link keeps it
             // alive in a cycle through the list.
-            let swept = if self.standalone
-                && (sync.active_children == 0 || sync.children.len() >= 2 * sync.active_children + SWEEP_AT)
+            //
+            // A job that had ended already (a child attached after its
+            // end: a standalone job's `spawn` then, the child started
+            // cancelled) no longer drops its list at a finalize, so its
+            // late children are taken out here, or each would keep the
+            // other alive. (Read under the lock: a job ends only under it.)
+            let ended = self.state().is_terminal();
+            let swept = if ended
+                || self.standalone
+                    && (sync.active_children == 0 || sync.children.len() >= 2 * sync.active_children + SWEEP_AT)
             {
                 take_finished(&mut sync.children)
             } else {
@@ -1128,32 +1125,30 @@ impl JobCore {
                 if std::mem::take(&mut sync.child_waiters_in_set) {
                     waiters.extend(sync.waiters.take_all());
                 }
-                (sync.body_done, waiters, swept)
+                // A job whose body is done ends here, in the same critical
+                // section that saw its last child end: released and taken
+                // again, the lock let a child attach in between (a
+                // standalone job's `spawn` after `complete`), and the job
+                // ended with that child running
+                // (`loom_late_attach_racing_a_completed_standalone_jobs_last_child_end`).
+                let step = if sync.body_done {
+                    self.finalize_locked(&mut sync)
+                } else {
+                    None
+                };
+                (step, waiters, swept)
             } else {
-                (false, Taken::new(), swept)
+                (None, Taken::new(), swept)
             }
         };
         // Their last references, outside the lock.
         drop(swept);
-        if self.state().is_terminal() {
-            self.drop_late_children();
-        }
         // Consumed: each record's frame reference moves into the run queue.
         // (Taken out in place: a by-value iterator would copy the list.)
         let mut waiters = waiters;
         for waiter in waiters.iter_mut().filter_map(Option::take) {
             waiter.wake();
         }
-        if finalize {
-            self.finalize();
-        }
-    }
-
-    fn finalize(self: &Arc<Self>) {
-        let step = {
-            let mut sync = lock(&self.sync);
-            self.finalize_locked(&mut sync)
-        };
         self.finish_finalize(step);
     }
 
@@ -1199,7 +1194,7 @@ impl JobCore {
         }
     }
 
-    /// The locked half of [`finalize`](Self::finalize): the transition,
+    /// The locked half of a finalize: the transition,
     /// and what to do once the lock is released. `None` if the job is
     /// already terminal.
     fn finalize_locked(&self, sync: &mut Sync_) -> Option<FinalStep> {
@@ -1279,7 +1274,7 @@ impl JobCore {
         }
     }
 
-    /// The unlocked half of [`finalize`](Self::finalize): count, wake the
+    /// The unlocked half of a finalize (called by [`finish_finalize`](Self::finish_finalize)): count, wake the
     /// waiters, report to the parent.
     fn after_finalize(&self, finalized: Finalized) {
         let Finalized {

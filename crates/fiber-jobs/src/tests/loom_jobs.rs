@@ -310,3 +310,35 @@ fn loom_second_cancel_of_a_leaf_returns_only_once_its_fiber_is_woken() {
         assert_eq!(fiber.enqueues(), 1, "woken exactly once");
     });
 }
+
+/// A child attached to a completed standalone job (`Job::spawn` after
+/// `complete()`, which the rustdoc allows) racing the end of its last
+/// other child: the job never ends while a child it accepted as active
+/// runs. A child either attaches before the job ends (the job then waits
+/// for it) or finds it ended (and starts cancelled). Deciding to finalize
+/// under the job lock, releasing it and finalizing under a second lock
+/// let the attach slip in between: the job ended COMPLETED with an active
+/// child, whose failure would then be lost.
+#[test]
+fn loom_late_attach_racing_a_completed_standalone_jobs_last_child_end() {
+    loom::model(|| {
+        let job = JobCore::standalone(None, false);
+        let first = JobCore::new(Some(job.clone()), false, true);
+        assert!(job.complete(), "an ACTIVE standalone job is completed");
+        let ender = {
+            let first = first.clone();
+            thread::spawn(move || first.body_done())
+        };
+        let late = JobCore::new(Some(job.clone()), false, true);
+        ender.join().unwrap();
+        if job.state().is_terminal() {
+            assert_ne!(
+                late.state(),
+                JobState::Active,
+                "the job ended while a child it accepted as active runs"
+            );
+        }
+        late.body_done();
+        assert!(job.state().is_terminal(), "the job ends once its last child has");
+    });
+}
