@@ -387,8 +387,18 @@ impl Shared {
                 || (slot.stalled.load(Ordering::Relaxed) && slot.runnext.is_occupied())
                 || !slot.stealer.is_empty()
                 || !slot.yield_stealer.is_empty()
-                || (!accepts_inbox(slot.state.load(Ordering::Relaxed)) && !slot.inbox.is_empty())
+                || (!accepts_inbox(slot.state.load(Ordering::Relaxed))
+                    && !slot.inbox.is_empty()
+                    && !self.inbox_stays(i))
         })
+    }
+
+    /// Worker `i` is drained (not shut down) with fibers bound to it: it
+    /// takes up its work again once its slice ends (`run_loop`) and runs
+    /// its inbox itself, so the inbox is no work for the others.
+    fn inbox_stays(&self, i: usize) -> bool {
+        let slot = &self.slots[i];
+        slot.state.load(Ordering::Relaxed) == DRAINING && !self.is_shutdown() && slot.homed.load(Ordering::Relaxed) > 0
     }
 
     /// Push to worker `target`'s inbox; if it is no longer ACTIVE, move its
@@ -400,11 +410,31 @@ impl Shared {
         // SeqCst fence: Dekker pair with `retire` (DRAINING; fence; drain
         // inbox) vs (push; fence; read state).
         fence(Ordering::SeqCst);
-        if !accepts_inbox(slot.state.load(Ordering::Relaxed)) {
+        let state = slot.state.load(Ordering::Relaxed);
+        if !accepts_inbox(state) {
+            // A drained worker with fibers bound to it takes up its work
+            // again (`run_loop`): those stay in its inbox, only the others
+            // move. Moved too, a pinned fiber came back here from the
+            // global queue at once (`worker_next` sends it home), and
+            // workers went round that loop until the drained worker's
+            // slice ended.
+            let keep_homed = state == DRAINING && !self.is_shutdown();
+            let mut kept = Vec::new();
+            let mut moved = false;
             while let Some(fiber) = slot.inbox.pop() {
-                self.global.push(fiber);
+                if keep_homed && fiber.home() == Some(target) {
+                    kept.push(fiber);
+                } else {
+                    self.global.push(fiber);
+                    moved = true;
+                }
             }
-            self.notify_one();
+            for fiber in kept {
+                slot.inbox.push(fiber);
+            }
+            if moved {
+                self.notify_one();
+            }
         } else if deferred::record(target) {
             // A batch (timer firing) notifies each target once at its end.
         } else if !self.idle.notify_worker(target, &slot.futex) {
@@ -417,8 +447,9 @@ impl Shared {
 
     /// Push a pinned fiber to its home worker's inbox; gives it back if
     /// that worker no longer takes work (the runtime is shutting down). A
-    /// home being drained takes it: a worker with a fiber bound to it does
-    /// not leave when drained (`run_loop`), it takes up its work again.
+    /// home being drained takes it and keeps it (`push_inbox`, `steal`): a
+    /// worker with a fiber bound to it does not leave when drained
+    /// (`run_loop`), it takes up its work again.
     pub(crate) fn send_home(&self, home: usize, fiber: Runnable) -> Option<Runnable> {
         let slot = &self.slots[home];
         let state = slot.state.load(Ordering::Relaxed);
@@ -1664,10 +1695,16 @@ fn steal(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
             continue;
         }
         let slot = &shared.slots[victim];
-        if !accepts_inbox(slot.state.load(Ordering::Relaxed)) {
-            // Nobody will run what is left in a retired worker's inbox.
+        let state = slot.state.load(Ordering::Relaxed);
+        if !accepts_inbox(state) {
+            // Nobody will run what is left in a retired worker's inbox. A
+            // drained one's fibers bound to it stay (see `push_inbox`).
             if let Some(fiber) = slot.inbox.pop() {
-                return Some(fiber);
+                if state == DRAINING && !shared.is_shutdown() && fiber.home() == Some(victim) {
+                    slot.inbox.push(fiber);
+                } else {
+                    return Some(fiber);
+                }
             }
         }
         for (stealer, into, lifo) in [

@@ -478,3 +478,71 @@ fn a_timer_left_in_a_retired_workers_wheel_still_fires() {
     }
     panic!("in 5 attempts the extra worker never took the driver: the set-up was never reached");
 }
+
+/// A drained worker that has a fiber bound to it keeps that fiber's wake
+/// in its inbox until its slice ends and it takes up its work again. The
+/// wake went to the global queue instead: the other worker took it, sent
+/// it home (`worker_next`), which moved it to the global queue again, and
+/// so on, spinning until the drained worker's slice ended (hundreds of
+/// thousands of inbox pushes in 300 ms; one now). The drain is set here
+/// by hand, as the monitor does when its check of the bound count races
+/// a first run of a pinned fiber.
+#[test]
+fn a_pinned_fibers_wake_waits_in_its_drained_homes_inbox() {
+    use crate::worker::{ACTIVE, DRAINING};
+    let rt = Runtime::builder()
+        .workers(2)
+        .max_workers(2)
+        .pinned(true)
+        .build()
+        .unwrap();
+    let shared = rt.shared.clone();
+    let attempt = move || {
+        let home = fiber_core::current_worker().expect("on a worker");
+        // P: bound to this worker by its first run, then asleep.
+        let woke_on = Arc::new(AtomicUsize::new(usize::MAX));
+        let started_on = Arc::new(AtomicUsize::new(usize::MAX));
+        let p = {
+            let (woke_on, started_on) = (woke_on.clone(), started_on.clone());
+            spawn(move || {
+                started_on.store(fiber_core::current_worker().unwrap(), Ordering::Relaxed);
+                let _ = sleep(Duration::from_millis(50));
+                woke_on.store(fiber_core::current_worker().unwrap(), Ordering::Relaxed);
+            })
+        };
+        while started_on.load(Ordering::Relaxed) == usize::MAX {
+            let _ = yield_now();
+        }
+        if started_on.load(Ordering::Relaxed) != home {
+            // The other worker took P first: the scenario needs it here.
+            p.join().unwrap();
+            return None;
+        }
+        let slot = &shared.slots[home];
+        assert!(slot.homed.load(Ordering::Relaxed) >= 2, "the root and P are bound here");
+        // What the monitor does to a worker it finds stuck.
+        assert!(slot
+            .state
+            .compare_exchange(ACTIVE, DRAINING, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok());
+        shared.staying.fetch_sub(1, Ordering::Relaxed);
+        shared.counters.drained_stuck.fetch_add(1, Ordering::Relaxed);
+        let before = shared.counters.inbox_pushes.load(Ordering::Relaxed);
+        // A slice with no yield point while P's timer fires.
+        let end = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < end {
+            std::hint::spin_loop();
+        }
+        let pushes = shared.counters.inbox_pushes.load(Ordering::Relaxed) - before;
+        // The slice ends: the worker takes up its work again and runs P.
+        let _ = yield_now();
+        p.join().unwrap();
+        assert_eq!(woke_on.load(Ordering::Relaxed), home, "P resumed on its home");
+        Some(pushes)
+    };
+    // The scenario needs P's first run on the root's worker: tried again
+    // when the other worker took P first.
+    let pushes = rt.block_on(move || (0..50).find_map(|_| attempt()));
+    let pushes = pushes.expect("in 50 tries, P never first ran on the root's worker");
+    assert!(pushes <= 4, "P's wake went round the workers: {pushes} inbox pushes");
+}
