@@ -344,8 +344,10 @@ impl StateWord {
     #[track_caller]
     pub fn transition_to_running(&self) {
         // AcqRel: Acquire pairs with the Release of whoever made the fiber
-        // RUNNABLE (`transition_to_runnable_*`, `wake`); Release publishes the
-        // new owner (spec table "Dequeue to RUNNING").
+        // RUNNABLE (`transition_to_runnable_*`, `wake`). The Release half
+        // pairs with nothing today (a late waker that reads RUNNING backs
+        // off as stale without reading the runner's data); it is kept as
+        // the spec table's "Dequeue to RUNNING" row has it.
         self.shift(
             FiberState::Runnable,
             FiberState::Running,

@@ -155,7 +155,10 @@ impl Idle {
     /// Wake `worker` if it is asleep (a targeted push to its inbox). Returns
     /// `true` if it was asleep.
     pub(crate) fn notify_worker(&self, worker: usize, word: &AtomicU32) -> bool {
-        // SeqCst fence: as in `notify_one`.
+        // SeqCst fence: as in `notify_one` (the caller published the work
+        // before the call: its inbox push). Both callers also fenced after
+        // their pushes already (`push_inbox`); this one keeps the function
+        // correct on its own.
         fence(Ordering::SeqCst);
         if self.num_sleeping.load(Ordering::Relaxed) == 0 {
             return false;

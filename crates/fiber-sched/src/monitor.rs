@@ -361,6 +361,11 @@ fn drain_stuck(shared: &Arc<Shared>, index: usize, running: u64, still: Duration
     };
     // Relaxed CAS: the state word is advisory for placement here; the
     // worker's exit path fences before it drains (as for retirement).
+    // The caller's check that no fiber is bound to the worker (`homed`)
+    // came before and is not repeated: a pinned fiber's first run can fall
+    // between. The worker then finds the count above zero at its slice's
+    // end and takes up its work again (`run_loop`), and the bound fibers'
+    // wakes wait in its inbox meanwhile (`Shared::push_inbox`).
     if slot
         .state
         .compare_exchange(ACTIVE, DRAINING, Ordering::Relaxed, Ordering::Relaxed)

@@ -364,8 +364,8 @@ impl<'a> Waitable for SemWait<'a> {
         let need = io.node.arg << SHIFT;
         let mut queue = sem.queue.lock();
         // Relaxed on the RMW: its place in the word's modification order
-        // against `release`'s fetch_add is what matters (module docs); the
-        // CAS below acquires.
+        // against `release`'s compare-exchange loop is what matters (module
+        // docs); the CAS below acquires.
         let mut seen = sem.state.fetch_or(QUEUED, Ordering::Relaxed) | QUEUED;
         if queue.is_empty() {
             while seen >= need + QUEUED {
