@@ -522,17 +522,26 @@ fn next_job_id() -> u64 {
     fiber_core::unique_id_from(&NEXT, &BLOCK)
 }
 
-/// Apply a checked transition (under the job lock for finalize, by CAS for
-/// cancel). Returns `false` if the word was not `from`.
-fn transition(word: &AtomicU8, from: JobState, to: JobState, actor: JobActor) -> bool {
+/// Apply a checked transition. Returns `false` if the word was not `from`.
+///
+/// Every caller holds the job lock (the `_locked` borrow of the lock's
+/// data says so), and only this function writes the word, so it cannot
+/// change between the check and the store: a plain load and store are
+/// exact, where a compare-exchange was a locked instruction for nothing,
+/// two per job.
+fn transition(word: &AtomicU8, from: JobState, to: JobState, actor: JobActor, _locked: &Sync_) -> bool {
     if !is_legal(from, to, actor) {
         illegal(from, to, actor);
     }
-    // AcqRel: Release publishes the job's recorded failure/reason (written
-    // under the lock before) to `state()` readers; Acquire orders us after
-    // the previous transition.
-    word.compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
-        .is_ok()
+    // Relaxed: the previous transition's store happened before this
+    // caller took the lock (its writer released it since).
+    if word.load(Ordering::Relaxed) != from as u8 {
+        return false;
+    }
+    // Release: publishes the job's recorded failure/reason (written under
+    // the lock before) to `state()` readers' Acquire loads.
+    word.store(to as u8, Ordering::Release);
+    true
 }
 
 impl JobCore {
@@ -981,7 +990,13 @@ impl JobCore {
                         _ => reason,
                     };
                     self.set_reason(&mut sync, reason);
-                    let moved = transition(&self.state, JobState::Active, JobState::Cancelling, JobActor::Canceller);
+                    let moved = transition(
+                        &self.state,
+                        JobState::Active,
+                        JobState::Cancelling,
+                        JobActor::Canceller,
+                        &sync,
+                    );
                     debug_assert!(moved, "state changes only under the job lock");
                     // Counted once per job: only the request that changed
                     // the state.
@@ -1093,55 +1108,62 @@ impl JobCore {
             state != JobState::Failed || self.supervisor || self.state() != JobState::Active,
             "a failed child cancelled its non-supervisor parent before it ended"
         );
-        let (step, waiters, swept) = {
-            let mut sync = lock(&self.sync);
-            // The child stays in `children` until a sweep (see the field).
-            sync.active_children -= 1;
-            // A standalone job has no owner thread to sweep its list, and
-            // may be dropped without ever ending: its ended children are
-            // swept here, all of them once none is active (amortized
-            // otherwise), so that no ended child's `parent` link keeps it
-            // alive in a cycle through the list.
-            //
-            // A job that had ended already (a child attached after its
-            // end: a standalone job's `spawn` then, the child started
-            // cancelled) no longer drops its list at a finalize, so its
-            // late children are taken out here, or each would keep the
-            // other alive. (Read under the lock: a job ends only under it.)
-            let ended = self.state().is_terminal();
-            let swept = if ended
-                || self.standalone
-                    && (sync.active_children == 0 || sync.children.len() >= 2 * sync.active_children + SWEEP_AT)
-            {
-                take_finished(&mut sync.children)
-            } else {
-                Finished::new()
-            };
-            if sync.active_children == 0 {
-                // Wake whoever waits for the children (the scope owner),
-                // not the joiners of this job: it has not ended.
-                let mut waiters = Taken::new();
-                waiters.push(sync.child_waiter.take());
-                if std::mem::take(&mut sync.child_waiters_in_set) {
-                    waiters.extend(sync.waiters.take_all());
-                }
-                // A job whose body is done ends here, in the same critical
-                // section that saw its last child end: released and taken
-                // again, the lock let a child attach in between (a
-                // standalone job's `spawn` after `complete`), and the job
-                // ended with that child running
-                // (`loom_late_attach_racing_a_completed_standalone_jobs_last_child_end`).
-                let step = if sync.body_done {
-                    self.finalize_locked(&mut sync)
-                } else {
-                    None
-                };
-                (step, waiters, swept)
-            } else {
-                (None, Taken::new(), swept)
-            }
+        let mut sync = lock(&self.sync);
+        // The child stays in `children` until a sweep (see the field).
+        sync.active_children -= 1;
+        // A standalone job has no owner thread to sweep its list, and may
+        // be dropped without ever ending: its ended children are swept
+        // here, all of them once none is active (amortized otherwise), so
+        // that no ended child's `parent` link keeps it alive in a cycle
+        // through the list.
+        //
+        // A job that had ended already (a child attached after its end: a
+        // standalone job's `spawn` then, the child started cancelled) no
+        // longer drops its list at a finalize, so its late children are
+        // taken out here, or each would keep the other alive. (Read under
+        // the lock: a job ends only under it.)
+        let ended = self.state().is_terminal();
+        let swept = if ended
+            || self.standalone
+                && (sync.active_children == 0 || sync.children.len() >= 2 * sync.active_children + SWEEP_AT)
+        {
+            take_finished(&mut sync.children)
+        } else {
+            Finished::new()
         };
-        // Their last references, outside the lock.
+        if sync.active_children != 0 {
+            drop(sync);
+            // Their last references, outside the lock.
+            drop(swept);
+            return;
+        }
+        // Wake whoever waits for the children (the scope owner), not the
+        // joiners of this job: it has not ended.
+        let mut waiters = Taken::new();
+        waiters.push(sync.child_waiter.take());
+        if std::mem::take(&mut sync.child_waiters_in_set) {
+            waiters.extend(sync.waiters.take_all());
+        }
+        if !sync.body_done {
+            drop(sync);
+            Self::after_last_child(swept, waiters);
+            return;
+        }
+        // A job whose body is done ends here, in the same critical section
+        // that saw its last child end: released and taken again, the lock
+        // let a child attach in between (a standalone job's `spawn` after
+        // `complete`), and the job ended with that child running
+        // (`loom_late_attach_racing_a_completed_standalone_jobs_last_child_end`).
+        let step = self.finalize_locked(&mut sync);
+        drop(sync);
+        Self::after_last_child(swept, waiters);
+        self.finish_finalize(step);
+    }
+
+    /// Outside the job lock, once a job's last active child has ended:
+    /// drop the swept children's last references and wake the children's
+    /// waiters.
+    fn after_last_child(swept: Finished, waiters: Taken) {
         drop(swept);
         // Consumed: each record's frame reference moves into the run queue.
         // (Taken out in place: a by-value iterator would copy the list.)
@@ -1149,7 +1171,6 @@ impl JobCore {
         for waiter in waiters.iter_mut().filter_map(Option::take) {
             waiter.wake();
         }
-        self.finish_finalize(step);
     }
 
     /// The unlocked half of a finalize: hand a failure up first if the
@@ -1219,7 +1240,13 @@ impl JobCore {
             let timed_out = current == JobState::Active && self.deadline_passed();
             if timed_out {
                 self.set_reason(sync, CancelReason::TimedOut);
-                let moved = transition(&self.state, JobState::Active, JobState::Cancelling, JobActor::Canceller);
+                let moved = transition(
+                    &self.state,
+                    JobState::Active,
+                    JobState::Cancelling,
+                    JobActor::Canceller,
+                    sync,
+                );
                 debug_assert!(moved, "state changes only under the job lock");
                 bump(Counter::CancellationsRequested, 1);
                 current = JobState::Cancelling;
@@ -1235,7 +1262,7 @@ impl JobCore {
             } else {
                 JobState::Completed
             };
-            let moved = transition(&self.state, current, to, JobActor::Finalizer);
+            let moved = transition(&self.state, current, to, JobActor::Finalizer, sync);
             debug_assert!(moved, "state changes only under the job lock");
             sync.fibers.clear();
             // A failed child handed its failure to a non-supervisor parent
