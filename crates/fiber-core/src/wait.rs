@@ -711,7 +711,14 @@ fn fiber_wait_slow<W: Waitable + ?Sized>(
                 && unsafe { fiber.phase() } == crate::pool::Phase::Teardown
                 // A fiber already unwinding cannot be unwound again, and a
                 // `Cancelled` would send the caller on without its lock.
-                && !crate::fiber::fiber_panicking(fiber))
+                && !crate::fiber::fiber_panicking(fiber)
+                // Nor is one past its body (a completion handler, a
+                // fiber-local destructor): its teardown unwind returns
+                // instead (`teardown_unwind`), and a `fiber::sync` lock
+                // would have returned without the lock
+                // (`reviews/review71.rs`).
+                // SAFETY: as above.
+                && !unsafe { fiber.body_has_returned() })
     };
     // The wait has not parked yet: a cancellation seen now ends it without
     // the fiber ever leaving its worker.

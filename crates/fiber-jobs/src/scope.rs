@@ -908,6 +908,14 @@ impl<F, T, E> Drop for ChildBody<F, T, E> {
             },
             Err(payload) => self.panicked(payload),
         };
+        if matches!(outcome, Outcome::Cancelled) {
+            // It never ran because its runtime shut down: its job ends
+            // CANCELLED, as the job of a child the shutdown cancelled
+            // while it ran (`run`). Reported as cancelled but not
+            // cancelled, the job ended COMPLETED, and its handle and its
+            // job disagreed (`reviews/review71.rs`).
+            self.job.cancel(CancelReason::Cancelled);
+        }
         self.finish(outcome);
         drop(fiber_core::swap_cancel_scope(previous));
     }

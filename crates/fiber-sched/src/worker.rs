@@ -1238,10 +1238,16 @@ fn io_park_waiter<'a>(
         return None;
     }
     let io = fiber_core::io_poll()?;
-    let waiter = shared.slots[ctx.index]
-        .io_waiter
-        .get_or_init(|| io.io_waiter())
-        .as_deref()?;
+    // A failed setup (no descriptor left, or the driver not yet in
+    // place) is not kept: the next idle moment tries again.
+    let cell = &shared.slots[ctx.index].io_waiter;
+    let waiter = match cell.get() {
+        Some(w) => w.as_deref()?,
+        None => {
+            let w = io.io_waiter()?;
+            cell.get_or_init(|| Some(w)).as_deref()?
+        }
+    };
     // Acquire: pairs with the Release store when the previous io sleeper
     // leaves the role.
     shared

@@ -67,4 +67,6 @@ mod review67;
 mod review68;
 mod review69;
 mod review7;
+mod review70;
+mod review71;
 mod review8;

@@ -13,7 +13,7 @@
 use crate::common::*;
 
 use fiber::chan::{after, bounded, Select};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -695,7 +695,10 @@ fn a_cancel_racing_the_timer_ends_the_wait_once_and_the_next_wait_keeps_its_dead
                 let d = Duration::from_micros(500 + u64::from(round % 5) * 400);
                 let after_wait = Arc::new(Mutex::new(None));
                 let slot = after_wait.clone();
+                let started = Arc::new(AtomicBool::new(false));
+                let started2 = started.clone();
                 let h = fiber::spawn(move || {
+                    started2.store(true, SeqCst);
                     let _ = timed_wait(kind, d);
                     // Clean-up after the cancellation: a sleep, a timed receive.
                     let clean = fiber::non_cancellable(|| {
@@ -707,6 +710,13 @@ fn a_cancel_racing_the_timer_ends_the_wait_once_and_the_next_wait_keeps_its_dead
                     });
                     *slot.lock().unwrap() = Some(clean);
                 });
+                // The cancel races the timer inside the wait, not the
+                // fiber's start (on a loaded machine the sleep below could
+                // end first, and a fiber cancelled before it ever ran is
+                // never run: the clean-up with it).
+                while !started.load(SeqCst) {
+                    fiber::yield_now().unwrap();
+                }
                 fiber::sleep(d).unwrap();
                 h.cancel();
                 let _ = h.join();
@@ -857,25 +867,31 @@ fn a_runtime_dropped_with_timed_waits_armed_ends_them_all() {
         let rt = rt_fixed_grace(2, Duration::from_secs(5));
         let ended = Arc::new(AtomicUsize::new(0));
         let e2 = ended.clone();
+        let started = Arc::new(AtomicUsize::new(0));
+        let s2 = started.clone();
         let total = KINDS.len() * 2;
         rt.block_on(move || {
             for kind in KINDS {
                 for d in [Duration::from_secs(3600), Duration::MAX] {
-                    let e2 = e2.clone();
+                    let (e2, s2) = (e2.clone(), s2.clone());
                     fiber::spawn(move || {
+                        s2.fetch_add(1, SeqCst);
                         let _ = timed_wait(kind, d);
                         e2.fetch_add(1, SeqCst);
                     });
                 }
             }
-            // The root fiber and with_timeout's watchdogs aside.
+            // Every waiter started (one dropped unrun at the shutdown
+            // never counts as ended) and parked: the root fiber and
+            // with_timeout's watchdogs aside.
             wait_until("every waiter parked", 10, || {
-                fiber::dump()
-                    .fibers
-                    .iter()
-                    .filter(|f| f.state == fiber::core::state::FiberState::Parked)
-                    .count()
-                    >= total
+                started.load(SeqCst) == total
+                    && fiber::dump()
+                        .fibers
+                        .iter()
+                        .filter(|f| f.state == fiber::core::state::FiberState::Parked)
+                        .count()
+                        >= total
             });
         });
         let t = Instant::now();
