@@ -183,6 +183,11 @@ pub(crate) struct Fiber {
     cancel_seen: UnsafeCell<bool>,
     /// Given up on at teardown: never resumed or released again.
     abandoned: std::sync::atomic::AtomicU8,
+    /// Given up on at teardown while it waited on another fiber that was
+    /// itself given up for later (in a `blocking` call or a hand-off): a
+    /// scope waiting for its children, a lock's waiter. Revived with them
+    /// (see `FramePool::revive_abandoned_in_blocking`).
+    abandoned_dependent: std::sync::atomic::AtomicBool,
     /// Hard affinity: once it has run, this incarnation resumes only on the
     /// worker it first ran on (written at prepare, read by schedulers).
     pinned: std::sync::atomic::AtomicBool,
@@ -505,6 +510,7 @@ impl Fiber {
             teardown_raises: UnsafeCell::new(0),
             body_returned: UnsafeCell::new(false),
             abandoned: std::sync::atomic::AtomicU8::new(NOT_ABANDONED),
+            abandoned_dependent: std::sync::atomic::AtomicBool::new(false),
             pinned: std::sync::atomic::AtomicBool::new(false),
             unwind_flags: std::sync::atomic::AtomicU8::new(0),
             name: std::sync::Mutex::new(None),
@@ -986,8 +992,23 @@ impl Fiber {
     /// for a call that has returned since: it may run to its end now).
     pub(crate) fn revive(&self) {
         // Relaxed: as in `mark_abandoned`.
+        self.abandoned_dependent
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         self.abandoned
             .store(NOT_ABANDONED, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Mark a fiber given up on as waiting on fibers given up for later
+    /// (teardown only): it is revived with them.
+    pub(crate) fn mark_abandoned_dependent(&self) {
+        // Relaxed: as in `mark_abandoned` (teardown threads only, one at a
+        // time: the pool's teardown rounds run on one thread at a time).
+        self.abandoned_dependent
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_abandoned_dependent(&self) -> bool {
+        self.abandoned_dependent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn is_abandoned(&self) -> bool {

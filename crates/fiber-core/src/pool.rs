@@ -1084,9 +1084,28 @@ impl FramePool {
                     // What is left waits on something nothing will complete
                     // (unless a fiber still running elsewhere completes it).
                     if last {
-                        for frame in lock(&self.all).iter() {
+                        let all = lock(&self.all);
+                        let mut parked = Vec::new();
+                        for frame in all.iter() {
                             if frame.state.load(Ordering::Acquire).state() == FiberState::Parked {
                                 frame.mark_abandoned();
+                                parked.push(frame);
+                            }
+                        }
+                        // While some fiber waits for a blocking call or a
+                        // hand-off, to be finished later, the others left
+                        // parked may wait on it (a scope on its child, a
+                        // lock's waiter on its holder): they are finished
+                        // later too, or given up for good then
+                        // (`reviews/review71.rs`: a scope owner whose
+                        // children were in `fiber::blocking` was lost).
+                        let any_later = all.iter().any(|frame| {
+                            frame.is_abandoned()
+                                && matches!(unwinds_later(frame, homes), Some(Later::Blocking | Later::Handoff))
+                        });
+                        if any_later {
+                            for frame in parked {
+                                frame.mark_abandoned_dependent();
                             }
                         }
                     }
@@ -1195,6 +1214,12 @@ pub struct TeardownReport {
     /// runtime, or on a plain thread) holds: they can be finished once it
     /// ends ([`FramePool::abandoned_awaiting_handoff`]).
     pub abandoned_in_handoff: usize,
+    /// How many of the abandoned fibers were left parked on another wait
+    /// while some waited for a blocking call or a hand-off: what they wait
+    /// for may be one of those (a scope for its child), so they are
+    /// revived and run with them, and given up for good only if they are
+    /// still parked once those have ended.
+    pub abandoned_dependent: usize,
 }
 
 impl TeardownReport {
@@ -1205,15 +1230,17 @@ impl TeardownReport {
     }
 
     /// Fibers given up on that a later teardown can finish (they wait for
-    /// a blocking call or a hand-off); the rest are lost for good.
+    /// a blocking call or a hand-off, or were left parked beside such
+    /// fibers); the rest are lost for good.
     pub fn abandoned_for_later(&self) -> usize {
-        self.abandoned_in_blocking + self.abandoned_in_handoff
+        self.abandoned_in_blocking + self.abandoned_in_handoff + self.abandoned_dependent
     }
 
     fn note_abandoned(&mut self, id: crate::FiberId, at: &'static std::panic::Location<'static>, later: Option<Later>) {
         self.abandoned += 1;
         self.abandoned_in_blocking += usize::from(later == Some(Later::Blocking));
         self.abandoned_in_handoff += usize::from(later == Some(Later::Handoff));
+        self.abandoned_dependent += usize::from(later == Some(Later::Dependent));
         if self.abandoned_fibers.len() < 16 {
             self.abandoned_fibers.push((id, at));
         }
@@ -1228,6 +1255,10 @@ enum Later {
     Blocking,
     /// A channel hand-off another party holds (`WaitKind::Handoff`).
     Handoff,
+    /// Another wait, left when fibers were given up for later: what it
+    /// waits for may be one of them (a scope for its child in a blocking
+    /// call), so it is revived with them.
+    Dependent,
 }
 
 /// Will a fiber given up on inside a `fiber::blocking` call (or while it
@@ -1247,6 +1278,7 @@ fn unwinds_later(frame: &Fiber, homes: bool) -> Option<Later> {
     match frame.last_park_kind() {
         crate::dump::WaitKind::Blocking => Some(Later::Blocking),
         crate::dump::WaitKind::Handoff => Some(Later::Handoff),
+        _ if frame.is_abandoned_dependent() => Some(Later::Dependent),
         _ => None,
     }
 }

@@ -757,7 +757,8 @@ fn report_abandoned(report: &fiber_core::TeardownReport) {
         .map(|(id, at)| format!("{id} (spawned at {at})"))
         .collect();
     let blocking = "waiting for a fiber::blocking call that has not returned, whose closure may borrow the \
-                    fiber's stack, or for a channel hand-off another select holds: unwound once it ends";
+                    fiber's stack, for a channel hand-off another select holds, or for such a fiber (a scope \
+                    for its child): unwound once it ends";
     let lost = "parked on a wait nothing completes, pinned to a worker that has stopped, or catching the shutdown \
                 unwind: their stacks and the runtime's memory are leaked";
     let why = match (report.abandoned_for_later(), report.abandoned) {

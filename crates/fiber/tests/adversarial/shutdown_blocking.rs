@@ -692,3 +692,57 @@ fn a_second_blocking_call_of_a_given_up_fiber_does_not_hold_the_reaper() {
         },
     );
 }
+
+/// Scopes two deep whose innermost children are in `fiber::blocking` calls
+/// at shutdown: both scope owners (and the outer fiber) run to their ends
+/// once the calls return, every destructor once.
+#[test]
+fn nested_scopes_over_blocking_children_at_shutdown_end_after_the_calls() {
+    in_child(
+        "nested_scopes_over_blocking_children_at_shutdown_end_after_the_calls",
+        30,
+        || {
+            static DROPS: AtomicUsize = AtomicUsize::new(0);
+            struct Counted;
+            impl Drop for Counted {
+                fn drop(&mut self) {
+                    DROPS.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            let rt = rt_fixed_grace(2, ms(50));
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+            rt.spawn(move || {
+                let _outer = Counted;
+                fiber::scope(|s| {
+                    s.spawn(|| {
+                        let _middle = Counted;
+                        fiber::scope(|s| {
+                            for _ in 0..2 {
+                                let ready = ready_tx.clone();
+                                s.spawn(move || {
+                                    let _inner = Counted;
+                                    ready.send(()).unwrap();
+                                    fiber::blocking(|| std::thread::sleep(ms(400)));
+                                });
+                            }
+                        });
+                    });
+                });
+            });
+            for _ in 0..2 {
+                ready_rx.recv().unwrap();
+            }
+            crate::common::wait_parked(&rt, 4);
+            drop(rt);
+            let start = Instant::now();
+            while DROPS.load(Ordering::SeqCst) < 4 && start.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(ms(10));
+            }
+            assert_eq!(
+                DROPS.load(Ordering::SeqCst),
+                4,
+                "outer, middle and two inner destructors"
+            );
+        },
+    );
+}

@@ -967,9 +967,8 @@ fn a_spinning_scoped_child_under_a_deadline_polls_is_cancelled_one_worker() {
 // ---------------------------------------------------------------------------
 // 8. fiber::blocking inside scoped children, cancelled at shutdown.
 
-// FAILS on main: the scope owner of children given up in fiber::blocking is abandoned for good at teardown: its destructors never run, its socket stays open
+// Failed before the fix: the scope owner of children given up in fiber::blocking is abandoned for good at teardown: its destructors never run, its socket stays open
 #[test]
-#[ignore = "open: a scope owner waiting for children given up in fiber::blocking is abandoned at shutdown"]
 fn blocking_calls_of_scoped_children_at_shutdown_end_and_their_scope_owner_is_unwound() {
     within(30, || {
         let rt = rt_fixed_grace(2, ms(100));
@@ -1546,9 +1545,8 @@ fn with_timeout_around_a_blocking_call_reports_timed_out_after_the_call_returns(
     });
 }
 
-// FAILS on main: Handle::block_on hangs for ever when its root's scope waits for a child given up in fiber::blocking at shutdown
+// Failed before the fix: Handle::block_on hangs for ever when its root's scope waits for a child given up in fiber::blocking at shutdown
 #[test]
-#[ignore = "open: a scope owner waiting for children given up in fiber::blocking is abandoned at shutdown"]
 fn a_plain_threads_block_on_whose_scope_waits_for_blocking_children_returns_when_the_runtime_drops() {
     within(30, || {
         let rt = rt_fixed_grace(2, ms(100));
