@@ -1223,6 +1223,17 @@ impl Fiber {
         self.unwind_flags.store(flags, Ordering::Relaxed);
     }
 
+    /// The running fiber starts an unwind of its own (the runtime raises
+    /// it): from here its thread's panic count includes it, whatever it
+    /// counted at the resume.
+    fn note_own_unwind(&self) {
+        // Relaxed: owner-only, as for the other flags (see below).
+        let flags = self.unwind_flags.load(Ordering::Relaxed);
+        if flags & AMBIENT_PANICKING != 0 {
+            self.unwind_flags.store(flags & !AMBIENT_PANICKING, Ordering::Relaxed);
+        }
+    }
+
     /// Drop a pin taken for an unwind (the thread is clean again, or the
     /// fiber ends on it).
     ///
@@ -2227,6 +2238,11 @@ pub(crate) unsafe fn teardown_unwind(fiber: &Fiber) {
     if panicking {
         return;
     }
+    // This unwind is the fiber's own: resumed on a thread that already
+    // counted as panicking (another fiber parked mid-unwind), it would
+    // otherwise be taken as not unwinding, and its lock guards would not
+    // poison (`conformance::std_sync::a_destructor_locking_at_teardown_never_shares_the_lock`).
+    fiber.note_own_unwind();
     std::panic::resume_unwind(Box::new(ShutdownUnwind))
 }
 

@@ -632,10 +632,11 @@ pub(crate) const UNWINDING_WAIT_BOUND: std::time::Duration = std::time::Duration
 /// At teardown a non-cancellable wait (a lock) of an unwinding fiber can
 /// be ended neither by a second unwind (a panic escaping a destructor
 /// during an unwind aborts) nor by `Cancelled` (the caller would go on
-/// without the lock), and parking would leave the teardown thread
-/// panicking, which keeps the next fibers from unwinding. If the bound
-/// passes without the lock, the process aborts with a message naming the
-/// misuse.
+/// without the lock): it parks at once, as a scope's wait for its
+/// children does. Several unwinds may be in progress on one thread, each
+/// on its own stack, so the pass goes on to the next fibers (the lock's
+/// holder among them) and resumes this one when the lock is handed to it;
+/// if nothing ever releases the lock, the pass gives the fiber up.
 #[cfg(not(loom))]
 #[cold]
 #[track_caller]
@@ -648,8 +649,14 @@ fn unwinding_fiber_wait<W: Waitable + ?Sized>(
 ) -> WaitResult {
     // SAFETY: the running fiber reads its own scheduler slot.
     let teardown = unsafe { fiber.phase() } == crate::pool::Phase::Teardown;
-    if teardown && options.interrupt == Interrupt::Never {
-        // What it waits for (a scope's children) runs on this thread.
+    if teardown && options.interrupt != Interrupt::Cancellable {
+        // What it waits for (a scope's children, a lock's holder) is torn
+        // down by this thread's pass, which goes on to the next fibers
+        // while this unwind is parked: park. (A lock wait here used to
+        // block the thread for the bound and then abort the process,
+        // though the holder was the next fiber to unwind:
+        // `reviews/review72.rs`.) If nothing releases it, the pass gives
+        // the fiber up (its stack leaks; the shutdown report names it).
         return fiber_wait_slow(fiber, waitable, io, options, site);
     }
     let give_up = Instant::now() + UNWINDING_WAIT_BOUND;
@@ -663,17 +670,6 @@ fn unwinding_fiber_wait<W: Waitable + ?Sized>(
         }
         let now = Instant::now();
         if now >= give_up {
-            if teardown && options.interrupt == Interrupt::NotCancellable {
-                eprintln!(
-                    "fiber: {} was unwound at runtime teardown, and a destructor on its stack waits (at \
-                     {site}) for a lock or a value that nothing will release now (another fiber left at \
-                     shutdown holds it); the wait cannot end without breaking the lock's guarantee: \
-                     aborting. Let fibers that hold locks return when cancelled, or do not lock in \
-                     destructors.",
-                    fiber.id()
-                );
-                std::process::abort();
-            }
             return fiber_wait_slow(fiber, waitable, io, options, site);
         }
         let slice_end = (now + UNWINDING_WAIT_SLICE).min(give_up);

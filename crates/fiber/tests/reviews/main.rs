@@ -69,4 +69,5 @@ mod review69;
 mod review7;
 mod review70;
 mod review71;
+mod review72;
 mod review8;

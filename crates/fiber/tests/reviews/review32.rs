@@ -819,9 +819,13 @@ fn park_tokens_and_timeouts() {
         let flag = Arc::new(AtomicBool::new(false));
         // Spurious returns are allowed: loop on a condition, as std says.
         let f2 = flag.clone();
+        let me2 = fiber::current();
         let setter = std::thread::spawn(move || {
             std::thread::sleep(ms(15));
             f2.store(true, Ordering::SeqCst);
+            // The flag's own wake-up: under load this thread may run after
+            // the other one's unpark, whose token the loop has used.
+            me2.unpark();
         });
         while !flag.load(Ordering::SeqCst) {
             fiber::park_timeout(Duration::MAX);
