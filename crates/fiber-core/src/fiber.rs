@@ -1234,6 +1234,17 @@ impl Fiber {
         }
     }
 
+    /// The unwind `note_own_unwind` marked was caught while its thread
+    /// still counts as panicking (another fiber's parked unwind): take the
+    /// thread's state as ambient again.
+    fn note_own_unwind_caught(&self) {
+        // Relaxed: owner-only, as for the other flags (see below).
+        let flags = self.unwind_flags.load(Ordering::Relaxed);
+        if flags & (UNWINDING | AMBIENT_PANICKING) == 0 {
+            self.unwind_flags.store(flags | AMBIENT_PANICKING, Ordering::Relaxed);
+        }
+    }
+
     /// Drop a pin taken for an unwind (the thread is clean again, or the
     /// fiber ends on it).
     ///
@@ -2171,6 +2182,24 @@ pub fn yield_now() -> Result<(), crate::Cancelled> {
 
 /// The panic payload of a teardown unwind (see [`is_shutdown_unwind`]).
 struct ShutdownUnwind;
+
+impl Drop for ShutdownUnwind {
+    /// The unwind was caught (the payload dies with its catch): if its
+    /// thread still counts as panicking, that is another fiber's unwind
+    /// again, as it was before `note_own_unwind`.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let fiber = current::get();
+        if !fiber.is_null() {
+            // SAFETY: a non-null current pointer is the running fiber's
+            // frame, alive while it runs; its unwind flags are written by
+            // it (or its worker) only.
+            unsafe { &*fiber }.note_own_unwind_caught();
+        }
+    }
+}
 
 /// Is `payload` the unwind that runtime teardown raises in a fiber at a
 /// cancellation point? Code that catches panics (`catch_unwind`) and wants

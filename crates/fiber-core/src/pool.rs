@@ -863,14 +863,43 @@ impl FramePool {
     /// As for [`teardown`](Self::teardown); and no blocking call of these
     /// fibers is still running (their closures may borrow their stacks).
     pub unsafe fn revive_abandoned_in_blocking(&self) -> usize {
+        let all = lock(&self.all);
+        let waits_for_call = |frame: &Arc<Fiber>| {
+            frame.is_abandoned() && matches!(unwinds_later(frame, true), Some(Later::Blocking | Later::Handoff))
+        };
+        let calls_left = all.iter().any(waits_for_call);
         let mut revived = 0;
-        for frame in lock(&self.all).iter() {
-            if frame.is_abandoned() && unwinds_later(frame, true).is_some() {
+        for frame in all.iter().filter(|frame| waits_for_call(frame)) {
+            frame.revive();
+            revived += 1;
+        }
+        // A fiber given up beside them (`Later::Dependent`) runs only once
+        // none waits for a call or a hand-off any more, one at a time,
+        // newest first: its jobs ended when it was given up (a scope
+        // owner's join returns at once), so every fiber that could use its
+        // stack (its scoped children, spawned after it) must have ended, or
+        // be lost for good (never resumed), before it leaves its scope.
+        if !calls_left {
+            let newest = all
+                .iter()
+                .filter(|frame| frame.is_abandoned() && unwinds_later(frame, true) == Some(Later::Dependent))
+                .max_by_key(|frame| frame.id());
+            if let Some(frame) = newest {
                 frame.revive();
                 revived += 1;
             }
         }
         revived
+    }
+
+    /// How many fibers given up beside fibers that waited for a call or a
+    /// hand-off (`Later::Dependent`) wait to be revived, one per pass, by
+    /// [`revive_abandoned_in_blocking`](Self::revive_abandoned_in_blocking)?
+    pub fn abandoned_dependents(&self) -> usize {
+        lock(&self.all)
+            .iter()
+            .filter(|frame| frame.is_abandoned() && unwinds_later(frame, true) == Some(Later::Dependent))
+            .count()
     }
 
     /// How many fibers a teardown gave up on still wait for a channel
@@ -1132,18 +1161,25 @@ impl FramePool {
         let mut abandoned = Vec::new();
         for frame in lock(&self.all).iter() {
             if frame.take_abandon_report() {
-                report.note_abandoned(frame.id(), frame.spawned_at(), unwinds_later(frame, homes));
-                // SAFETY: abandoned, so never resumed again: teardown skips
-                // it, the workers have stopped (a worker stuck in a fiber
-                // that never yields leaves its loop once that fiber
+                let later = unwinds_later(frame, homes);
+                report.note_abandoned(frame.id(), frame.spawned_at(), later);
+                // SAFETY: abandoned, so not resumed in this pass: teardown
+                // skips it, the workers have stopped (a worker stuck in a
+                // fiber that never yields leaves its loop once that fiber
                 // returns, without resuming another), and a fiber that
                 // abandoned itself parks for good without touching its
-                // task slot: nobody writes that slot.
+                // task slot: nobody writes that slot now. (One given up
+                // for later runs again only in a later pass, on the
+                // thread that runs that pass.)
                 abandoned.extend(unsafe { frame.abandoned_task() });
             }
         }
         // Its joiners learn it ended cancelled (outside the pool's lock:
-        // a wake may schedule a joiner).
+        // a wake may schedule a joiner), and its jobs end (spec/jobs.md:
+        // the handle and the root job agree). A scope owner given up for
+        // later sees its scope's children ended so: it is revived only
+        // once every fiber that could still use its stack has ended or is
+        // lost for good (`revive_abandoned_in_blocking`).
         for task in abandoned {
             task.abandon();
         }
@@ -1272,7 +1308,11 @@ enum Later {
 /// (`reviews/review21.rs::a_pinned_fiber_given_up_in_a_blocking_call_is_unwound_or_reported_as_lost`).
 /// (A later teardown whose home does not serve it gives it up then.)
 fn unwinds_later(frame: &Fiber, homes: bool) -> Option<Later> {
-    if !homes && (frame.is_pinned() || frame.is_unwind_pinned()) {
+    let bound = frame.is_pinned() || frame.is_unwind_pinned();
+    if bound && (!homes || frame.last_worker() == Some(TEARDOWN_WORKER)) {
+        // Bound to the thread of the pass that last ran it (an unwind it
+        // parked in the middle of, std's panic count of that thread; or
+        // thread-locals): a later pass runs on the reaper's thread.
         return None;
     }
     match frame.last_park_kind() {

@@ -664,6 +664,9 @@ fn reap_later(
                 let _ = thread.join();
             }
             let shared = reaper_shared;
+            // A pass that gives a fiber up for good means the runtime's
+            // memory stays (later passes report only what they give up).
+            let mut lost_later = false;
             let report = loop {
                 wait_for(|| crate::blocking::in_flight(shared.id) == 0);
                 // SAFETY: every worker thread of the runtime has now been
@@ -681,6 +684,17 @@ fn reap_later(
                 };
                 homes.close_unneeded(&shared.pool);
                 let later = report.abandoned_for_later();
+                lost_later |= report.abandoned > later;
+                // Fibers given up beside those (a scope owner whose
+                // children were in their calls) are revived one per pass
+                // once no call or hand-off is waited for.
+                if report.abandoned_in_blocking == 0
+                    && report.abandoned_in_handoff == 0
+                    && shared.pool.abandoned_awaiting_handoff() == 0
+                    && shared.pool.abandoned_dependents() > 0
+                {
+                    continue;
+                }
                 // Done; or some are lost for good anyway; or what is left
                 // waits for blocking calls only, and none is in flight
                 // (one that began in an unwind's destructor is waited for),
@@ -706,7 +720,7 @@ fn reap_later(
             homes.close();
             shared.timers.clear();
             shared.pool.release_idle_stacks();
-            if lost_for_good || report.must_leak() {
+            if lost_for_good || lost_later || report.must_leak() {
                 std::mem::forget(shared);
             }
         });
