@@ -893,6 +893,11 @@ impl Fiber {
         if timed {
             flags |= PARK_TIMED;
         }
+        // SAFETY: the running fiber (the only caller, parking itself) reads
+        // its own owner-only slots.
+        if uncancellable && unsafe { self.in_clean_up() } {
+            flags |= PARK_IN_CLEAN_UP;
+        }
         self.wait_kind.store(kind as u8 | flags, Relaxed);
         self.park_site.store(site as *const _ as *mut _, Relaxed);
         self.parked_tick.store(crate::dump::coarse_now(), Relaxed);
@@ -967,6 +972,28 @@ impl Fiber {
         self.wait_kind.load(std::sync::atomic::Ordering::Relaxed) & PARK_UNCANCELLABLE != 0
     }
 
+    /// Is the fiber's current (or last) park a non-cancellable wait (a
+    /// lock) made in clean-up: after it was told of its task's or the
+    /// runtime's cancellation (a cancelled wait returned to it), while it
+    /// unwinds, or past its body? Meaningful while it is PARKED.
+    pub(crate) fn parked_in_clean_up(&self) -> bool {
+        self.wait_kind.load(std::sync::atomic::Ordering::Relaxed) & PARK_IN_CLEAN_UP != 0
+    }
+
+    /// See [`Fiber::parked_in_clean_up`].
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself (owner-only slots).
+    unsafe fn in_clean_up(&self) -> bool {
+        // SAFETY: see the function's contract.
+        unsafe {
+            fiber_panicking(self)
+                || self.body_has_returned()
+                || self.budget_cancel_told.with(|t| (*t).as_ref().is_some_and(|t| t.task))
+        }
+    }
+
     /// May the fiber's current (or last) park end without another fiber
     /// of its runtime acting: it has a deadline (its timer fires), or it
     /// waits for a socket (the peer may act) or a blocking-pool call?
@@ -981,11 +1008,14 @@ impl Fiber {
     }
 
     pub(crate) fn mark_abandoned(&self) {
-        // Relaxed: read by teardown after it took the fiber (a claim or a
-        // runnable token orders it) or by the fiber itself. `fetch_max`
-        // keeps an abandonment that was already reported reported.
+        // Release: pairs with the Acquire in `is_given_up_for_good`, so a
+        // waker that sees this also sees `abandoned_dependent` stored
+        // before it. Otherwise read by teardown after it took the fiber (a
+        // claim or a runnable token orders it) or by the fiber itself.
+        // `fetch_max` keeps an abandonment that was already reported
+        // reported.
         self.abandoned
-            .fetch_max(ABANDONED, std::sync::atomic::Ordering::Relaxed);
+            .fetch_max(ABANDONED, std::sync::atomic::Ordering::Release);
     }
 
     /// Undo an abandonment (teardown gave up on the fiber while it waited
@@ -1009,6 +1039,21 @@ impl Fiber {
 
     pub(crate) fn is_abandoned_dependent(&self) -> bool {
         self.abandoned_dependent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Given up at a teardown and not to be revived: not waiting for a
+    /// blocking call or a hand-off, nor given up beside fibers that do
+    /// (`Later` in the pool). See `Waiter::is_lost`.
+    pub(crate) fn is_given_up_for_good(&self) -> bool {
+        // Acquire: pairs with the Release in `mark_abandoned`; the
+        // teardown marks `abandoned_dependent` before, so a fiber to be
+        // revived is never seen lost.
+        self.abandoned.load(std::sync::atomic::Ordering::Acquire) != NOT_ABANDONED
+            && !self.is_abandoned_dependent()
+            && !matches!(
+                self.last_park_kind(),
+                crate::dump::WaitKind::Blocking | crate::dump::WaitKind::Handoff
+            )
     }
 
     pub(crate) fn is_abandoned(&self) -> bool {
@@ -2215,8 +2260,12 @@ const PARK_UNCANCELLABLE: u8 = 0x80;
 /// `Fiber::wait_kind` bit: the park has a deadline.
 const PARK_TIMED: u8 = 0x40;
 
+/// `Fiber::wait_kind` bit: a non-cancellable park made in clean-up (see
+/// [`Fiber::parked_in_clean_up`]).
+const PARK_IN_CLEAN_UP: u8 = 0x20;
+
 /// The `WaitKind` part of `Fiber::wait_kind`.
-const PARK_KIND_MASK: u8 = 0x3f;
+const PARK_KIND_MASK: u8 = 0x1f;
 
 /// `Fiber::abandoned`: not given up on.
 const NOT_ABANDONED: u8 = 0;

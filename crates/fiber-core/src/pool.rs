@@ -1015,6 +1015,7 @@ impl FramePool {
         let mut resumes: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
         let mut requeue = Vec::new();
         let mut transit_waits = 0;
+        let mut first_round = true;
         loop {
             let mut batch = drain();
             batch.append(&mut requeue);
@@ -1027,19 +1028,30 @@ impl FramePool {
                 *held = still;
                 batch.extend(revived);
             }
-            let all = lock(&self.all).clone();
-            for frame in &all {
-                if frame.is_abandoned() {
-                    continue;
-                }
-                let seen = frame.state.load(Ordering::Acquire);
-                if seen.state() != FiberState::Parked {
-                    continue;
-                }
-                if frame.state.wake(seen.ticket()) == crate::state::Claim::Claimed {
-                    batch.push(Runnable::new(frame.clone(), Actor::Waker));
+            // The parked fibers are woken (to be unwound) in the first
+            // round and whenever no other work is left or the last round
+            // ended nothing. Not in every round: a chain of hand-offs (a
+            // lock passed from waiter to waiter) runs one fiber per round,
+            // and rescanning every fiber each time made a pass over many
+            // waiters quadratic (`adversarial/sync_waiters.rs`).
+            if first_round || batch.is_empty() || idle_rounds > 0 {
+                let all = lock(&self.all).clone();
+                // A non-cancellable wait (a lock) made in clean-up (after a
+                // cancelled wait told the fiber of the shutdown, or while it
+                // unwinds) is left parked while anything else can run: what
+                // it waits for may be released by this pass (its holder
+                // unwound), and ending it would cut the clean-up short, a
+                // destructor taking the lock (`reviews/review72.rs`). Once
+                // the pass makes no progress without it, it is woken too.
+                // (One not told yet is unwound at the wait, its
+                // cancellation point, as tokio drops a task at its await.)
+                let stalled = idle_rounds > 0;
+                wake_parked(&all, stalled, &mut batch);
+                if batch.is_empty() && !stalled {
+                    wake_parked(&all, true, &mut batch);
                 }
             }
+            first_round = false;
             if batch.is_empty() {
                 // A fiber that another thread is waking right now (a
                 // blocking call returning, a plain thread's send) is
@@ -1115,12 +1127,6 @@ impl FramePool {
                     if last {
                         let all = lock(&self.all);
                         let mut parked = Vec::new();
-                        for frame in all.iter() {
-                            if frame.state.load(Ordering::Acquire).state() == FiberState::Parked {
-                                frame.mark_abandoned();
-                                parked.push(frame);
-                            }
-                        }
                         // While some fiber waits for a blocking call or a
                         // hand-off, to be finished later, the others left
                         // parked may wait on it (a scope on its child, a
@@ -1128,14 +1134,23 @@ impl FramePool {
                         // later too, or given up for good then
                         // (`reviews/review71.rs`: a scope owner whose
                         // children were in `fiber::blocking` was lost).
-                        let any_later = all.iter().any(|frame| {
-                            frame.is_abandoned()
-                                && matches!(unwinds_later(frame, homes), Some(Later::Blocking | Later::Handoff))
-                        });
-                        if any_later {
-                            for frame in parked {
+                        let mut any_later = false;
+                        for frame in all.iter() {
+                            let is_parked = frame.state.load(Ordering::Acquire).state() == FiberState::Parked;
+                            if is_parked {
+                                parked.push(frame);
+                            }
+                            any_later |= (is_parked || frame.is_abandoned())
+                                && matches!(unwinds_later(frame, homes), Some(Later::Blocking | Later::Handoff));
+                        }
+                        // Dependent before given up: a lock's waker that
+                        // sees the fiber given up but not dependent takes it
+                        // as lost for good and skips it (`Waiter::is_lost`).
+                        for frame in parked {
+                            if any_later {
                                 frame.mark_abandoned_dependent();
                             }
+                            frame.mark_abandoned();
                         }
                     }
                     let mut rest = drain();
@@ -1191,6 +1206,25 @@ impl FramePool {
             );
         }
         report
+    }
+}
+
+/// Claim every parked fiber of `all` for a teardown round (those in a
+/// non-cancellable wait made in clean-up only with `uncancellable`).
+fn wake_parked(all: &[Arc<Fiber>], uncancellable: bool, batch: &mut Vec<Runnable>) {
+    for frame in all {
+        if frame.is_abandoned() {
+            continue;
+        }
+        let seen = frame.state.load(Ordering::Acquire);
+        if seen.state() != FiberState::Parked
+            || (!uncancellable && frame.parked_uncancellable() && frame.parked_in_clean_up())
+        {
+            continue;
+        }
+        if frame.state.wake(seen.ticket()) == crate::state::Claim::Claimed {
+            batch.push(Runnable::new(frame.clone(), Actor::Waker));
+        }
     }
 }
 

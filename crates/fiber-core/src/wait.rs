@@ -364,6 +364,26 @@ pub fn fiber_wake(record: &Waiter) -> bool {
 }
 
 impl Waiter {
+    /// Was the waiter given up for good by its runtime's teardown (a fiber
+    /// that could be neither unwound nor finished: parked while it
+    /// unwinds, bound to a thread that is gone)? It never runs again, so
+    /// completing its wait hands the resource to no one: a lock granted
+    /// to it would stay locked for ever. A queue skips such a waiter and
+    /// serves the next (`fiber::sync`). A fiber given up only for later
+    /// (it waits for a blocking call or a hand-off, or beside fibers that
+    /// do) is not lost: it is revived and keeps what it is handed.
+    ///
+    /// The answer can turn `true` right after a `false` (the teardown
+    /// gives up while the caller looks); what is handed to it then is
+    /// lost with it, as before this check.
+    pub fn is_lost(&self) -> bool {
+        match &self.target {
+            #[cfg(not(loom))]
+            Target::Fiber(fiber) => fiber.is_given_up_for_good(),
+            Target::Thread(_) => false,
+        }
+    }
+
     /// [`fiber_wake`] that consumes the record: the same claim and the
     /// same outcome, but the record's reference to the waiter's frame moves
     /// into the run queue's token instead of being cloned and dropped (one
@@ -683,7 +703,16 @@ fn unwinding_fiber_wait<W: Waitable + ?Sized>(
             ..options
         };
         match thread_wait(waitable, io, slice) {
-            WaitResult::TimedOut if !last => {}
+            WaitResult::TimedOut if !last => {
+                // Between two slices the waiter is off the queue: what
+                // happened meanwhile (a condvar's notify, which finds no
+                // one to wake) is seen here or not at all. A condvar wait
+                // ends as a spurious wake-up (its caller checks its
+                // predicate); a lock is tried.
+                if let Some(result) = waitable.try_complete(io) {
+                    return result;
+                }
+            }
             result => return result,
         }
     }

@@ -69,6 +69,11 @@ pub struct Condvar {
     /// between waits (nothing borrows it then), so the address binds only
     /// while a wait is in progress.
     users: AtomicUsize,
+    /// Changed by every `notify_all` and by a `notify_one` that found
+    /// nobody queued: a wait that was off the queue for a while (a fiber
+    /// that unwinds waits in slices, leaving the queue between two) reads
+    /// it to tell a notify it missed from nothing (`CondWait::try_complete`).
+    notifies: AtomicUsize,
 }
 
 // Like std's synchronization types: its wait queue stay consistent when a
@@ -105,6 +110,7 @@ impl Condvar {
             waiting: AtomicUsize::new(0),
             mutex: AtomicUsize::new(0),
             users: AtomicUsize::new(0),
+            notifies: AtomicUsize::new(0),
         }
     }
 
@@ -116,6 +122,7 @@ impl Condvar {
             waiting: AtomicUsize::new(0),
             mutex: AtomicUsize::new(0),
             users: AtomicUsize::new(0),
+            notifies: AtomicUsize::new(0),
         }
     }
 
@@ -235,12 +242,23 @@ impl Condvar {
         }
     }
 
+    /// Change `notifies` (see there). A load and a store, not an atomic
+    /// add: concurrent notifies may lose an increment, but each leaves a
+    /// value other than what a wait off the queue read before.
+    fn note_notify(&self) {
+        // Relaxed: a hint; the waiter that reads it checks its predicate
+        // under the mutex afterwards (a spurious wake-up at worst).
+        let seen = self.notifies.load(Ordering::Relaxed);
+        self.notifies.store(seen.wrapping_add(1), Ordering::Relaxed);
+    }
+
     /// Wake one waiter, if any (the one that has waited longest).
     pub fn notify_one(&self) {
         // Relaxed: a notifier that must see a waiter is ordered after the
         // waiter's enqueue by the mutex (the waiter queues before it
         // releases the mutex; the notifier changed the state under it).
         if self.waiting.load(Ordering::Relaxed) == 0 {
+            self.note_notify();
             return;
         }
         let wake = {
@@ -260,6 +278,7 @@ impl Condvar {
 
     /// Wake every waiter.
     pub fn notify_all(&self) {
+        self.note_notify();
         // Relaxed: as in `notify_one`.
         if self.waiting.load(Ordering::Relaxed) == 0 {
             return;
@@ -320,8 +339,15 @@ impl Condvar {
             raw,
             unlocked: false,
             condvar: self,
+            held: Some((mutex.poison_flag(), poison)),
+            // Relaxed: see `Condvar::notifies`.
+            notifies: self.notifies.load(Ordering::Relaxed),
         };
-        let passed = deadline.is_some_and(|d| d <= Instant::now());
+        // One clock read for both this check and `fiber_wait`'s: with two,
+        // a deadline falling between them took the wait's zero-timeout
+        // path, which returns without releasing the mutex.
+        let now = Instant::now();
+        let passed = deadline.is_some_and(|d| d <= now);
         let result = if passed || cancelled() {
             // A zero (or passed) timeout, or a fiber already cancelled:
             // nothing to queue for, but std releases the mutex for the
@@ -337,12 +363,14 @@ impl Condvar {
             let deadline = if passed { deadline } else { Some(Instant::now()) };
             fiber_core::wait_until(deadline, fiber_core::Interrupt::Cancellable)
         } else {
-            fiber_wait(&CondWait(self), &mut io, WaitOptions::new().deadline(deadline))
+            fiber_wait(&CondWait(self), &mut io, WaitOptions::new().deadline(deadline).now(now))
         };
         debug_assert!(!io.node.queued, "a finished wait left its node queued");
         if io.unlocked {
             raw.lock();
         }
+        // Returned: the guard made below holds the lock now.
+        io.held = None;
         drop(io);
         let woke = match result {
             WaitResult::TimedOut => Woke::TimedOut,
@@ -374,10 +402,24 @@ struct CondIo<'a> {
     /// `publish` released the mutex.
     unlocked: bool,
     condvar: &'a Condvar,
+    /// Until the wait returns: the mutex's poison flag and the forgotten
+    /// guard's poison state. An unwind out of the wait before the mutex
+    /// was released (a panic in a cancellation check, a teardown unwind
+    /// of a wait that never queued) releases and poisons it here, as the
+    /// guard's drop would; otherwise the mutex stayed locked for ever.
+    held: Option<(&'a crate::poison::Flag, crate::poison::Guard)>,
+    /// `Condvar::notifies` when the wait began.
+    notifies: usize,
 }
 
 impl Drop for CondIo<'_> {
     fn drop(&mut self) {
+        if let Some((flag, poison)) = self.held.take() {
+            if !self.unlocked {
+                flag.done(poison);
+                self.raw.unlock();
+            }
+        }
         if self.node.queued {
             // Unwound while parked (shutdown): leave the queue.
             let mut queue = self.condvar.queue.lock();
@@ -404,9 +446,17 @@ impl<'a> Waitable for CondWait<'a> {
 
     fn try_complete(&self, io: &mut CondIo<'a>) -> Option<WaitResult> {
         // Not queued here, so the owner reads its own node. A node unlinked
-        // by its owner (stray wake) ends the wait as a spurious wake-up.
+        // by its owner (a stray wake, a slice of an unwinding fiber's wait
+        // ending) ends the wait as a spurious wake-up if a notify came
+        // meanwhile: it may have found the node off the queue and woken
+        // nobody (`adversarial/unwind_park.rs`). Otherwise the wait goes
+        // on: ended at every slice, an unwinding fiber's `wait_while` loop
+        // started its slices over for ever, never parking, and the
+        // notifier on its worker never ran (`reviews/review56.rs`).
         match io.node.status() {
             Status::Idle => None,
+            // Relaxed: see `Condvar::notifies`.
+            Status::Removed if self.0.notifies.load(Ordering::Relaxed) == io.notifies => None,
             _ => Some(WaitResult::Ok),
         }
     }

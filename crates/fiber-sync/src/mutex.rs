@@ -175,6 +175,12 @@ impl<T: ?Sized> Mutex<T> {
     pub(crate) fn raw(&self) -> &RawMutex {
         &self.raw
     }
+
+    /// The poison flag (a condvar wait unwound while it holds the lock
+    /// poisons through it, as the guard's drop would).
+    pub(crate) fn poison_flag(&self) -> &poison::Flag {
+        &self.poison
+    }
 }
 
 impl<T: Default> Default for Mutex<T> {

@@ -282,14 +282,40 @@ impl WaitQueue {
     }
 
     /// The first node. Under the lock, so the node is alive while queued.
-    pub(crate) fn front(&self) -> Option<&Node> {
+    pub(crate) fn front(&mut self) -> Option<&Node> {
+        self.skip_lost();
         // SAFETY: queued nodes are alive and only touched under the lock,
-        // which the caller holds (`&self` borrows the locked queue).
+        // which the caller holds (`&mut self` borrows the locked queue).
         (!self.head.is_null()).then(|| unsafe { &*self.head })
+    }
+
+    /// Take the nodes of waiters given up for good by their runtime's
+    /// teardown off the front (`Waiter::is_lost`): they never run again,
+    /// so what they were granted (a lock, permits, a notify) would be lost
+    /// with them, a lock left locked for ever. Their nodes live on leaked
+    /// stacks; each becomes `Removed` and is never touched again. (A
+    /// condvar's waiting count keeps such a node: it only makes the
+    /// condvar's next notifies take the queue lock.)
+    fn skip_lost(&mut self) {
+        while !self.head.is_null() {
+            // SAFETY: it is queued, so alive (a lost fiber's stack is
+            // never freed); we hold the lock.
+            let node = unsafe { &*self.head };
+            // SAFETY: under the queue lock (module rules).
+            let lost = node
+                .waiter
+                .with(|w| unsafe { (*w).as_ref().is_some_and(Waiter::is_lost) });
+            if !lost {
+                return;
+            }
+            self.detach(node);
+            drop(node.complete(Status::Removed));
+        }
     }
 
     /// Take the first node off the queue and complete it as `status`.
     pub(crate) fn pop_front(&mut self, status: Status) -> Option<Option<Waiter>> {
+        self.skip_lost();
         if self.head.is_null() {
             return None;
         }

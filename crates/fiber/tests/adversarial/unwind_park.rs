@@ -246,3 +246,109 @@ fn shutdown_while_a_fiber_is_parked_mid_unwind() {
         assert_eq!(DROPS.load(SeqCst), 4, "every destructor ran once");
     });
 }
+
+/// A wait in a destructor while the fiber unwinds blocks its thread in
+/// slices, leaving the waiter's queue between two of them: what completed
+/// the wait in that gap (a condvar's notify, which then finds nobody to
+/// wake) must be seen before the next slice queues the waiter again.
+/// Here the gap's notify is certain (`unpublish` records it), so a wait
+/// that did not look parked for good once its slices ran out.
+#[test]
+fn an_unwinding_wait_sees_what_completed_it_between_two_slices() {
+    use fiber::core::{fiber_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+    /// Never wakes its waiter; the notify lands just after a slice took
+    /// the waiter off the queue.
+    struct NotifiedInTheGap;
+    impl Waitable for NotifiedInTheGap {
+        type Io = bool;
+        fn try_complete(&self, notified: &mut bool) -> Option<WaitResult> {
+            notified.then_some(WaitResult::Ok)
+        }
+        fn publish(&self, _: &Waiter, _: &mut bool) -> Publish {
+            Publish::Published
+        }
+        fn unpublish(&self, _: &Waiter, notified: &mut bool) -> Option<WaitResult> {
+            *notified = true;
+            None
+        }
+    }
+    struct WaitsOnDrop(Arc<AtomicBool>);
+    impl Drop for WaitsOnDrop {
+        fn drop(&mut self) {
+            let mut notified = false;
+            let result = fiber_wait(&NotifiedInTheGap, &mut notified, WaitOptions::new());
+            self.0.store(result == WaitResult::Ok, SeqCst);
+        }
+    }
+    within(30, || {
+        let rt = fixed(2, ms(200));
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let h = rt.spawn(move || {
+            let _w = WaitsOnDrop(d);
+            std::panic::resume_unwind(Box::new("planned"));
+        });
+        assert!(h.join().is_err(), "the fiber panicked");
+        assert!(done.load(SeqCst), "the wait ended with the notify it missed");
+    });
+}
+
+/// A fiber that unwinds (its own panic) and waits in a destructor for a
+/// lock a plain thread holds through the runtime's drop can be neither
+/// unwound nor finished: the drop gives it up, its node still in the
+/// lock's queue. The lock must stay usable by the threads that outlive the
+/// runtime (spec/sync.md): the thread's release handed the lock to the
+/// lost fiber (a `Mutex` waiter past the 1 ms starvation bound is handed
+/// the lock; an `RwLock` reader at the head is counted in), and the
+/// thread's next lock waited for ever.
+#[test]
+fn a_lock_released_after_its_waiter_was_given_up_at_shutdown_stays_usable() {
+    use fiber::sync::{Mutex, RwLock};
+    struct LocksOnDrop {
+        mutex: Arc<Mutex<u32>>,
+        rw: Arc<RwLock<u32>>,
+        use_rw: bool,
+    }
+    impl Drop for LocksOnDrop {
+        fn drop(&mut self) {
+            if self.use_rw {
+                let _g = self.rw.read();
+            } else {
+                let _g = self.mutex.lock();
+            }
+        }
+    }
+    for use_rw in [false, true] {
+        within(60, move || {
+            let mutex = Arc::new(Mutex::new(0u32));
+            let rw = Arc::new(RwLock::new(0u32));
+            let held = mutex.lock().unwrap();
+            let written = rw.write().unwrap();
+            let rt = fixed(1, ms(100));
+            let entered = Arc::new(AtomicBool::new(false));
+            let (m, r, e) = (mutex.clone(), rw.clone(), entered.clone());
+            drop(rt.spawn(move || {
+                let _l = LocksOnDrop {
+                    mutex: m,
+                    rw: r,
+                    use_rw,
+                };
+                e.store(true, SeqCst);
+                std::panic::resume_unwind(Box::new("planned"));
+            }));
+            // It blocks its worker for the unwinding-wait bound, then parks.
+            crate::common::wait_parked(&rt, 1);
+            assert!(entered.load(SeqCst));
+            drop(rt);
+            drop(held);
+            drop(written);
+            *mutex.lock().unwrap() += 1;
+            *rw.write().unwrap() += 1;
+            assert_eq!(
+                (*mutex.lock().unwrap(), *rw.read().unwrap()),
+                (1, 1),
+                "use_rw: {use_rw}"
+            );
+        });
+    }
+}

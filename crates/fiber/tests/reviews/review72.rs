@@ -21,7 +21,9 @@
 //! destructor that returned from its cancellation and waits for a lock
 //! through the grace time is itself unwound out of `Mutex::lock` at
 //! teardown when a second such destructor waits too (cut short, though
-//! the same teardown frees the lock).
+//! the same teardown frees the lock). Both are fixed: the first wait
+//! parks while the pass unwinds the holder, and teardown leaves lock waits
+//! parked while anything else can run.
 
 use crate::common::*;
 
@@ -1309,9 +1311,8 @@ fn a_destructor_unwound_at_teardown_locking_a_mutex_an_older_stubborn_fiber_hold
 // 12. A fiber that returned when cancelled and whose destructor waits for a
 //     lock a younger stubborn fiber holds through the grace time.
 
-// FAILS on main: with two or more such destructors, teardown unwinds a later waiter out of Mutex::lock (its destructor cut short) while the lock is being handed on
+// Failed before the fix: with two or more such destructors, teardown unwinds a later waiter out of Mutex::lock (its destructor cut short) while the lock is being handed on
 #[test]
-#[ignore = "open: a destructor's lock wait is unwound at teardown though the lock is released in the same teardown"]
 fn a_destructor_waiting_in_the_grace_for_a_lock_a_younger_stubborn_fiber_holds_gets_it_at_teardown() {
     within(120, || {
         for round in 0..6 {
