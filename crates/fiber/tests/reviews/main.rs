@@ -70,4 +70,5 @@ mod review7;
 mod review70;
 mod review71;
 mod review72;
+mod review73;
 mod review8;
