@@ -120,6 +120,25 @@ impl Idle {
         self.num_searching.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// A worker starts spinning for work if fewer than `limit` do (tokio
+    /// lets at most half its workers search, Go half its busy ones): each
+    /// search looks at every worker's deque, so a thousand idle workers
+    /// all searching at once cost a million looks a round, and a runtime
+    /// of 1,024 workers took seconds to start and to run a few thousand
+    /// fibers (`adversarial_review3.rs::the_maximum_worker_count_builds_runs_and_shuts_down`).
+    /// One that may not search goes to sleep through the usual handshake
+    /// (its last look sees work published meanwhile), and the last searcher
+    /// to find work wakes another, so capping loses no wake-up.
+    pub(crate) fn try_start_searching(&self, limit: usize) -> bool {
+        // Relaxed: a cap, not part of the handshake; `start_searching`'s
+        // SeqCst increment (below) is what the notifier's check reads.
+        if self.num_searching.load(Ordering::Relaxed) >= limit {
+            return false;
+        }
+        self.start_searching();
+        true
+    }
+
     /// A searching worker stops (found work, or goes to sleep). Returns
     /// `true` if it was the last searcher.
     pub(crate) fn stop_searching(&self) -> bool {

@@ -578,13 +578,18 @@ impl Runtime {
                 .filter(|(_, slot)| slot.running.load(Ordering::Relaxed) != 0)
                 .map(|(i, slot)| format!("worker {i} runs fiber {}", slot.running.load(Ordering::Relaxed)))
                 .collect();
+            let why = if running.is_empty() {
+                // A loaded machine (or a thousand workers on two cores)
+                // had not scheduled them yet: no fiber is to blame.
+                "none of them runs a fiber (they were not scheduled in time)".to_string()
+            } else {
+                format!("a fiber runs without a yield point ({})", running.join(", "))
+            };
             eprintln!(
-                "fiber: shutdown: {} worker thread(s) did not stop within {:?}: a fiber runs without a \
-                 yield point ({}); the other fibers are unwound now, the fiber(s) still running at their \
-                 next yield point",
+                "fiber: shutdown: {} worker thread(s) did not stop within {:?}: {why}; the other fibers are \
+                 unwound now, the fiber(s) still running at their next yield point",
                 stuck.len(),
                 WORKER_STOP_BOUND,
-                running.join(", ")
             );
             shared
                 .counters

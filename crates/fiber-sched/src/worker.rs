@@ -1110,8 +1110,13 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) -> Leave {
         {
             continue;
         }
-        // Search briefly before sleeping.
-        shared.idle.start_searching();
+        // Search briefly before sleeping, unless enough others search.
+        if !shared.idle.try_start_searching(search_limit(shared)) {
+            if !sleep(shared, ctx) {
+                return Leave::Retired;
+            }
+            continue;
+        }
         let mut found = None;
         for round in 0..SEARCH_ROUNDS {
             // Due timers first, any wheel's (an idle worker fires for a busy
@@ -1152,6 +1157,15 @@ fn run_loop(shared: &Arc<Shared>, ctx: &WorkerCtx) -> Leave {
         }
     }
 }
+
+/// How many workers may search for work at once: half the configured
+/// workers (at least 2, at most [`MAX_SEARCHERS`]).
+fn search_limit(shared: &Shared) -> usize {
+    (shared.config.workers / 2).clamp(2, MAX_SEARCHERS)
+}
+
+/// The most workers that search for work at once, however many there are.
+const MAX_SEARCHERS: usize = 16;
 
 /// Go to sleep; returns `false` if this worker should retire.
 fn sleep(shared: &Shared, ctx: &WorkerCtx) -> bool {
