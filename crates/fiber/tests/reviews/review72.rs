@@ -23,7 +23,7 @@
 //! teardown when a second such destructor waits too (cut short, though
 //! the same teardown frees the lock). Both are fixed: the first wait
 //! parks while the pass unwinds the holder, and teardown leaves lock waits
-//! parked while anything else can run.
+//! made in clean-up parked while anything else can run.
 
 use crate::common::*;
 
