@@ -214,6 +214,12 @@ pub(crate) struct Node<T> {
     queued: std::cell::Cell<bool>,
     /// Its place in a wait queue (under the channel lock).
     link: UnsafeCell<Link<T>>,
+    /// Wakers and neighbours reach a queued node through raw pointers
+    /// while its owner holds `&mut` to it (the wait's `Io`). `!Unpin`
+    /// tells the compiler that such a `&mut` is not the only way in (no
+    /// `noalias`), as intrusive lists in tokio and the standard library
+    /// rely on.
+    _pinned: std::marker::PhantomPinned,
 }
 
 impl<T> Node<T> {
@@ -229,6 +235,7 @@ impl<T> Node<T> {
             chan,
             queued: std::cell::Cell::new(false),
             link: UnsafeCell::new(Link::UNLINKED),
+            _pinned: std::marker::PhantomPinned,
         }
     }
 
@@ -252,6 +259,7 @@ impl<T> Node<T> {
             chan,
             queued: std::cell::Cell::new(false),
             link: UnsafeCell::new(Link::UNLINKED),
+            _pinned: std::marker::PhantomPinned,
         }
     }
 

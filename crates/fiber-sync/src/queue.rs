@@ -21,6 +21,7 @@
 
 use crate::sync::UnsafeCell;
 use fiber_core::Waiter;
+use std::marker::PhantomPinned;
 use std::ptr;
 
 /// Where a node stands. Changed under the queue lock only.
@@ -110,6 +111,12 @@ pub(crate) struct Node {
     /// the ends); under the queue lock.
     prev: UnsafeCell<*const Node>,
     next: UnsafeCell<*const Node>,
+    /// The queue and the neighbours reach a queued node through raw
+    /// pointers while its owner still holds `&mut` to the wait's `Io`
+    /// around it. `!Unpin` tells the compiler that such a `&mut` is not
+    /// the only way in (no `noalias`), the rule intrusive lists in tokio
+    /// and the standard library rely on as well.
+    _pinned: PhantomPinned,
 }
 
 impl Node {
@@ -122,6 +129,7 @@ impl Node {
             queued: false,
             prev: UnsafeCell::new(ptr::null()),
             next: UnsafeCell::new(ptr::null()),
+            _pinned: PhantomPinned,
         }
     }
 

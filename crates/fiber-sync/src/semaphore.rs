@@ -184,6 +184,13 @@ impl Semaphore {
             // `acquire_many(batch.len())` of an empty batch must not block.
             return Some(SemaphorePermit { sem: self, permits: 0 });
         }
+        // Always true on 64-bit targets (a `u32` is far below the limit);
+        // on 32-bit ones a request above the limit could never be granted
+        // and its shifted count would overflow, so it is refused loudly.
+        assert!(
+            n as usize <= Self::MAX_PERMITS,
+            "fiber::sync::Semaphore: a request for {n} permits exceeds MAX_PERMITS"
+        );
         let need = (n as usize) << SHIFT;
         // Relaxed: the CAS below acquires.
         let mut seen = self.state.load(Ordering::Relaxed);
