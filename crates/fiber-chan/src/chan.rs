@@ -1467,7 +1467,15 @@ impl<T> Chan<T> {
                     // crossbeam's `linearizable` test). The writer awaits
                     // nothing: wait it out (spin, then yield the thread).
                     Pop::Busy => crate::sync::spin(&mut spins),
-                    Pop::Reserved | Pop::Empty { closed: false } => return Try::WouldBlock,
+                    Pop::Reserved { freed } => {
+                        if freed {
+                            // Holes taken on the way freed slots: parked
+                            // senders may move in (`settle`).
+                            self.after_ring_op();
+                        }
+                        return Try::WouldBlock;
+                    }
+                    Pop::Empty { closed: false } => return Try::WouldBlock,
                     Pop::Empty { closed: true } => {
                         // Closed and empty: parked (admitted) senders may
                         // still hold values; decide under the lock.
@@ -1524,8 +1532,14 @@ impl<T> Chan<T> {
                     }
                     // Never park on a busy slot (see `announce`).
                     Pop::Busy => spin(&mut step),
-                    // Its completion settles (`after_ring_fill`).
-                    Pop::Reserved => return Try::WouldBlock,
+                    // Its completion settles (`after_ring_fill`); holes
+                    // taken on the way freed slots for parked senders.
+                    Pop::Reserved { freed } => {
+                        if freed {
+                            self.settle(inner, wakes);
+                        }
+                        return Try::WouldBlock;
+                    }
                     Pop::Empty { .. } => {
                         // Admitted senders parked in a race move in first.
                         self.settle(inner, wakes);
@@ -1716,7 +1730,7 @@ impl<T> Chan<T> {
             match ring.pop(&mut out) {
                 Pop::Value => into.extend(out),
                 Pop::Busy => spin(&mut step),
-                Pop::Empty { .. } | Pop::Reserved => return,
+                Pop::Empty { .. } | Pop::Reserved { .. } => return,
             }
         }
     }
@@ -2038,9 +2052,14 @@ impl<T> Chan<T> {
 
     fn recv_ready(&self, inner: &Inner<T>, own: *const SelectGroup) -> bool {
         if let Some(ring) = &self.ring {
+            // A parked plain sender helps only once its value can move in
+            // (`settle`): with the ring full behind a reserved head it
+            // cannot, and counting it made a select retry without ever
+            // parking or yielding for as long as the reservation lasted
+            // (`adversarial/chan_reserved.rs`).
             return Self::head_settled(ring) == Head::Ready
                 || Self::ring_disconnected(ring, inner)
-                || has_partner(&inner.sendq, own);
+                || (has_partner(&inner.sendq, own) && Self::room_settled(ring));
         }
         !inner.buf.is_empty() || (inner.closed && inner.reserved == 0) || has_partner(&inner.sendq, own)
     }

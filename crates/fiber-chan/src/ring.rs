@@ -52,8 +52,10 @@ pub(crate) enum Pop {
     /// send between its claim and its write): a moment.
     Busy,
     /// The position at `head` is reserved by a select's send arm: its
-    /// completion writes it and then settles parked waiters.
-    Reserved,
+    /// completion writes it and then settles parked waiters. `freed`:
+    /// holes were taken on the way, so slots were freed (parked senders
+    /// must be told).
+    Reserved { freed: bool },
 }
 
 /// What the slot at `head` holds (for readiness checks).
@@ -291,6 +293,7 @@ impl<T> Ring<T> {
         // Relaxed: the CAS below decides; the stamp load orders the slot.
         let mut head = self.head.load(Ordering::Relaxed);
         let mut contended = 0;
+        let mut freed = false;
         loop {
             let index = head & (self.mark - 1);
             let slot = &self.slots[index];
@@ -315,6 +318,7 @@ impl<T> Ring<T> {
                         if out.is_some() {
                             return Pop::Value;
                         }
+                        freed = true;
                         head = self.head.load(Ordering::Relaxed);
                     }
                     Err(h) => {
@@ -336,7 +340,7 @@ impl<T> Ring<T> {
                 }
                 return Pop::Busy;
             } else if stamp == head.wrapping_add(2) {
-                return Pop::Reserved;
+                return Pop::Reserved { freed };
             } else {
                 // Another receive took `head` meanwhile.
                 moved_on();

@@ -144,24 +144,32 @@ const _: () = {
 /// fiber's stack (`Select::run_inner`): no allocation per select for values
 /// that fit. It never moves once filled: channel queues point into it while
 /// the select is parked.
+///
+/// Other threads write the nodes inside `buf` (under their channels'
+/// locks) while the select holds `&mut` or `&` to its slots: the bytes are
+/// in an `UnsafeCell` (a shared reference does not freeze them) and the
+/// slot is `!Unpin` (a `&mut` to it is not taken as exclusive), as for
+/// `Node` itself.
 struct ParkSlot<'a> {
-    buf: MaybeUninit<[u64; PARK_WORDS]>,
+    buf: std::cell::UnsafeCell<MaybeUninit<[u64; PARK_WORDS]>>,
     /// The object: in `buf`, or boxed when it does not fit.
     obj: Option<(*mut (dyn Parked + 'a), bool)>,
+    _pinned: std::marker::PhantomPinned,
 }
 
 impl<'a> ParkSlot<'a> {
     fn empty() -> ParkSlot<'a> {
         ParkSlot {
-            buf: MaybeUninit::uninit(),
+            buf: std::cell::UnsafeCell::new(MaybeUninit::uninit()),
             obj: None,
+            _pinned: std::marker::PhantomPinned,
         }
     }
 
     fn put<P: Parked + 'a>(&mut self, parked: P) {
         debug_assert!(self.obj.is_none(), "a park slot is filled once");
         if size_of::<P>() <= size_of::<[u64; PARK_WORDS]>() && align_of::<P>() <= align_of::<u64>() {
-            let p = self.buf.as_mut_ptr().cast::<P>();
+            let p = self.buf.get().cast::<P>();
             // SAFETY: `P` fits the buffer's size and alignment (checked
             // above) and the buffer holds nothing (filled once).
             unsafe { p.write(parked) };

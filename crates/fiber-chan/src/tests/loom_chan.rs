@@ -363,6 +363,49 @@ fn loom_given_back_reservation_vs_parked_sender() {
     });
 }
 
+/// A hole (a reservation given back) before a live reservation on a full
+/// ring, and a plain sender parked for room: a `try_recv` takes the hole,
+/// which frees a slot, and stops at the reservation. The sender must get
+/// the freed slot then, not when the reservation ends (here it ends only
+/// after the sender has finished). Without the settle after a `Reserved`
+/// pop that took holes, the sender sleeps next to the free slot (a
+/// deadlock).
+#[test]
+fn loom_hole_taken_before_a_reservation_vs_parked_sender() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(3);
+        // A value at the head keeps the hole below from being skipped at
+        // once.
+        assert_eq!(tx.try_send(0), Ok(()));
+        let mut first = Select::new();
+        first.send(&tx);
+        let given_back = first.select();
+        let mut second = Select::new();
+        second.send(&tx);
+        let held = second.select();
+        // The first reservation is given back behind the second: a hole.
+        let released = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(given_back)));
+        assert!(released.is_err(), "dropping an uncompleted SelectedOperation panics");
+        drop(first);
+        // Value 0, hole, reserved: take 0 and fill the ring again (hole,
+        // reserved, value 4).
+        assert_eq!(rx.try_recv(), Ok(0));
+        assert_eq!(tx.try_send(4), Ok(()));
+        let sender = {
+            let tx = tx.clone();
+            thread::spawn(move || tx.send(7))
+        };
+        // Takes the hole and stops at the live reservation.
+        assert!(rx.try_recv().is_err());
+        assert_eq!(sender.join().unwrap(), Ok(()));
+        assert_eq!(held.send(&tx, 3), Ok(()));
+        drop(second);
+        assert_eq!(rx.try_recv(), Ok(3));
+        assert_eq!(rx.try_recv(), Ok(4));
+        assert_eq!(rx.try_recv(), Ok(7));
+    });
+}
+
 /// The last receiver leaves while a plain send is between its claim and
 /// its write: the receiver's drop waits for the write and drops the value
 /// (the sender is still alive). Treating that busy position as the end

@@ -36,7 +36,7 @@ fn loom_ring_stamps_hand_the_value_to_the_receiver() {
                 match ring.pop(&mut out) {
                     Pop::Value => break,
                     Pop::Empty { .. } | Pop::Busy => thread::yield_now(),
-                    Pop::Reserved => unreachable!("nothing reserves here"),
+                    Pop::Reserved { .. } => unreachable!("nothing reserves here"),
                 }
             }
             assert_eq!(out.as_deref(), Some(&42));

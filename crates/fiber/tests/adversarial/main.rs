@@ -10,6 +10,7 @@ mod big_values;
 mod cancel_in_flight;
 mod cancelled_polling;
 mod chan_edges;
+mod chan_reserved;
 mod condvar_edges;
 mod deep_trees;
 mod drops;
