@@ -628,7 +628,7 @@ impl JobCore {
         crate::trace_event!("JOB_CHILD_ATTACH", job.id, parent = parent.id);
         if cancelling {
             // A child of a cancelling job starts cancelled.
-            job.cancel(CancelReason::Cancelled);
+            job.cancel_contained(CancelReason::Cancelled);
         }
         job
     }
@@ -910,6 +910,41 @@ impl JobCore {
     /// again here rather than taken as done. A fiber that cancels an
     /// enclosing job and then checks `fiber::is_cancelled()` sees `true`.
     pub(crate) fn cancel(&self, reason: CancelReason) {
+        if let Some(payload) = self.cancel_collect(reason) {
+            std::panic::resume_unwind(payload);
+        }
+    }
+
+    /// [`cancel`](Self::cancel) made by the runtime on its own (a scope
+    /// closing after its body failed, a failure handed up, a deadline, a
+    /// shutdown): a `tracing` layer's panic is reported and contained
+    /// (spec/lifecycle.md section 10), never raised part way through the
+    /// step that called it. Raised, it unwound a closing scope before its
+    /// children were joined (they still borrowed the scope owner's stack)
+    /// and skipped the step that ends a job, so its scope waited for ever
+    /// (`adversarial/layer_panics.rs`).
+    pub(crate) fn cancel_contained(&self, reason: CancelReason) {
+        if let Some(payload) = self.cancel_collect(reason) {
+            #[cfg(not(loom))]
+            fiber_core::layer_panicked("tracing a job's cancellation", payload);
+            // (The models install no layer.)
+            #[cfg(loom)]
+            std::panic::resume_unwind(payload);
+        }
+    }
+
+    /// Record a failure (the first one is kept) and cancel the job so the
+    /// rest of it stops (`ChildFailed` when it came from a child); a
+    /// `tracing` layer's panic is contained as in
+    /// [`cancel_contained`](Self::cancel_contained).
+    pub(crate) fn fail_contained(&self, failure: Failure, reason: CancelReason) {
+        self.record_failure(failure);
+        self.cancel_contained(reason);
+    }
+
+    /// The walk of [`cancel`](Self::cancel); returns the first panic of a
+    /// `tracing` layer met on the way, for the caller to raise or report.
+    fn cancel_collect(&self, reason: CancelReason) -> Option<Box<dyn Any + Send>> {
         // The subtree is walked with a list, not by recursion: a chain of
         // hundreds of nested scopes would overflow the canceller's stack (a
         // fiber's is 256 KiB).
@@ -921,7 +956,7 @@ impl JobCore {
         // threw).
         let mut panicked = None;
         let Some(mut pending) = self.cancel_one(reason, &mut panicked) else {
-            return;
+            return panicked;
         };
         // The jobs with children this walk went down into: their subtrees
         // are cancelled once the walk is over (a job without one was
@@ -944,9 +979,7 @@ impl JobCore {
         for job in walked {
             job.mark_subtree_cancelled();
         }
-        if let Some(payload) = panicked {
-            std::panic::resume_unwind(payload);
-        }
+        panicked
     }
 
     /// Record that this job's fibers were interrupted and its subtree
@@ -1069,18 +1102,14 @@ impl JobCore {
         Some(children)
     }
 
-    /// Record a failure (the first one is kept) and cancel the job so the
-    /// rest of it stops. `ChildFailed` when it came from a child.
-    pub(crate) fn fail(&self, failure: Failure, reason: CancelReason) {
-        {
-            let mut sync = lock(&self.sync);
-            match failure {
-                failure if sync.failure.is_none() => sync.failure = Some(failure),
-                Failure::Panic(payload) => sync.later_panics.push(payload),
-                Failure::Error => {}
-            }
+    /// Keep `failure` (the first one wins; later panics are kept aside).
+    fn record_failure(&self, failure: Failure) {
+        let mut sync = lock(&self.sync);
+        match failure {
+            failure if sync.failure.is_none() => sync.failure = Some(failure),
+            Failure::Panic(payload) => sync.later_panics.push(payload),
+            Failure::Error => {}
         }
-        self.cancel(reason);
     }
 
     /// The payloads of children that failed after the first (see
@@ -1184,7 +1213,7 @@ impl JobCore {
                     // Outside this job's lock: the parent's cancel takes
                     // the parent's lock, then its children's.
                     if let Some(parent) = &self.parent {
-                        parent.fail(failure, CancelReason::ChildFailed);
+                        parent.fail_contained(failure, CancelReason::ChildFailed);
                     }
                     step = {
                         let mut sync = lock(&self.sync);
@@ -1690,9 +1719,9 @@ impl JobCore {
     /// or `None` while a child still runs.
     pub(crate) fn end_as_root(self: &Arc<Self>, panicked: bool, cancelled: bool) -> Option<bool> {
         if panicked {
-            self.fail(Failure::Panic(Arc::new(Mutex::new(None))), CancelReason::Cancelled);
+            self.fail_contained(Failure::Panic(Arc::new(Mutex::new(None))), CancelReason::Cancelled);
         } else if cancelled {
-            self.cancel(CancelReason::Cancelled);
+            self.cancel_contained(CancelReason::Cancelled);
         }
         self.body_done();
         match self.state() {
@@ -1751,7 +1780,7 @@ impl fiber_core::CancelScope for JobCore {
     /// (a `Job::join` on it with it). The fibers stay in the jobs' lists:
     /// they never run again, and the lists die with the jobs.
     fn fiber_abandoned(self: Arc<Self>, _call: fiber_core::RootScopeCall) {
-        self.cancel(CancelReason::Cancelled);
+        self.cancel_contained(CancelReason::Cancelled);
         // Every job of the tree that has not ended, parents before their
         // children (a list, not recursion: trees can be deep).
         let mut open = Vec::new();

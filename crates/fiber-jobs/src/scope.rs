@@ -578,7 +578,7 @@ fn inside(job: &Arc<JobCore>) -> Inside {
     // told it is cancelled, also reads `is_cancelled()` as true from now
     // on.
     if let Some(top) = cancelling {
-        top.cancel(CancelReason::Cancelled);
+        top.cancel_contained(CancelReason::Cancelled);
     }
     Inside::Cancelled
 }
@@ -626,7 +626,7 @@ fn current_job() -> Option<Arc<JobCore>> {
                         root.add_fiber(me);
                     }
                     if already_cancelled {
-                        root.cancel(CancelReason::Cancelled);
+                        root.cancel_contained(CancelReason::Cancelled);
                     }
                     Some(root)
                 }
@@ -801,7 +801,7 @@ where
                 // The runtime's shutdown cancelled this child (as it does
                 // the fiber's root job): its job ends CANCELLED, not
                 // COMPLETED, and a value it returned is dropped.
-                self.job.cancel(CancelReason::Cancelled);
+                self.job.cancel_contained(CancelReason::Cancelled);
             }
             match outcome {
                 Ok(Ok(value)) => Outcome::Value(value),
@@ -835,7 +835,7 @@ where
                     };
                     match catch_unwind(AssertUnwindSafe(move || drop(unwanted))) {
                         Ok(()) => {
-                            self.job.fail(Failure::Error, CancelReason::ChildFailed);
+                            self.job.fail_contained(Failure::Error, CancelReason::ChildFailed);
                             Outcome::Failed
                         }
                         Err(payload) => self.panicked(payload),
@@ -867,7 +867,8 @@ where
 impl<F, T, E> ChildBody<F, T, E> {
     fn panicked(&self, payload: Box<dyn Any + Send>) -> Outcome<T> {
         let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
-        self.job.fail(Failure::Panic(shared.clone()), CancelReason::ChildFailed);
+        self.job
+            .fail_contained(Failure::Panic(shared.clone()), CancelReason::ChildFailed);
         Outcome::Panicked(shared)
     }
 
@@ -880,7 +881,8 @@ impl<F, T, E> ChildBody<F, T, E> {
             // Nobody will join: drop the value here, before `body_done`.
             if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(unjoined))) {
                 let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
-                self.job.fail(Failure::Panic(shared), CancelReason::ChildFailed);
+                self.job
+                    .fail_contained(Failure::Panic(shared), CancelReason::ChildFailed);
             }
             self.job.body_done();
         }
@@ -914,7 +916,7 @@ impl<F, T, E> Drop for ChildBody<F, T, E> {
             // while it ran (`run`). Reported as cancelled but not
             // cancelled, the job ended COMPLETED, and its handle and its
             // job disagreed (`reviews/review71.rs`).
-            self.job.cancel(CancelReason::Cancelled);
+            self.job.cancel_contained(CancelReason::Cancelled);
         }
         self.finish(outcome);
         drop(fiber_core::swap_cancel_scope(previous));
@@ -1386,14 +1388,14 @@ fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T,
             // The runtime is tearing this fiber down: the scope is
             // cancelled (shutdown is a cancellation, not a failure), and
             // the unwind goes on once the children have ended.
-            job.cancel(CancelReason::Cancelled);
+            job.cancel_contained(CancelReason::Cancelled);
             teardown = Some(payload);
             None
         }
         Err(payload) => {
             let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
             body_panic = Some(shared.clone());
-            job.fail(Failure::Panic(shared), CancelReason::Cancelled);
+            job.fail_contained(Failure::Panic(shared), CancelReason::Cancelled);
             None
         }
     };
@@ -1402,7 +1404,7 @@ fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T,
         // Shutdown cancelled the fiber running this scope while the scope
         // was open (its body, or its wait for the children): the scope's
         // job ends CANCELLED, as its children's and the fiber's root job do.
-        job.cancel(CancelReason::Cancelled);
+        job.cancel_contained(CancelReason::Cancelled);
     }
     job.body_done();
     if let Some(payload) = teardown {
@@ -1565,9 +1567,9 @@ where
             }
             drop(slot);
             if first {
-                job.fail(Failure::Error, CancelReason::Cancelled);
+                job.fail_contained(Failure::Error, CancelReason::Cancelled);
             } else {
-                job.cancel(CancelReason::Cancelled);
+                job.cancel_contained(CancelReason::Cancelled);
             }
             Ok(None)
         }
@@ -1730,7 +1732,7 @@ pub fn with_timeout<T>(timeout: Duration, f: impl FnOnce() -> T) -> Result<T, Ti
     // earlier (the outer one's watchdog may not have run either).
     let late = job.deadline_passed();
     if late {
-        job.cancel(CancelReason::TimedOut);
+        job.cancel_contained(CancelReason::TimedOut);
     }
     // The job ends before this fiber parks for the watchdog: a deadline
     // passing while it waits there (a busy worker) must not turn a body

@@ -40,7 +40,7 @@ fn loom_child_failure_racing_external_cancel() {
             thread::spawn(move || parent.cancel(CancelReason::Cancelled))
         };
         let failer = thread::spawn(move || {
-            child.fail(
+            child.fail_contained(
                 Failure::Panic(Arc::new(crate::sync::Mutex::new(None))),
                 CancelReason::ChildFailed,
             );
@@ -76,7 +76,7 @@ fn loom_failed_child_cancels_its_parent_before_it_ends() {
                 }
             })
         };
-        child.fail(
+        child.fail_contained(
             Failure::Panic(Arc::new(crate::sync::Mutex::new(None))),
             CancelReason::ChildFailed,
         );

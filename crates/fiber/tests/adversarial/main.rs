@@ -23,6 +23,7 @@ mod id_order;
 mod inherited_deadlines;
 mod job_joiners;
 mod job_outcomes;
+mod layer_panics;
 mod misuse;
 mod net_edges;
 mod net_shutdown_wakes;
