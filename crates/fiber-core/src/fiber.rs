@@ -2690,6 +2690,14 @@ impl FiberRef {
     pub fn id(&self) -> FiberId {
         self.id
     }
+
+    /// Has this incarnation of the fiber ended, or did its runtime's
+    /// teardown give it up (for good, or to be revived later)? A fiber for
+    /// which this is `false` may still run code: a job layer must not end
+    /// the job it runs in behind its back.
+    pub fn has_ended_or_been_given_up(&self) -> bool {
+        self.fiber.id() != self.id || self.fiber.is_abandoned()
+    }
 }
 
 impl fmt::Debug for FiberRef {

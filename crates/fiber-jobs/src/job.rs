@@ -214,14 +214,15 @@ impl OutcomeSlot {
             && std::mem::align_of::<V>() <= std::mem::align_of::<usize>()
     }
 
-    /// Store `value`, or give it back if the handle is gone.
+    /// Store `value`, or give it back if the handle is gone or the job has
+    /// ended (`job_ended`: the handle may read the slot without the lock).
     ///
     /// # Safety
     ///
     /// Every access to this slot names the same `V`, and `V` is `Send`
     /// (the value moves from the child's thread to the handle's).
-    unsafe fn store<V>(&mut self, value: V) -> Option<V> {
-        if self.handle_gone {
+    unsafe fn store<V>(&mut self, value: V, job_ended: bool) -> Option<V> {
+        if self.handle_gone || job_ended {
             return Some(value);
         }
         debug_assert!(!self.present, "a child stores its outcome once");
@@ -850,6 +851,18 @@ impl JobCore {
         }
     }
 
+    /// Does a fiber that has neither ended nor been given up by its
+    /// runtime run in this job (see `fiber_abandoned`)?
+    #[cfg(not(loom))]
+    fn runs_a_live_fiber(&self) -> bool {
+        lock(&self.sync).fibers.iter().any(|f| !f.has_ended_or_been_given_up())
+    }
+
+    #[cfg(loom)]
+    fn runs_a_live_fiber(&self) -> bool {
+        false
+    }
+
     /// Register a fiber running in this job (to interrupt on cancel).
     #[cfg(not(loom))]
     pub(crate) fn add_fiber(&self, fiber: fiber_core::FiberRef) {
@@ -1419,9 +1432,16 @@ impl JobCore {
                     sync.fibers.retain(|f| f.id() != fiber);
                 }
             }
-            // SAFETY: the caller's contract; the job lock is held and the
-            // job has not ended (its body is only now done).
-            if let Some(unwanted) = unsafe { self.outcome_slot(&mut sync).store(outcome) } {
+            // A job ended before its body returned (a teardown ended it:
+            // `fiber_abandoned`): its handle may already read the slot
+            // without the lock, so the body keeps its outcome and drops it.
+            // (Passed down rather than returned here: a second move of a
+            // big outcome costs its size again in a debug build's frame.)
+            let ended = self.state().is_terminal();
+            // SAFETY: the caller's contract; the job lock is held and, if
+            // the job has ended (read under the lock every end takes), the
+            // slot is not touched.
+            if let Some(unwanted) = unsafe { self.outcome_slot(&mut sync).store(outcome, ended) } {
                 return Some(unwanted);
             }
             // No child left: finalized under this same lock.
@@ -1719,7 +1739,7 @@ impl JobCore {
     /// or `None` while a child still runs.
     pub(crate) fn end_as_root(self: &Arc<Self>, panicked: bool, cancelled: bool) -> Option<bool> {
         if panicked {
-            self.fail_contained(Failure::Panic(Arc::new(Mutex::new(None))), CancelReason::Cancelled);
+            self.fail_contained(Failure::Panic(Arc::new(Mutex::new(None))), CancelReason::ChildFailed);
         } else if cancelled {
             self.cancel_contained(CancelReason::Cancelled);
         }
@@ -1772,13 +1792,19 @@ impl fiber_core::CancelScope for JobCore {
     }
 
     /// The fiber was abandoned at teardown: its root job ends CANCELLED,
-    /// and so does every job below it that has not ended. Teardown is over
-    /// when this is called, so every fiber that ran a body in this tree
-    /// (the fiber itself in its scopes, their scoped children) has
-    /// finished or was abandoned too: a job whose body has not returned
-    /// never will, and one that waits for such a child would wait for ever
-    /// (a `Job::join` on it with it). The fibers stay in the jobs' lists:
-    /// they never run again, and the lists die with the jobs.
+    /// and so does every job below it that has not ended and runs no live
+    /// fiber. Teardown is over when this is called, so every fiber of this
+    /// runtime that ran a body in this tree (the fiber itself in its
+    /// scopes, their scoped children) has finished or was abandoned too: a
+    /// job whose body has not returned never will, and one that waits for
+    /// such a child would wait for ever (a `Job::join` on it with it). The
+    /// fibers stay in the jobs' lists: they never run again, and the lists
+    /// die with the jobs. A job whose body runs on a fiber of another
+    /// runtime (`Job` is `Send`, and `Job::spawn` starts on the caller's
+    /// runtime) is only cancelled: it ends with its body, as usual. Ended
+    /// here, a scope there returned while its child still ran on the
+    /// scope's stack (`adversarial/shutdown_jobs.rs`).
+    /// Cancelled only, it keeps its parents open until it ends.
     fn fiber_abandoned(self: Arc<Self>, _call: fiber_core::RootScopeCall) {
         self.cancel_contained(CancelReason::Cancelled);
         // Every job of the tree that has not ended, parents before their
@@ -1801,6 +1827,9 @@ impl fiber_core::CancelScope for JobCore {
         // Children first: each ends as soon as its own children have, and
         // reports to its parent, which then ends with its own `body_done`.
         for job in open.iter().rev() {
+            if job.runs_a_live_fiber() {
+                continue;
+            }
             job.body_done();
         }
     }

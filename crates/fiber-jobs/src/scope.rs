@@ -1395,7 +1395,7 @@ fn close_scope<T>(job: &Arc<JobCore>, body: std::thread::Result<T>) -> Result<T,
         Err(payload) => {
             let shared: SharedPayload = Arc::new(Mutex::new(Some(payload)));
             body_panic = Some(shared.clone());
-            job.fail_contained(Failure::Panic(shared), CancelReason::Cancelled);
+            job.fail_contained(Failure::Panic(shared), CancelReason::ChildFailed);
             None
         }
     };
@@ -1567,7 +1567,7 @@ where
             }
             drop(slot);
             if first {
-                job.fail_contained(Failure::Error, CancelReason::Cancelled);
+                job.fail_contained(Failure::Error, CancelReason::ChildFailed);
             } else {
                 job.cancel_contained(CancelReason::Cancelled);
             }

@@ -51,7 +51,9 @@ struct PoolState {
 struct Pool {
     /// The runtime whose calls this pool runs.
     runtime_id: usize,
-    /// Calls submitted and not yet completed (diagnostics: Relaxed).
+    /// Calls submitted and not yet completed. The deadlock check reads it
+    /// as a hint; a shut-down runtime's reaper reads a 0 as "every caller
+    /// is woken" (Release decrement after the wake, Acquire read).
     in_flight: std::sync::atomic::AtomicUsize,
     state: Mutex<PoolState>,
     work: Condvar,
@@ -174,7 +176,10 @@ pub(crate) fn in_flight(runtime_id: usize) -> usize {
         .iter()
         .filter(|(id, _)| *id == runtime_id)
         .filter_map(|(_, pool)| pool.upgrade())
-        .map(|pool| pool.in_flight.load(std::sync::atomic::Ordering::Relaxed))
+        // Acquire: pairs with the Release decrement after each call's
+        // wake, so a 0 read orders every caller's wake (its state change
+        // and queue push) before what the reader does next.
+        .map(|pool| pool.in_flight.load(std::sync::atomic::Ordering::Acquire))
         .sum()
 }
 
@@ -401,7 +406,8 @@ where
         // After the wake: once a shut-down runtime's reaper sees no call in
         // flight, every caller it gave up on is back in a run queue
         // (`Runtime::shutdown`).
-        counted.in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        // Release: pairs with the Acquire read in `in_flight`.
+        counted.in_flight.fetch_sub(1, std::sync::atomic::Ordering::Release);
     });
     // SAFETY: the job may borrow from this frame. It is always called (the
     // pool never drops a queued job: it runs it, or at shutdown hands the

@@ -279,3 +279,42 @@ fn a_scope_in_a_fiber_local_destructor_leaves_no_live_job() {
         assert_no_live_jobs("scope opened in a fiber-local destructor");
     });
 }
+
+/// `CancelReason::ChildFailed` is documented as "its own body panicked
+/// (or, in `try_scope`, returned an error), or a child of it failed":
+/// a fiber's root job and a scope whose own body failed said `Cancelled`,
+/// which reads as a cancel from outside.
+// Failed before the fix: a root job whose own fiber panicked read cancel_reason() == Some(Cancelled)
+#[test]
+fn a_job_whose_own_body_failed_reads_child_failed() {
+    crate::common::on_runtime(|| {
+        let (tx, rx) = fiber::chan::bounded(1);
+        let h = fiber::spawn(move || {
+            tx.send(fiber::Job::current()).unwrap();
+            std::panic::panic_any("the body panics");
+        });
+        assert!(h.join().is_err());
+        let root = rx.recv().unwrap();
+        assert_eq!(root.cancel_reason(), Some(fiber::CancelReason::ChildFailed));
+
+        let (tx, rx) = fiber::chan::bounded(1);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fiber::scope(|s| {
+                tx.send(s.job().clone()).unwrap();
+                std::panic::panic_any("the scope body panics");
+            })
+        }));
+        assert!(r.is_err());
+        let scope_job = rx.recv().unwrap();
+        assert_eq!(scope_job.cancel_reason(), Some(fiber::CancelReason::ChildFailed));
+
+        let (tx, rx) = fiber::chan::bounded(1);
+        let r = fiber::try_scope(|s| -> Result<(), &'static str> {
+            tx.send(s.job().clone()).unwrap();
+            Err("the body failed")
+        });
+        assert_eq!(r, Err("the body failed"));
+        let scope_job = rx.recv().unwrap();
+        assert_eq!(scope_job.cancel_reason(), Some(fiber::CancelReason::ChildFailed));
+    });
+}

@@ -249,3 +249,59 @@ fn jobs_of_a_fiber_abandoned_with_an_open_scope_end() {
         std::process::exit(0);
     });
 }
+
+/// A job made under a fiber of runtime A runs a child on runtime B (`Job`
+/// is `Send`; `Job::spawn` starts on the caller's runtime), and that child
+/// opens a scope whose child borrows its stack inside `fiber::blocking`.
+/// Runtime A shuts down and gives its fiber up (it sits in a blocking
+/// call): ending the given-up fiber's job tree must not end the jobs whose
+/// bodies still run on B. Ended, the scope on B returned with its child
+/// still running on the borrowed stack.
+// Failed before the fix: a scope on runtime B returned while its child still ran
+#[test]
+fn a_shutdown_leaves_the_jobs_of_its_tree_that_run_on_another_runtime_alone() {
+    within(30, || {
+        let rt_a = crate::common::rt_fixed_grace(1, ms(20));
+        let rt_b = crate::common::rt2();
+        let (job_tx, job_rx) = std::sync::mpsc::channel();
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel::<bool>();
+        rt_a.spawn(move || {
+            job_tx.send(Job::new(Some(&Job::current()))).unwrap();
+            fiber::blocking(move || {
+                let _ = held_tx.send(());
+                std::thread::sleep(ms(600));
+            });
+        });
+        let job = job_rx.recv().unwrap();
+        held_rx.recv().unwrap();
+        let outcome = rt_b.spawn(move || {
+            job.spawn(move || {
+                let child_done = std::sync::atomic::AtomicBool::new(false);
+                fiber::scope(|s| {
+                    s.spawn(|| {
+                        fiber::blocking(|| {
+                            go_tx.send(()).unwrap();
+                            std::thread::sleep(ms(300));
+                            child_done.store(true, SeqCst);
+                        })
+                    });
+                });
+                // The scope returned: its child must have ended.
+                seen_tx.send(child_done.load(SeqCst)).unwrap();
+            })
+            .join()
+        });
+        go_rx.recv().unwrap();
+        drop(rt_a);
+        assert!(
+            seen_rx.recv().unwrap(),
+            "a scope on runtime B returned while its child still ran"
+        );
+        // The shutdown of A cancelled the tree (B's job included): the job
+        // ends cancelled, once its body has returned.
+        let joined = outcome.join().unwrap();
+        assert!(joined.as_ref().is_err_and(|e| e.is_cancelled()), "{joined:?}");
+    });
+}
