@@ -9,14 +9,16 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// Try `f` on each address `addr` resolves to, as std does; the last error
-/// wins. Name resolution (`getaddrinfo`) blocks the calling thread: pass a
-/// [`SocketAddr`] from fibers that must not block, or resolve on the
-/// blocking pool.
+/// wins, except a cancellation, which ends the call at once (a cancelled
+/// fiber does not go on to connect to the next address). Name resolution
+/// (`getaddrinfo`) blocks the calling thread: pass a [`SocketAddr`] from
+/// fibers that must not block, or resolve on the blocking pool.
 pub(crate) fn each_addr<A: ToSocketAddrs, T>(addr: A, mut f: impl FnMut(SocketAddr) -> io::Result<T>) -> io::Result<T> {
     let mut last = None;
     for addr in addr.to_socket_addrs()? {
         match f(addr) {
             Ok(t) => return Ok(t),
+            Err(e) if e.get_ref().is_some_and(|inner| inner.is::<fiber_core::Cancelled>()) => return Err(e),
             Err(e) => last = Some(e),
         }
     }
