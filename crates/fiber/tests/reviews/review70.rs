@@ -44,6 +44,26 @@ fn exhaust_descriptors() -> Vec<OwnedFd> {
     }
 }
 
+/// In the root fiber: leave the only worker idle, 200 ms at a time, until
+/// it has waited in the I/O driver (`worker_io_waits` past `before`) or
+/// 20 s have passed; the count at the end. An idle worker first searches
+/// for work, yielding its thread 16 times, before it sleeps: on a loaded
+/// machine each yield can last a scheduler slice (a few ms), so the search
+/// outlasted every 10 ms idle moment of the first version of these tests,
+/// which found the sleeper's deadline passed and never waited (four
+/// busy loops beside the test: 0 driver waits in 20 s of 10 ms sleeps,
+/// one at once with 200 ms sleeps).
+fn idle_until_a_driver_wait(before: u64) -> u64 {
+    let start = std::time::Instant::now();
+    loop {
+        fiber::sleep(ms(200)).unwrap();
+        let now = fiber::net::poll_stats().worker_io_waits;
+        if now > before || start.elapsed() > std::time::Duration::from_secs(20) {
+            return now;
+        }
+    }
+}
+
 /// With `io_park` on and one worker: the worker's first idle moment after
 /// the driver started meets a process out of descriptors (its epoll set
 /// cannot be made), so it sleeps on its wake-up word that time. Once
@@ -52,7 +72,6 @@ fn exhaust_descriptors() -> Vec<OwnedFd> {
 /// attempt succeeds.
 // Failed before the fix: a failed IoWaiter creation is cached as None in the worker's OnceLock, so io_park stays off for that worker for good
 #[test]
-#[ignore = "flaky in a loaded gate run: an io_park worker sometimes never waits in the driver (open, see spec/net.md); run with --ignored"]
 fn io_park_recovers_after_one_failed_driver_wait_setup() {
     in_child("io_park_recovers_after_one_failed_driver_wait_setup", 60, || {
         let rt = fiber::Runtime::builder()
@@ -78,15 +97,12 @@ fn io_park_recovers_after_one_failed_driver_wait_setup() {
             // SAFETY: a plain setrlimit call with a valid struct.
             assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &old) }, 0);
             let before = fiber::net::poll_stats().worker_io_waits;
-            for _ in 0..25 {
-                fiber::sleep(ms(10)).unwrap();
-            }
-            (before, fiber::net::poll_stats().worker_io_waits)
+            (before, idle_until_a_driver_wait(before))
         });
         assert!(
             after > before,
             "the worker never waited in the I/O driver again once descriptors were back \
-             ({before} -> {after} driver waits over 25 idle sleeps)"
+             ({before} -> {after} driver waits over 20 s of idle sleeps)"
         );
     });
 }
@@ -94,7 +110,6 @@ fn io_park_recovers_after_one_failed_driver_wait_setup() {
 /// The same run with descriptors to spare: the idle worker waits in the
 /// driver (the control for the test above; it passes on main).
 #[test]
-#[ignore = "flaky in a loaded gate run: an io_park worker sometimes never waits in the driver (open, see spec/net.md); run with --ignored"]
 fn io_park_worker_waits_in_the_driver_when_its_setup_succeeds() {
     in_child("io_park_worker_waits_in_the_driver_when_its_setup_succeeds", 60, || {
         let rt = fiber::Runtime::builder()
@@ -110,11 +125,8 @@ fn io_park_worker_waits_in_the_driver_when_its_setup_succeeds() {
             let _listener = fiber::net::TcpListener::bind("127.0.0.1:0").unwrap();
             fiber::sleep(ms(30)).unwrap();
             let before = fiber::net::poll_stats().worker_io_waits;
-            for _ in 0..25 {
-                fiber::sleep(ms(10)).unwrap();
-            }
-            (before, fiber::net::poll_stats().worker_io_waits)
+            (before, idle_until_a_driver_wait(before))
         });
-        assert!(after > before, "no driver wait: {before} -> {after}");
+        assert!(after > before, "no driver wait in 20 s: {before} -> {after}");
     });
 }
