@@ -340,6 +340,13 @@ fn rest_while_workers_harvest(rest: &mut std::time::Duration) -> bool {
 
 /// The poller thread: runs for the life of the process.
 fn run(mut poll: Poll) {
+    // Workers and plain-thread waits use the epoll descriptor `poll` owns
+    // by number (`Driver::epoll`): were this thread to unwind, `poll` would
+    // close it and the number could name another file. Nothing here is
+    // expected to panic (layer callbacks on wakes are contained where they
+    // are made); if something does, stop loudly rather than let every
+    // socket wait hang on a closed or reused descriptor.
+    let _abort = AbortOnUnwind;
     let _ = POLLER_THREAD.set(std::thread::current());
     let mut events = Events::with_capacity(EVENTS_PER_POLL);
     let mut batch: Vec<ReadyEvent> = Vec::with_capacity(EVENTS_PER_POLL);
@@ -383,6 +390,21 @@ fn run(mut poll: Poll) {
                 readiness.note_read_closed();
             }
             readiness.set_ready(read, write);
+        }
+    }
+}
+
+/// Aborts the process if dropped while its thread unwinds (see `run`).
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "fiber-net: the I/O poller thread panicked; no socket could be woken again and its \
+                 epoll descriptor would close under the workers: aborting"
+            );
+            std::process::abort();
         }
     }
 }

@@ -19,6 +19,11 @@
 //! and a read from a slow disk blocks in the kernel), so it stays on the
 //! scheduler's blocking pool (`fiber::blocking`).
 //!
+//! A process that `fork`s without `exec` after the driver started cannot
+//! use these sockets in the child: the child shares the parent's epoll
+//! instance and has no poller thread, so its waits would never wake (as
+//! with tokio and Go, create sockets after the fork, or `exec`).
+//!
 //! # Examples
 //!
 //! ```
