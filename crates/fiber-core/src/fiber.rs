@@ -2205,6 +2205,18 @@ pub fn yield_now() -> Result<(), crate::Cancelled> {
     // re-read after resume only through `current::get`, never cached from
     // the thread-local.
     unsafe {
+        // Relaxed: only this fiber moves its word out of RUNNING, so its
+        // own read is exact. Anything else is a `Waitable::publish` (the
+        // fiber is PARKING) that yields: a panic there is the wait's own
+        // (`fiber_wait_slow` puts the word back), where a yield would move
+        // the word of a parking fiber (an illegal transition on the
+        // worker's stack in checked builds; a lost wake otherwise).
+        if (*fiber).state.load(Ordering::Relaxed).state() != crate::state::FiberState::Running {
+            panic!(
+                "fiber::yield_now called inside a Waitable's publish (the fiber is parking): a publish must \
+                 not yield, sleep or wait"
+            );
+        }
         if (*fiber).phase() == Phase::Teardown {
             teardown_unwind(&*fiber);
             return Err(crate::Cancelled);

@@ -487,6 +487,49 @@ fn a_panicking_publish_reaches_the_joiner_and_leaves_the_fiber_legal() {
     assert!(from_thread);
 }
 
+/// `yield_now` (or `sleep`) called inside a `Waitable::publish`, where the
+/// fiber is PARKING: a misuse that must end the wait with a clear panic,
+/// leaving the runtime working. The yield went ahead and moved the state
+/// word of a parking fiber: an illegal-transition panic on the worker's
+/// stack (the worker thread died, the joiner hung) in debug builds.
+// Failed before the fix: hang: the worker thread died on an illegal transition and the join never returned
+#[test]
+fn a_yield_inside_publish_is_a_clear_panic_of_the_wait() {
+    struct YieldsInPublish;
+    impl fiber::core::Waitable for YieldsInPublish {
+        type Io = ();
+        fn try_complete(&self, _: &mut ()) -> Option<fiber::core::WaitResult> {
+            None
+        }
+        fn publish(&self, _: &fiber::core::Waiter, _: &mut ()) -> fiber::core::Publish {
+            let _ = fiber::yield_now();
+            fiber::core::Publish::Ready(fiber::core::WaitResult::Ok)
+        }
+        fn unpublish(&self, _: &fiber::core::Waiter, _: &mut ()) -> Option<fiber::core::WaitResult> {
+            None
+        }
+    }
+    let message = crate::common::within(20, || {
+        fiber::run(|| {
+            let joined =
+                fiber::spawn(|| fiber::core::fiber_wait(&YieldsInPublish, &mut (), fiber::core::WaitOptions::new()))
+                    .join();
+            // The workers are fine: more fibers run.
+            assert_eq!(fiber::spawn(|| 7).join().unwrap(), 7);
+            let panic = joined.expect_err("the wait panicked").into_panic();
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        })
+    });
+    assert!(
+        message.contains("yield_now") && message.contains("publish"),
+        "{message}"
+    );
+}
+
 #[test]
 fn a_plain_thread_borrowing_a_scope_can_spawn_into_it() {
     let total = fiber::run(|| {
