@@ -411,6 +411,8 @@ impl Config {
         if let Some(n) = overrides.max_blocking_threads {
             config.max_blocking_threads = n;
         }
+        let workers_from_builder = overrides.workers.is_some();
+        let max_from_builder = overrides.max_workers.is_some();
         if let Some(n) = overrides.workers {
             config.workers = n;
             workers_from_user = true;
@@ -448,6 +450,14 @@ impl Config {
             // default ceiling raises that. A ceiling of 0 stays an error
             // (`validate`).
             config.workers = config.workers.min(config.max_workers).max(1);
+        } else if config.max_workers < config.workers && workers_from_builder && !max_from_builder {
+            // Builder values win over the environment: `Builder::workers(4)`
+            // beside `FIBER_MAX_WORKERS=2` runs 4 workers (growth off).
+            config.max_workers = config.workers;
+        } else if config.max_workers < config.workers && max_from_builder && !workers_from_builder {
+            // And `Builder::max_workers(1)` beside `FIBER_WORKERS=8` runs 1.
+            // A ceiling of 0 stays an error (`validate`).
+            config.workers = config.max_workers.max(1);
         } else if config.max_workers < config.workers {
             return Err(err(
                 max_setting,

@@ -511,8 +511,23 @@ impl Schedule for Shared {
             if ctx.shared_id == self.id {
                 match fiber.home() {
                     Some(home) if home != ctx.index => {
-                        if let Some(fiber) = self.send_home(home, fiber) {
-                            ctx.push_local(self, fiber);
+                        let slot = &self.slots[ctx.index];
+                        let counter = if fiber.last_worker().is_none() {
+                            &slot.spawns
+                        } else {
+                            &slot.wakes
+                        };
+                        match self.send_home(home, fiber) {
+                            // Queued in its home's inbox: counted here as
+                            // queued, since its run there counts it taken
+                            // (uncounted, every such wake left the pressure
+                            // one lower for good, and growth and the
+                            // monitor's backstop read "nothing runnable").
+                            None => {
+                                bump(counter);
+                                bump(&slot.enqueued);
+                            }
+                            Some(fiber) => ctx.push_local(self, fiber),
                         }
                     }
                     _ if ctx.timer_pass.get() => ctx.timer_woken.borrow_mut().push(fiber),

@@ -176,6 +176,39 @@ fn builder_values_win_over_the_environment() {
     assert_eq!(e.setting, "max_workers");
 }
 
+/// A builder value wins over a conflicting environment value of the other
+/// bound: `workers(4)` beside `FIBER_MAX_WORKERS=2` raises the ceiling,
+/// `max_workers(1)` beside `FIBER_WORKERS=8` lowers the count. Both were
+/// refused, so an operator's cap in the environment stopped every program
+/// that sets its worker count from starting. Two values from the same
+/// layer that contradict each other stay an error.
+// Failed before the fix: invalid FIBER_MAX_WORKERS="2": must be at least the number of workers (4)
+#[test]
+fn builder_worker_counts_win_over_the_other_bound_from_the_environment() {
+    let overrides = Overrides {
+        workers: Some(4),
+        ..Overrides::default()
+    };
+    let config = Config::resolve_with(&overrides, |name| {
+        (name == "FIBER_MAX_WORKERS").then(|| "2".to_string())
+    })
+    .unwrap();
+    assert_eq!((config.workers, config.max_workers), (4, 4));
+    let overrides = Overrides {
+        max_workers: Some(1),
+        ..Overrides::default()
+    };
+    let config = Config::resolve_with(&overrides, |name| (name == "FIBER_WORKERS").then(|| "8".to_string())).unwrap();
+    assert_eq!((config.workers, config.max_workers), (1, 1));
+    let e = Config::resolve_with(&Overrides::default(), |name| match name {
+        "FIBER_WORKERS" => Some("4".to_string()),
+        "FIBER_MAX_WORKERS" => Some("2".to_string()),
+        _ => None,
+    })
+    .unwrap_err();
+    assert_eq!(e.setting, "FIBER_MAX_WORKERS");
+}
+
 #[test]
 fn fiber_unguarded_takes_refuse_or_allow() {
     use fiber_core::UnguardedPolicy;

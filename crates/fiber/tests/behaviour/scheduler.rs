@@ -294,3 +294,55 @@ fn shutdown_while_a_worker_is_drained() {
     // The fiber ended (with its value, or cancelled by the shutdown).
     let _ = stuck.join();
 }
+
+/// Pinned fibers on two workers woken by each other (a ping-pong through a
+/// rendezvous channel): each wake from the other worker goes to the home
+/// worker's inbox. Once idle, the pressure (runnable fibers enqueued minus
+/// dequeued) is back to zero. The cross-worker wake was not counted as an
+/// enqueue but its run was counted as a dequeue, so the pressure drifted
+/// one lower per wake, for good: growth and the monitor's backstop read
+/// "nothing runnable", and a debug check on the monitor thread panicked
+/// after enough negative samples.
+// Failed before the fix: the pressure stayed about -20,000 after the ping-pong
+#[test]
+fn cross_worker_wakes_of_pinned_fibers_keep_the_pressure_balanced() {
+    let rt = fiber::Runtime::builder()
+        .workers(2)
+        .max_workers(2)
+        .pinned(true)
+        .build()
+        .unwrap();
+    let h = rt.handle();
+    let (a_tx, a_rx) = fiber::chan::bounded::<u32>(0);
+    let (b_tx, b_rx) = fiber::chan::bounded::<u32>(0);
+    // Spawned from outside: round-robin, so the two land on both workers.
+    let p = h.spawn(move || {
+        for i in 0..5_000 {
+            a_tx.send(i).unwrap();
+            b_rx.recv().unwrap();
+        }
+    });
+    let q = h.spawn(move || {
+        for _ in 0..5_000 {
+            let v = a_rx.recv().unwrap();
+            b_tx.send(v).unwrap();
+        }
+    });
+    p.join().unwrap();
+    q.join().unwrap();
+    // The monitor samples the pressure on its ticks: wait for a sample
+    // taken once everything is idle.
+    let start = std::time::Instant::now();
+    loop {
+        let pressure = rt.stats().current_pressure;
+        if pressure == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the pressure stayed {pressure} once idle: {:?}",
+            rt.stats()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
