@@ -346,3 +346,58 @@ fn cross_worker_wakes_of_pinned_fibers_keep_the_pressure_balanced() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// A burst of wakes from a plain thread for fibers that last ran on the
+/// same worker: each runs 5 ms without a yield point. The other worker
+/// must help. A review read the code as sending them all to the first
+/// worker's inbox (not stealable, only that worker told), to run there one
+/// after another while the other slept; this test of it passes on main
+/// (the woken worker passes the search on), and guards that.
+#[test]
+fn a_burst_of_outside_wakes_for_one_worker_is_shared_with_the_idle_one() {
+    let rt = fiber::Runtime::builder().workers(2).max_workers(2).build().unwrap();
+    let h = rt.handle();
+    let (parked_tx, parked_rx) = std::sync::mpsc::channel();
+    let mut gates = Vec::new();
+    let mut handles = Vec::new();
+    for _ in 0..32 {
+        let (tx, rx) = chan::bounded::<()>(1);
+        gates.push(tx);
+        let parked_tx = parked_tx.clone();
+        handles.push(h.spawn(move || {
+            parked_tx.send(fiber::core::current_worker().unwrap()).unwrap();
+            if rx.recv().is_err() {
+                // Not part of the burst.
+                return usize::MAX;
+            }
+            let ran_on = fiber::core::current_worker().unwrap();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(5) {
+                std::hint::spin_loop();
+            }
+            ran_on
+        }));
+    }
+    let parked_on: Vec<usize> = (0..32).map(|_| parked_rx.recv().unwrap()).collect();
+    // Wait until every receiver has parked (each reported just before its
+    // receive; a receive parks at once on an empty channel).
+    crate::common::wait_parked(&rt, 32);
+    let busiest = usize::from(parked_on.iter().filter(|&&w| w == 1).count() > 16);
+    let mut woken = Vec::new();
+    for ((gate, handle), &on) in gates.into_iter().zip(handles).zip(&parked_on) {
+        if on == busiest {
+            gate.send(()).unwrap();
+            woken.push(handle);
+        } else {
+            drop(gate);
+            let _ = handle.join();
+        }
+    }
+    let n = woken.len();
+    assert!(n >= 16, "{n} parked on one worker");
+    let ran_on: Vec<usize> = woken.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(
+        ran_on.iter().any(|&w| w != busiest),
+        "all {n} fibers woken from a plain thread ran on worker {busiest}, one after another, while the other slept"
+    );
+}
