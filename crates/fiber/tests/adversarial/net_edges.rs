@@ -281,24 +281,6 @@ fn an_empty_read_with_a_timeout_returns_zero_like_std() {
     })
 }
 
-/// A listener whose accept queue is full: a connect to it waits (its SYNs
-/// are dropped). The connections that fill it are returned with it.
-fn full_listener() -> (std::net::TcpListener, Vec<std::net::TcpStream>) {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    // SAFETY: re-listen on an open listening socket to shrink its backlog.
-    assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
-    let a = l.local_addr().unwrap();
-    let mut filled = Vec::new();
-    for _ in 0..8 {
-        match std::net::TcpStream::connect_timeout(&a, ms(300)) {
-            Ok(s) => filled.push(s),
-            Err(e) if e.kind() == ErrorKind::TimedOut => return (l, filled),
-            Err(e) => panic!("{e}"),
-        }
-    }
-    panic!("the accept queue never filled");
-}
-
 /// `connect` to several addresses, cancelled while it waits on the first:
 /// the call ends there with the cancellation (spec/net.md: a cancelled call
 /// is kind `Other` with `Cancelled` inside). It went on to the next
@@ -308,7 +290,7 @@ fn full_listener() -> (std::net::TcpListener, Vec<std::net::TcpStream>) {
 #[test]
 fn a_cancelled_connect_does_not_go_on_to_the_next_address() {
     within(30, || {
-        let (full, _filled) = full_listener();
+        let (full, _filled) = crate::common::sockets::full_listener();
         let live = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addrs = [full.local_addr().unwrap(), live.local_addr().unwrap()];
         let rt = crate::common::rt2();

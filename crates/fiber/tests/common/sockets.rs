@@ -39,3 +39,23 @@ pub fn std_tcp_pair() -> (std::net::TcpStream, std::net::TcpStream) {
     let (server, _) = listener.accept().unwrap();
     (client, server)
 }
+
+/// A listener whose accept queue is full (backlog 0, filled by
+/// connections that are returned with it): a connect to it waits, its
+/// SYNs dropped.
+pub fn full_listener() -> (std::net::TcpListener, Vec<std::net::TcpStream>) {
+    use std::os::fd::AsRawFd;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    // SAFETY: re-listen on an open listening socket to shrink its backlog.
+    assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
+    let a = l.local_addr().unwrap();
+    let mut filled = Vec::new();
+    for _ in 0..8 {
+        match std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_millis(300)) {
+            Ok(s) => filled.push(s),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return (l, filled),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("the accept queue never filled");
+}

@@ -1106,30 +1106,10 @@ fn timeout_getters_match_std_for_odd_durations() {
     });
 }
 
-/// A listener whose accept queue is full: further connects hang in the
-/// handshake (their SYNs are dropped). The listener and the connections
-/// that fill it.
-fn full_listener() -> (std::net::TcpListener, Vec<std::net::TcpStream>) {
-    use std::os::fd::AsRawFd;
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    // SAFETY: re-listen on an open listening socket to shrink its backlog.
-    assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
-    let a = l.local_addr().unwrap();
-    let mut filled = Vec::new();
-    for _ in 0..8 {
-        match std::net::TcpStream::connect_timeout(&a, ms(300)) {
-            Ok(s) => filled.push(s),
-            Err(e) if e.kind() == ErrorKind::TimedOut => return (l, filled),
-            Err(e) => panic!("{e}"),
-        }
-    }
-    panic!("the accept queue never filled");
-}
-
 #[test]
 fn connect_timeout_to_a_full_listener_times_out_as_std() {
     both(|| {
-        let (l, _filled) = full_listener();
+        let (l, _filled) = crate::common::sockets::full_listener();
         let a = l.local_addr().unwrap();
         let start = Instant::now();
         let e = TcpStream::connect_timeout(&a, ms(150)).unwrap_err();
@@ -1143,7 +1123,7 @@ fn connect_timeout_to_a_full_listener_times_out_as_std() {
 fn cancelled_connect_errors_promptly() {
     within(20, || {
         rt2().block_on(|| {
-            let (l, _filled) = full_listener();
+            let (l, _filled) = crate::common::sockets::full_listener();
             let a = l.local_addr().unwrap();
             let h = fiber::spawn(move || TcpStream::connect(a).map(|_| ()));
             fiber::sleep(ms(50)).unwrap();
