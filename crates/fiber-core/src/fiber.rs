@@ -1530,7 +1530,13 @@ impl Fiber {
                 .with_mut(|p| std::mem::replace(&mut *p, PendingBody::empty()))
         };
         let previous = START_FAILURE.with(|f| f.replace(Some(why)));
-        crate::task::drop_quietly(pending);
+        {
+            // Outside the fiber, as leftovers at a recycle are: a
+            // capture's fiber-local gets a value of its own for the drop,
+            // not the resuming thread's (or fiber's) storage.
+            let _detached = DetachedDrop::enter();
+            crate::task::drop_quietly(pending);
+        }
         START_FAILURE.with(|f| f.replace(previous));
         // SAFETY: as above; the body is gone.
         let sched = unsafe { fiber.clear_for_recycle() }.expect("a live fiber has a scheduler");

@@ -477,3 +477,43 @@ fn a_panicking_destructor_of_a_body_that_found_no_stack_stays_with_that_fiber() 
     assert_eq!(next.join().unwrap(), 2);
     assert_eq!(sched.pool_stats().in_use, 0);
 }
+
+/// A body that found no stack is dropped unrun on the resuming thread: a
+/// capture whose destructor uses a fiber-local must get a value of its
+/// own for that drop, not the resuming thread's (or fiber's) storage. It
+/// wrote into the thread's map, where the value outlived the fiber.
+// Failed before the fix: the destructor's fiber-local value stayed in the resuming thread's map (read 1, not 0)
+#[test]
+fn a_body_that_found_no_stack_drops_its_fiber_locals_apart_from_the_thread() {
+    if !crate::stack::page_table_guards_supported() {
+        eprintln!("skipped: this kernel has no MADV_GUARD_INSTALL");
+        return;
+    }
+    static KEY: u8 = 0;
+    fn zero() -> AtomicUsize {
+        AtomicUsize::new(0)
+    }
+    fn key() -> usize {
+        &KEY as *const u8 as usize
+    }
+    struct BumpsALocal;
+    impl Drop for BumpsALocal {
+        fn drop(&mut self) {
+            crate::with_fiber_local(key(), zero, |n| n.fetch_add(1, Ordering::SeqCst));
+        }
+    }
+    let sched = TestScheduler::new();
+    let captured = BumpsALocal;
+    let handle = sched.spawn(move || {
+        let _captured = captured;
+        1
+    });
+    crate::stack::tests_hook::fail_next_allocations(1);
+    sched.run();
+    assert!(handle.join().unwrap_err().is_panic());
+    let on_this_thread = crate::with_fiber_local(key(), zero, |n| n.load(Ordering::SeqCst));
+    assert_eq!(
+        on_this_thread, 0,
+        "the unrun body's fiber-local landed in the thread's storage"
+    );
+}
