@@ -390,7 +390,17 @@ impl Config {
             park_setting = "io_park";
             park_value = b.to_string();
         }
-        if config.io_park && !config.io_harvest {
+        let harvest_from_builder = overrides.io_harvest.is_some();
+        let park_from_builder = overrides.io_park.is_some();
+        if config.io_park && !config.io_harvest && harvest_from_builder && park_setting == "FIBER_IO_PARK" {
+            // Builder values win: `io_harvest(false)` beside
+            // `FIBER_IO_PARK=1` turns the driver wait off.
+            config.io_park = false;
+        } else if config.io_park && !config.io_harvest && park_from_builder && harvest_setting == "FIBER_IO_HARVEST" {
+            // And `io_park(true)` beside `FIBER_IO_HARVEST=0` turns the
+            // harvest it needs back on.
+            config.io_harvest = true;
+        } else if config.io_park && !config.io_harvest {
             return Err(err(
                 park_setting,
                 &park_value,

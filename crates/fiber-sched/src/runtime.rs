@@ -38,7 +38,9 @@ impl Builder {
     }
 
     /// Worker threads at start (default: the number of cores, lowered to
-    /// an explicit [`max_workers`](Self::max_workers) below that).
+    /// an explicit [`max_workers`](Self::max_workers) below that). Above a
+    /// `FIBER_MAX_WORKERS` from the environment, it raises that ceiling
+    /// (builder values win).
     pub fn workers(&mut self, n: usize) -> &mut Self {
         self.overrides.workers = Some(n);
         self
@@ -47,8 +49,9 @@ impl Builder {
     /// Ceiling of the elastic pool (default: twice the cores, at least
     /// `workers`). Equal to `workers` turns growth off. Set alone, below
     /// the core count, it lowers the default worker count too:
-    /// `max_workers(1)` runs one worker on any machine; below an explicit
-    /// `workers` it is an error.
+    /// `max_workers(1)` runs one worker on any machine, also beside a
+    /// larger `FIBER_WORKERS` (builder values win); below the builder's
+    /// own [`workers`](Self::workers) it is an error.
     pub fn max_workers(&mut self, n: usize) -> &mut Self {
         self.overrides.max_workers = Some(n);
         self

@@ -209,6 +209,44 @@ fn builder_worker_counts_win_over_the_other_bound_from_the_environment() {
     assert_eq!(e.setting, "FIBER_MAX_WORKERS");
 }
 
+/// The same rule for the I/O pair: a builder value wins over the
+/// environment's conflicting other half (`io_harvest(false)` beside
+/// `FIBER_IO_PARK=1` was refused); a contradiction within one layer stays
+/// an error.
+// Failed before the fix: invalid FIBER_IO_PARK="1": needs io_harvest on
+#[test]
+fn builder_io_settings_win_over_the_other_half_from_the_environment() {
+    let overrides = Overrides {
+        io_harvest: Some(false),
+        ..Overrides::default()
+    };
+    let config = Config::resolve_with(&overrides, |name| (name == "FIBER_IO_PARK").then(|| "1".to_string())).unwrap();
+    assert!(!config.io_harvest && !config.io_park);
+    let overrides = Overrides {
+        io_park: Some(true),
+        ..Overrides::default()
+    };
+    let config =
+        Config::resolve_with(&overrides, |name| (name == "FIBER_IO_HARVEST").then(|| "0".to_string())).unwrap();
+    assert!(config.io_harvest && config.io_park);
+    let overrides = Overrides {
+        io_park: Some(true),
+        io_harvest: Some(false),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        Config::resolve_with(&overrides, |_| None).unwrap_err().setting,
+        "io_park"
+    );
+    let e = Config::resolve_with(&Overrides::default(), |name| match name {
+        "FIBER_IO_PARK" => Some("1".to_string()),
+        "FIBER_IO_HARVEST" => Some("0".to_string()),
+        _ => None,
+    })
+    .unwrap_err();
+    assert_eq!(e.setting, "FIBER_IO_PARK");
+}
+
 #[test]
 fn fiber_unguarded_takes_refuse_or_allow() {
     use fiber_core::UnguardedPolicy;
