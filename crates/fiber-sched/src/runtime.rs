@@ -212,7 +212,11 @@ impl Runtime {
         Builder::new().build()
     }
 
-    /// A runtime with a validated configuration.
+    /// A runtime with a validated configuration, taken as it is: no
+    /// `FIBER_*` variable is read and no bound is moved (a `workers`
+    /// above `max_workers` is an error). Start from
+    /// [`Config::resolve`](crate::Config::resolve), or use
+    /// [`Runtime::builder`], for the environment and the builder's rules.
     pub fn with_config(config: Config) -> io::Result<Runtime> {
         config.validate()?;
         // Installed now (not when the monitor starts), so that a signal

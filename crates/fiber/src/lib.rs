@@ -437,7 +437,8 @@ impl fmt::Display for Stats {
 ///
 /// # Panics
 ///
-/// Panics outside a runtime (use [`Runtime::stats`] there).
+/// Panics outside a runtime (use [`Runtime::stats`] there: the
+/// scheduler's counters only, without the process-wide `jobs` this adds).
 #[track_caller]
 pub fn stats() -> Stats {
     match fiber_sched::current_stats() {
