@@ -2524,9 +2524,11 @@ fn a_failed_replacement_of_a_drained_worker_does_not_leave_the_runtime_empty() {
                 let vm = vm_kib("VmSize:") as u64 * 1024;
                 // Room for the heap to grow a few times (the monitor logs
                 // the drain meanwhile; with 256 KiB a small allocation
-                // failed now and then and aborted the child), not for a
-                // thread's 2 MiB stack: the replacement worker cannot start.
-                limit_address_space(vm + 1024 * 1024);
+                // failed now and then and aborted the child; with 1 MiB a
+                // thread start once found no room for std's alternate
+                // signal stack and aborted), not for a thread's 2 MiB
+                // stack: the replacement worker cannot start.
+                limit_address_space(vm + 1792 * 1024);
                 let t = Instant::now();
                 while t.elapsed() < ms(400) {
                     std::hint::spin_loop();
