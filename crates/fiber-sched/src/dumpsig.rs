@@ -88,7 +88,10 @@ impl DumpRequests {
                     previous
                 };
                 let handler = previous.sa_sigaction;
-                let chain = if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+                // Our own handler is never chained to itself: that would
+                // make one signal recurse until the stack overflows.
+                let ours = on_signal as *const () as libc::sighandler_t;
+                let chain = if handler == libc::SIG_DFL || handler == libc::SIG_IGN || handler == ours {
                     0
                 } else {
                     handler
@@ -101,7 +104,11 @@ impl DumpRequests {
                 unsafe {
                     let mut action: libc::sigaction = std::mem::zeroed();
                     action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-                    action.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
+                    // SA_ONSTACK: the signal can land on a fiber near the
+                    // end of its small stack; the frame goes on the
+                    // thread's alternate signal stack (std gives each
+                    // thread one), as the guard-page handler's does.
+                    action.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO | libc::SA_ONSTACK;
                     libc::sigemptyset(&mut action.sa_mask);
                     libc::sigaction(signal, &action, std::ptr::null_mut());
                 }

@@ -949,6 +949,13 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
     slot.state.store(DRAINING, Ordering::Release);
     fence(Ordering::SeqCst);
     let moved = drain_to_global(&shared, &ctx);
+    if moved > 0 && !shared.is_shutdown() {
+        // Now, not after the `on_thread_stop` hook: a fiber a plain thread
+        // pushed to this worker's inbox as it retired would otherwise wait
+        // in the global queue for as long as the hook runs, or for the
+        // monitor's backstop, while the other workers sleep.
+        shared.notify_one();
+    }
     if leave == Leave::Shutdown {
         serve_homed_fibers(&shared, &ctx);
     }
@@ -972,9 +979,6 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
     }
     slot.state.store(DEAD, Ordering::Release);
     shared.alive.fetch_sub(1, Ordering::AcqRel);
-    if moved > 0 && !shared.is_shutdown() {
-        shared.notify_one();
-    }
 }
 
 /// The text of a hook's panic payload, for the report.
@@ -1738,6 +1742,23 @@ fn steal(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
                 if state == DRAINING && !shared.is_shutdown() && fiber.home() == Some(victim) {
                     slot.inbox.push(fiber);
                 } else {
+                    return Some(fiber);
+                }
+            }
+        }
+        // A stalled worker (its fiber has run past the stuck threshold
+        // without a yield point) will not get to its runnext slot soon, and
+        // `has_work` counts that slot: take it, or an idle worker that sees
+        // it keeps searching instead of sleeping, yet never runs it (only
+        // the monitor's next scan moved it). Any thread may empty the slot.
+        // A fiber pinned to the victim goes to its inbox, which the victim
+        // serves and `has_work` does not count for others.
+        if slot.stalled.load(Ordering::Relaxed) {
+            if let Some(fiber) = slot.runnext.take() {
+                if fiber.home() == Some(victim) {
+                    slot.inbox.push(fiber);
+                } else {
+                    bump(&shared.slots[ctx.index].steals);
                     return Some(fiber);
                 }
             }

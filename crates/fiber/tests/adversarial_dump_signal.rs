@@ -211,3 +211,62 @@ fn the_applications_own_handler_still_runs_and_comes_back() {
     );
     assert!(stderr.contains("fiber-beside-the-app-handler"), "{stderr}");
 }
+
+/// How the application's handler last found its stack: 1 on the thread's
+/// alternate signal stack, 2 elsewhere (0 before it runs).
+static APP_HANDLER_STACK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+extern "C" fn app_handler_noting_its_stack(_signal: libc::c_int) {
+    // SAFETY: `sigaltstack` with a null new stack only reads the current
+    // one into `current`, a valid zeroed value; it is async-signal-safe.
+    let on_alt = unsafe {
+        let mut current: libc::stack_t = std::mem::zeroed();
+        libc::sigaltstack(std::ptr::null(), &mut current) == 0 && current.ss_flags & libc::SS_ONSTACK != 0
+    };
+    APP_HANDLER_STACK.store(if on_alt { 1 } else { 2 }, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The dump signal can land on a fiber near the end of its (small) stack:
+/// the handler must run on the thread's alternate signal stack, as the
+/// guard-page handler does, or the signal frame itself overflows the fiber
+/// stack and the diagnostic kills the process it should describe. The
+/// handler it chains to runs in its frame, so it sees which stack that is.
+#[test]
+fn the_dump_signal_handler_runs_on_the_alternate_signal_stack() {
+    const T: &str = "the_dump_signal_handler_runs_on_the_alternate_signal_stack";
+    if is_child(T) {
+        // SAFETY: a zeroed sigaction is a valid empty value; the handler
+        // only reads its signal stack and stores to an atomic.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = app_handler_noting_its_stack as *const () as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGUSR2, &action, std::ptr::null_mut()), 0);
+        }
+        let rt = fiber::Runtime::with_config(fiber::Config {
+            dump_signal: Some(libc::SIGUSR2),
+            ..Default::default()
+        })
+        .unwrap();
+        rt.block_on(|| {
+            // SAFETY: `raise` sends the signal to this thread, whose
+            // handlers above are async-signal-safe.
+            assert_eq!(unsafe { libc::raise(libc::SIGUSR2) }, 0);
+        });
+        assert_eq!(
+            APP_HANDLER_STACK.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "the dump signal's handler ran on the fiber's stack, not the alternate signal stack"
+        );
+        println!("CHILD-DONE");
+        return;
+    }
+    let out = child(T, &[("FIBER_SHUTDOWN_TIMEOUT_MS", "100")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("CHILD-DONE"),
+        "{:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+}

@@ -401,3 +401,79 @@ fn a_burst_of_outside_wakes_for_one_worker_is_shared_with_the_idle_one() {
         "all {n} fibers woken from a plain thread ran on worker {busiest}, one after another, while the other slept"
     );
 }
+
+/// CPU time (user + system) this process has used.
+fn cpu_time() -> Duration {
+    // SAFETY: `rusage` is plain data, valid when zeroed.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage with a valid out pointer.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    assert_eq!(rc, 0);
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// A fiber spins without a yield point and spawns a short child every
+/// 100 us, each into its worker's runnext slot. Once the monitor marks that
+/// worker stalled, the idle worker sees the slot (`has_work`) and must be
+/// able to take it: seeing it without taking it kept the idle worker from
+/// ever sleeping (a second core burnt beside the spinner) while the child
+/// waited for the monitor's next scan. Measured by the idle worker's
+/// sleeps: about one per two children when it can take the slot, one per
+/// sixteen before (it slept only when the monitor happened to have moved
+/// the slot's fiber), with the process's CPU time at 1.9x its wall time.
+#[test]
+fn an_idle_worker_sleeps_beside_a_stalled_worker_that_keeps_filling_its_runnext_slot() {
+    crate::common::in_child(
+        "an_idle_worker_sleeps_beside_a_stalled_worker_that_keeps_filling_its_runnext_slot",
+        60,
+        || {
+            let rt = runtime(2);
+            let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let spawned = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let (r, s) = (ran.clone(), spawned.clone());
+            let sleeps_before = rt.stats().worker_sleeps;
+            let cpu_before = cpu_time();
+            let started = Instant::now();
+            rt.block_on(move || {
+                fiber::spawn(move || {
+                    while started.elapsed() < Duration::from_millis(800) {
+                        let until = Instant::now() + Duration::from_micros(100);
+                        while Instant::now() < until {
+                            std::hint::spin_loop();
+                        }
+                        let r = r.clone();
+                        drop(fiber::spawn(move || {
+                            r.fetch_add(1, Ordering::Relaxed);
+                        }));
+                        s.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+                .join()
+                .unwrap();
+            });
+            let wall = started.elapsed();
+            let cpu = cpu_time() - cpu_before;
+            let sleeps = rt.stats().worker_sleeps - sleeps_before;
+            let ratio = cpu.as_secs_f64() / wall.as_secs_f64();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while ran.load(Ordering::Relaxed) < spawned.load(Ordering::Relaxed) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(
+                ran.load(Ordering::Relaxed),
+                spawned.load(Ordering::Relaxed),
+                "children lost"
+            );
+            let spawned = spawned.load(Ordering::Relaxed);
+            assert!(
+                // (On a loaded machine the workers get less than a core
+                // each and neither number says much: the CPU time then
+                // stays low, which passes.)
+                sleeps * 4 >= spawned as u64 || ratio < 1.3,
+                "the idle worker spun beside the stalled one: {sleeps} sleeps for {spawned} children; \
+                 {cpu:?} of CPU in {wall:?} of wall time ({ratio:.2}x)"
+            );
+        },
+    );
+}
