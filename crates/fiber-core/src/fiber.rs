@@ -181,13 +181,17 @@ pub(crate) struct Fiber {
     body_returned: UnsafeCell<bool>,
     /// Set when a cancellable wait returned `Cancelled` to this incarnation.
     cancel_seen: UnsafeCell<bool>,
-    /// Given up on at teardown: never resumed or released again.
+    /// Given up on at teardown: never resumed or released again
+    /// (`ABANDONED`, then `ABANDON_REPORTED` once reported); and
+    /// `ABANDONED_DEPENDENT`: given up while it waited on another fiber
+    /// that was itself given up for later (in a `blocking` call or a
+    /// hand-off): a scope waiting for its children, a lock's waiter,
+    /// revived with them (see `FramePool::revive_abandoned_in_blocking`).
+    /// One word, so that a revive is one store and a waker's "lost for
+    /// good?" one load: as two flags, a waker could read the old
+    /// "abandoned" and the new "not dependent" of a revive in progress and
+    /// skip a fiber that was being revived.
     abandoned: std::sync::atomic::AtomicU8,
-    /// Given up on at teardown while it waited on another fiber that was
-    /// itself given up for later (in a `blocking` call or a hand-off): a
-    /// scope waiting for its children, a lock's waiter. Revived with them
-    /// (see `FramePool::revive_abandoned_in_blocking`).
-    abandoned_dependent: std::sync::atomic::AtomicBool,
     /// Hard affinity: once it has run, this incarnation resumes only on the
     /// worker it first ran on (written at prepare, read by schedulers).
     pinned: std::sync::atomic::AtomicBool,
@@ -510,7 +514,6 @@ impl Fiber {
             teardown_raises: UnsafeCell::new(0),
             body_returned: UnsafeCell::new(false),
             abandoned: std::sync::atomic::AtomicU8::new(NOT_ABANDONED),
-            abandoned_dependent: std::sync::atomic::AtomicBool::new(false),
             pinned: std::sync::atomic::AtomicBool::new(false),
             unwind_flags: std::sync::atomic::AtomicU8::new(0),
             name: std::sync::Mutex::new(None),
@@ -699,6 +702,39 @@ impl Fiber {
             // SAFETY: see the function's contract.
             && unsafe { self.phase() } != Phase::Teardown
             && !fiber_panicking(self)
+    }
+
+    /// Where [`Fiber::may_yield_here`] says no because the fiber unwinds
+    /// (or, at teardown, runs its clean-up after its body), may a missed
+    /// poll's budget yield switch it away all the same? A loop of missed
+    /// `try_*` calls in a destructor otherwise never let the fiber it polls
+    /// for run (`adversarial/unwinding_polls.rs`):
+    /// - on a worker, once the unwind has kept its thread for the bound
+    ///   (as `yield_now` does: [`Fiber::unwinding_yield_stays`]); it stays
+    ///   bound to the worker (`suspend`);
+    /// - at teardown, at once: the pass runs one fiber at a time, and the
+    ///   fiber polled for may be the next one; the pass resumes the
+    ///   yielded fiber in its next round, at most `TEARDOWN_MAX_RESUMES`
+    ///   times.
+    ///
+    /// Never from a state other than RUNNING (a `Waitable`'s `publish`).
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself.
+    pub(crate) unsafe fn unwinding_may_yield(&self) -> bool {
+        // Relaxed: as in `may_yield_here`.
+        if self.state.load(Ordering::Relaxed).state() != crate::state::FiberState::Running {
+            return false;
+        }
+        // SAFETY: see the function's contract (owner-only slots).
+        unsafe {
+            if self.phase() == Phase::Teardown {
+                fiber_panicking(self) || self.body_has_returned()
+            } else {
+                fiber_panicking(self) && !self.unwinding_yield_stays()
+            }
+        }
     }
 
     /// Has cancellation been requested for the task this fiber runs?
@@ -1009,47 +1045,48 @@ impl Fiber {
 
     pub(crate) fn mark_abandoned(&self) {
         // Release: pairs with the Acquire in `is_given_up_for_good`, so a
-        // waker that sees this also sees `abandoned_dependent` stored
-        // before it. Otherwise read by teardown after it took the fiber (a
-        // claim or a runnable token orders it) or by the fiber itself.
-        // `fetch_max` keeps an abandonment that was already reported
-        // reported.
-        self.abandoned
-            .fetch_max(ABANDONED, std::sync::atomic::Ordering::Release);
+        // waker that sees this also sees what teardown did before.
+        // Otherwise read by teardown after it took the fiber (a claim or a
+        // runnable token orders it) or by the fiber itself. An OR keeps an
+        // abandonment that was already reported reported, and the
+        // dependent mark set before it.
+        self.abandoned.fetch_or(ABANDONED, std::sync::atomic::Ordering::Release);
     }
 
     /// Undo an abandonment (teardown gave up on the fiber while it waited
     /// for a call that has returned since: it may run to its end now).
+    /// One store clears both the abandonment and the dependent mark.
     pub(crate) fn revive(&self) {
-        // Relaxed: as in `mark_abandoned`.
-        self.abandoned_dependent
-            .store(false, std::sync::atomic::Ordering::Relaxed);
+        // Release: as in `mark_abandoned`.
         self.abandoned
-            .store(NOT_ABANDONED, std::sync::atomic::Ordering::Relaxed);
+            .store(NOT_ABANDONED, std::sync::atomic::Ordering::Release);
     }
 
     /// Mark a fiber given up on as waiting on fibers given up for later
-    /// (teardown only): it is revived with them.
+    /// (teardown only, before `mark_abandoned`): it is revived with them.
     pub(crate) fn mark_abandoned_dependent(&self) {
-        // Relaxed: as in `mark_abandoned` (teardown threads only, one at a
+        // Release: as in `mark_abandoned` (teardown threads only, one at a
         // time: the pool's teardown rounds run on one thread at a time).
-        self.abandoned_dependent
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.abandoned
+            .fetch_or(ABANDONED_DEPENDENT, std::sync::atomic::Ordering::Release);
     }
 
     pub(crate) fn is_abandoned_dependent(&self) -> bool {
-        self.abandoned_dependent.load(std::sync::atomic::Ordering::Relaxed)
+        // Relaxed: read by teardown, which wrote it.
+        self.abandoned.load(std::sync::atomic::Ordering::Relaxed) & ABANDONED_DEPENDENT != 0
     }
 
     /// Given up at a teardown and not to be revived: not waiting for a
     /// blocking call or a hand-off, nor given up beside fibers that do
     /// (`Later` in the pool). See `Waiter::is_lost`.
     pub(crate) fn is_given_up_for_good(&self) -> bool {
-        // Acquire: pairs with the Release in `mark_abandoned`; the
-        // teardown marks `abandoned_dependent` before, so a fiber to be
-        // revived is never seen lost.
-        self.abandoned.load(std::sync::atomic::Ordering::Acquire) != NOT_ABANDONED
-            && !self.is_abandoned_dependent()
+        // Acquire: pairs with the Release in `mark_abandoned` and
+        // `revive`. One load: the dependent mark is set before the
+        // abandonment and cleared with it, so a fiber to be revived is
+        // never seen lost.
+        let word = self.abandoned.load(std::sync::atomic::Ordering::Acquire);
+        word & ABANDONED != 0
+            && word & ABANDONED_DEPENDENT == 0
             && !matches!(
                 self.last_park_kind(),
                 crate::dump::WaitKind::Blocking | crate::dump::WaitKind::Handoff
@@ -1057,18 +1094,20 @@ impl Fiber {
     }
 
     pub(crate) fn is_abandoned(&self) -> bool {
-        self.abandoned.load(std::sync::atomic::Ordering::Relaxed) != NOT_ABANDONED
+        // Relaxed: see `mark_abandoned`.
+        self.abandoned.load(std::sync::atomic::Ordering::Relaxed) & ABANDONED != 0
     }
 
     /// Abandoned and not yet reported: `true` exactly once per abandoned
     /// fiber (a runtime whose worker was stuck tears down twice).
     pub(crate) fn take_abandon_report(&self) -> bool {
+        // Relaxed: the report's own bookkeeping; only an abandoned fiber
+        // not yet reported changes, and the other bits stay.
         self.abandoned
-            .compare_exchange(
-                ABANDONED,
-                ABANDON_REPORTED,
+            .fetch_update(
                 std::sync::atomic::Ordering::Relaxed,
                 std::sync::atomic::Ordering::Relaxed,
+                |word| (word & (ABANDONED | ABANDON_REPORTED) == ABANDONED).then_some(word | ABANDON_REPORTED),
             )
             .is_ok()
     }
@@ -1313,41 +1352,81 @@ impl Fiber {
         self.unwind_flags.load(Ordering::Relaxed) & UNWIND_PINNED != 0
     }
 
-    /// A `yield_now` of this fiber while it unwinds (a destructor, or a
-    /// panic hook, polling in a loop): may it yield the thread only,
-    /// staying on it? Yes for the first [`UNWINDING_WAIT_BOUND`](crate::wait::UNWINDING_WAIT_BOUND)
-    /// of a streak of such yields (calls less than 50 ms apart), as an
+    /// A `yield_now` (or a missed `try_*` poll's budget yield) of this
+    /// fiber while it unwinds (a destructor, or a panic hook, polling in a
+    /// loop): may it yield the thread only, staying on it? Yes for the
+    /// first [`UNWINDING_WAIT_BOUND`](crate::wait::UNWINDING_WAIT_BOUND)
+    /// of the unwind's streak (see [`Fiber::unwinding_stay_until`]), as an
     /// unwinding wait blocks its thread that long first; after that the
     /// fiber switches away like a parked unwind, so what it polls for can
     /// come from a fiber this thread would run (one worker, growth off):
     /// without the bound such a loop held its worker for ever
-    /// (`reviews/review61.rs`).
+    /// (`reviews/review61.rs`; a loop of missed `try_recv`s too:
+    /// `adversarial/unwinding_polls.rs`).
     ///
     /// # Safety
     ///
     /// Called by the running fiber itself (an owner-only slot).
     #[cfg(not(loom))]
     #[cold]
-    unsafe fn unwinding_yield_stays(&self) -> bool {
-        const STREAK_GAP: std::time::Duration = std::time::Duration::from_millis(50);
-        let now = std::time::Instant::now();
+    pub(crate) unsafe fn unwinding_yield_stays(&self) -> bool {
         // SAFETY: see the function's contract.
-        unsafe {
-            self.unwind_yields.with_mut(|streak| {
-                let since = match *streak {
-                    Some((since, last)) if now.saturating_duration_since(last) < STREAK_GAP => since,
-                    _ => now,
-                };
-                *streak = Some((since, now));
-                now.saturating_duration_since(since) < crate::wait::UNWINDING_WAIT_BOUND
-            })
-        }
+        std::time::Instant::now() < unsafe { self.unwinding_stay_until() }
     }
 
     /// Under loom: always stays (no clock).
     #[cfg(loom)]
-    unsafe fn unwinding_yield_stays(&self) -> bool {
+    pub(crate) unsafe fn unwinding_yield_stays(&self) -> bool {
         true
+    }
+
+    /// Until when may this unwinding fiber keep its thread (block it in a
+    /// wait, or yield only the thread)? [`UNWINDING_WAIT_BOUND`](crate::wait::UNWINDING_WAIT_BOUND)
+    /// from the start of its streak: the yields and waits of an unwind
+    /// less than 50 ms apart (counted from the end of a wait), so a loop
+    /// of short waits or polls shares one bound. Counted per call, each
+    /// 1 ms sleep of a destructor's loop blocked its worker, and each
+    /// rendezvous send of a destructor waited out the whole bound before
+    /// it parked (`adversarial/unwinding_polls.rs`). Starts or extends the
+    /// streak.
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself (an owner-only slot).
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn unwinding_stay_until(&self) -> std::time::Instant {
+        let now = std::time::Instant::now();
+        // SAFETY: see the function's contract.
+        let since = unsafe {
+            self.unwind_yields.with_mut(|streak| {
+                let since = match *streak {
+                    Some((since, last)) if now.saturating_duration_since(last) < UNWIND_STREAK_GAP => since,
+                    _ => now,
+                };
+                *streak = Some((since, now));
+                since
+            })
+        };
+        since + crate::wait::UNWINDING_WAIT_BOUND
+    }
+
+    /// An unwinding wait of this fiber ended now: the streak goes on from
+    /// here (a wait longer than the gap does not start a new one).
+    ///
+    /// # Safety
+    ///
+    /// Called by the running fiber itself (an owner-only slot).
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn unwinding_wait_ended(&self) {
+        let now = std::time::Instant::now();
+        // SAFETY: see the function's contract.
+        unsafe {
+            self.unwind_yields.with_mut(|streak| {
+                if let Some((_, last)) = (*streak).as_mut() {
+                    *last = now;
+                }
+            })
+        }
     }
 
     /// Ask the CPU to start loading the hot lines of the frame at `this`
@@ -1944,6 +2023,11 @@ pub fn poll_missed() {
 /// cooperative budget is the same 128 operations).
 pub const OP_BUDGET: u32 = 128;
 
+/// Two yields or waits of an unwinding fiber at most this far apart belong
+/// to one streak (see [`Fiber::unwinding_stay_until`]).
+#[cfg(not(loom))]
+const UNWIND_STREAK_GAP: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// How long a run of operations that never wait may keep its worker
 /// before one of them yields first: looked at every [`OP_BUDGET`]
 /// operations, counted from the first such look of the run (a clock read
@@ -2054,7 +2138,7 @@ unsafe fn op_budget_yield(fiber: &Fiber, ops: u32) -> bool {
             }
             return false;
         }
-        if run >= OP_SLICE && fiber.may_yield_here() {
+        if run >= OP_SLICE && (fiber.may_yield_here() || fiber.unwinding_may_yield()) {
             fiber.suspend(Suspend::Yield);
             return true;
         }
@@ -2185,7 +2269,7 @@ pub(crate) unsafe fn budget_tells_cancel(fiber: &Fiber) -> bool {
 #[inline(never)]
 unsafe fn budget_yield(fiber: &Fiber) {
     // SAFETY: see the function's contract.
-    if !unsafe { fiber.may_yield_here() } {
+    if !unsafe { fiber.may_yield_here() || fiber.unwinding_may_yield() } {
         // Counted again at the next miss, where a yield may be allowed.
         return;
     }
@@ -2287,10 +2371,12 @@ const PARK_KIND_MASK: u8 = 0x1f;
 
 /// `Fiber::abandoned`: not given up on.
 const NOT_ABANDONED: u8 = 0;
-/// `Fiber::abandoned`: given up on at teardown, not yet reported.
+/// `Fiber::abandoned` bit: given up on at teardown.
 const ABANDONED: u8 = 1;
-/// `Fiber::abandoned`: given up on, reported, its joiners told.
+/// `Fiber::abandoned` bit: the abandonment was reported, its joiners told.
 const ABANDON_REPORTED: u8 = 2;
+/// `Fiber::abandoned` bit: given up beside fibers given up for later.
+const ABANDONED_DEPENDENT: u8 = 4;
 
 /// Teardown unwinds a fiber may catch before it is abandoned.
 const TEARDOWN_MAX_RAISES: u32 = 8;
@@ -2884,5 +2970,38 @@ pub unsafe fn drop_fiber_locals() {
     }
     if let Some(panic) = first_panic {
         std::panic::resume_unwind(panic);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod abandon_word_tests {
+    use super::Fiber;
+
+    /// The abandonment, its report and the dependent mark share one word:
+    /// a revive clears both marks in one store, a report keeps the marks,
+    /// and a report is taken once per abandonment.
+    #[test]
+    fn the_abandon_word_keeps_its_marks_apart() {
+        let f = Fiber::new();
+        assert!(!f.is_abandoned() && !f.is_abandoned_dependent() && !f.is_given_up_for_good());
+        assert!(!f.take_abandon_report(), "a live fiber has nothing to report");
+        f.mark_abandoned_dependent();
+        assert!(!f.is_abandoned() && f.is_abandoned_dependent());
+        f.mark_abandoned();
+        assert!(
+            f.is_abandoned() && !f.is_given_up_for_good(),
+            "a dependent is revived later, not lost"
+        );
+        f.revive();
+        assert!(!f.is_abandoned() && !f.is_abandoned_dependent() && !f.is_given_up_for_good());
+        f.mark_abandoned();
+        assert!(f.is_given_up_for_good());
+        assert!(f.take_abandon_report());
+        assert!(!f.take_abandon_report(), "reported twice");
+        f.mark_abandoned();
+        assert!(
+            f.is_abandoned() && !f.take_abandon_report(),
+            "a second give-up keeps the report"
+        );
     }
 }

@@ -804,7 +804,7 @@ impl StackBounds {
 /// without us). Everything the handler touches is async-signal-safe:
 /// atomics, a stack buffer, `write(2)` and `sigaction(2)`.
 mod guard {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
     use std::sync::OnceLock;
 
     /// Guarded slabs the table can hold (about 4.2 million live stacks).
@@ -818,10 +818,16 @@ mod guard {
         stride: AtomicUsize,
         gap: AtomicUsize,
         size: AtomicUsize,
+        /// Bumped by each `register` of the slot before it writes the
+        /// fields: a handler that read the fields of a slot freed and taken
+        /// again meanwhile (an old `len` with a new `start`) sees it
+        /// changed and ignores what it read.
+        generation: AtomicUsize,
     }
 
     #[allow(clippy::declare_interior_mutable_const)]
     const EMPTY: Entry = Entry {
+        generation: AtomicUsize::new(0),
         start: AtomicUsize::new(0),
         len: AtomicUsize::new(0),
         stride: AtomicUsize::new(0),
@@ -865,6 +871,14 @@ mod guard {
                 .compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
+                // Release: pairs with the Acquire of `lookup`'s first
+                // look: a handler that reads the new generation there also
+                // sees the slot claimed (its `len` is MAX or the new one).
+                entry.generation.fetch_add(1, Ordering::Release);
+                // Release fence: pairs with the Acquire fence in `lookup`:
+                // a handler that reads any field written below then reads
+                // the new generation on its second look.
+                fence(Ordering::Release);
                 entry.start.store(start, Ordering::Relaxed);
                 entry.stride.store(stride, Ordering::Relaxed);
                 entry.gap.store(gap, Ordering::Relaxed);
@@ -929,18 +943,33 @@ mod guard {
         // Acquire: pairs with `register`'s Release of HIGH.
         let high = HIGH.load(Ordering::Acquire).min(SLOTS);
         for entry in &TABLE[..high] {
+            // Acquire: pairs with the Release bump in `register` (and
+            // keeps the loads below after it); checked again after the
+            // fields.
+            let generation = entry.generation.load(Ordering::Acquire);
             // Acquire: pairs with `register`'s Release store of `len`.
             let len = entry.len.load(Ordering::Acquire);
             if len == 0 || len == usize::MAX {
                 continue;
             }
             let start = entry.start.load(Ordering::Relaxed);
-            if addr < start || addr >= start + len {
+            if addr < start || addr >= start.saturating_add(len) {
                 continue;
             }
             let stride = entry.stride.load(Ordering::Relaxed);
-            if stride != 0 && (addr - start) % stride < entry.gap.load(Ordering::Relaxed) {
-                return Some(entry.size.load(Ordering::Relaxed));
+            let gap = entry.gap.load(Ordering::Relaxed);
+            let size = entry.size.load(Ordering::Relaxed);
+            // Acquire fence: pairs with the Release fence in `register`.
+            // If the slot was freed and taken again while we read, some
+            // field may be the new region's: the generation then differs,
+            // and the mix is ignored (an unrelated fault reported as an
+            // overflow, or an overflow as a plain SIGSEGV, otherwise).
+            fence(Ordering::Acquire);
+            if entry.generation.load(Ordering::Relaxed) != generation {
+                continue;
+            }
+            if stride != 0 && (addr - start) % stride < gap {
+                return Some(size);
             }
         }
         None

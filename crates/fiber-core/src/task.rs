@@ -135,10 +135,11 @@ enum Payload {
 /// [`JoinError::is`] without a reference to it.
 struct OwnedOnly(Box<dyn Any + Send + 'static>, std::any::TypeId);
 
-// SAFETY: no `&OwnedOnly` method or field access reaches the payload (it is
-// only moved out, by `JoinError::try_into_panic`, and dropped by its
-// owner), so sharing `&JoinError` between threads shares nothing that may
-// not be `Sync`.
+// SAFETY: the only `&OwnedOnly` access that reaches the payload is
+// `JoinError::downcast_ref::<T>`, which lends it only as a `T` that is
+// `Sync` (the type must match exactly); otherwise it is only moved out, by
+// `JoinError::try_into_panic`, and dropped by its owner. So sharing
+// `&JoinError` between threads shares nothing that may not be `Sync`.
 unsafe impl Sync for OwnedOnly {}
 
 impl Payload {
@@ -283,20 +284,32 @@ impl JoinError {
     /// The panic payload as a `T`, if the fiber panicked with one: what
     /// `downcast_ref` on the `Box<dyn Any + Send>` that
     /// `std::thread::JoinHandle::join` returns gives, so std's idiom reads
-    /// the same here. `None` for any other error, and for a payload that
-    /// is not a string (see [`panic_payload`](Self::panic_payload)).
+    /// the same here, for any payload type that is `Sync` (a `&str`, a
+    /// `String`, an `i32` of `panic_any(7)`). `None` for any other error.
+    /// A payload that is not `Sync` (a `Cell`) is handed out only by value
+    /// ([`downcast`](Self::downcast), [`into_panic`](Self::into_panic)):
+    /// `JoinError` is `Sync`, and a shared reference to such a payload
+    /// could reach two threads.
     ///
     /// ```
     /// # mod fiber { pub(crate) use fiber_core as core; }
     /// let sched = fiber::core::testing::TestScheduler::new();
     /// let h = sched.spawn(|| -> u32 { panic!("boom") });
+    /// let g = sched.spawn(|| -> u32 { std::panic::panic_any(7i32) });
     /// sched.run();
     /// let err = h.join().unwrap_err();
     /// assert_eq!(err.downcast_ref::<&str>(), Some(&"boom"));
     /// assert!(err.downcast_ref::<String>().is_none());
+    /// assert_eq!(g.join().unwrap_err().downcast_ref::<i32>(), Some(&7));
     /// ```
-    pub fn downcast_ref<T: Any>(&self) -> Option<&T> {
-        self.panic_payload()?.downcast_ref::<T>()
+    pub fn downcast_ref<T: Any + Sync>(&self) -> Option<&T> {
+        match &self.repr {
+            Repr::Panic(Payload::Shared(p)) => p.downcast_ref::<T>(),
+            // A reference to the owned payload only as a `T: Sync` (see
+            // `OwnedOnly`'s `Sync`).
+            Repr::Panic(Payload::Owned(p)) => p.0.downcast_ref::<T>(),
+            _ => None,
+        }
     }
 
     /// Did the fiber panic with a payload of type `T` (any type, also one

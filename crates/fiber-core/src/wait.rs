@@ -679,7 +679,13 @@ fn unwinding_fiber_wait<W: Waitable + ?Sized>(
         // the fiber up (its stack leaks; the shutdown report names it).
         return fiber_wait_slow(fiber, waitable, io, options, site);
     }
-    let give_up = Instant::now() + UNWINDING_WAIT_BOUND;
+    // The bound counts from the start of the unwind's streak of waits and
+    // yields, not from this call: a loop of short waits (a destructor's
+    // 1 ms sleeps, its rendezvous sends) otherwise kept the thread for
+    // ever, or waited out the whole bound at every call.
+    // SAFETY: the running fiber updates its own owner-only slot.
+    let give_up = unsafe { fiber.unwinding_stay_until() };
+    let _streak = StreakEnd(fiber);
     loop {
         let interruptible = options.interrupt == Interrupt::Cancellable;
         // SAFETY: the running fiber reads its own task slot.
@@ -715,6 +721,19 @@ fn unwinding_fiber_wait<W: Waitable + ?Sized>(
             }
             result => return result,
         }
+    }
+}
+
+/// Marks the end of an unwinding wait in its fiber's streak (on every
+/// return, including a park after the bound).
+#[cfg(not(loom))]
+struct StreakEnd<'a>(&'a Fiber);
+
+#[cfg(not(loom))]
+impl Drop for StreakEnd<'_> {
+    fn drop(&mut self) {
+        // SAFETY: dropped by the running fiber that made it, on its stack.
+        unsafe { self.0.unwinding_wait_ended() };
     }
 }
 
@@ -839,10 +858,16 @@ unsafe fn cancelled_wait(fiber: &Fiber, unparked: bool) -> WaitResult {
                 // `may_yield_here`).
                 if unparked && fiber.may_yield_here() {
                     fiber.suspend(Suspend::Yield);
+                } else if fiber.unwinding_may_yield() {
+                    // Unwinding past the bound: a destructor's loop of
+                    // cancelled waits (a condvar's `while !ready`) otherwise
+                    // held the worker for ever
+                    // (`adversarial/unwinding_polls.rs`).
+                    fiber.suspend(Suspend::Yield);
                 }
             }
             crate::pool::Phase::Cancelling => {
-                if !crate::fiber::fiber_panicking(fiber) {
+                if !crate::fiber::fiber_panicking(fiber) || fiber.unwinding_may_yield() {
                     fiber.suspend(Suspend::Yield);
                 }
             }

@@ -333,6 +333,12 @@ pub use std::net::{
 pub use tcp::{Incoming, TcpListener, TcpStream};
 #[cfg(not(loom))]
 pub use udp::UdpSocket;
+/// The Unix-domain sockets at the root too (as `std::os::unix::net` has
+/// them beside each other), so `fiber::net::UnixStream` names the same
+/// type as `fiber::net::unix::UnixStream`. Their `Incoming` and
+/// `SocketAddr` stay in [`unix`], where the TCP ones do not clash.
+#[cfg(not(loom))]
+pub use unix::{UnixDatagram, UnixListener, UnixStream};
 
 #[cfg(test)]
 mod tests;

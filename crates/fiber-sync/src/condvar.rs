@@ -17,8 +17,8 @@ use crate::mutex::MutexGuard;
 use crate::poison;
 use crate::queue::{Node, Status, WaitQueue};
 use crate::raw_mutex::RawMutex;
-use crate::sync::{AtomicUsize, Ordering, SpinLock};
-use fiber_core::{fiber_wait, Publish, WaitOptions, WaitResult, Waitable, Waiter};
+use crate::sync::{fence, AtomicUsize, Ordering, SpinLock};
+use fiber_core::{Publish, WaitOptions, WaitResult, Waitable, Waiter};
 use std::fmt;
 use std::sync::LockResult;
 use std::time::{Duration, Instant};
@@ -95,7 +95,7 @@ impl WaitTimeoutResult {
 
 /// How one wait ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Woke {
+pub(crate) enum Woke {
     Notified,
     TimedOut,
     Cancelled,
@@ -242,30 +242,41 @@ impl Condvar {
         }
     }
 
-    /// Change `notifies` (see there). A load and a store, not an atomic
-    /// add: concurrent notifies may lose an increment, but each leaves a
-    /// value other than what a wait off the queue read before.
-    fn note_notify(&self) {
-        // Relaxed: a hint; the waiter that reads it checks its predicate
-        // under the mutex afterwards (a spurious wake-up at worst).
+    /// Change `notifies` (see there), then look for queued waiters: the
+    /// notifier's half of a Dekker pair with a waiter that queues again
+    /// after a wake-up that brought no notify (`CondWait::publish`): its
+    /// re-queue is not ordered by the mutex, so either this notifier sees
+    /// it queued, or it sees this change and ends its wait. A load and a
+    /// store, not an atomic add: concurrent notifies may lose an
+    /// increment, but each leaves a value other than what a wait off the
+    /// queue read before. Returns whether any waiter is queued.
+    fn note_notify(&self) -> bool {
         let seen = self.notifies.load(Ordering::Relaxed);
         self.notifies.store(seen.wrapping_add(1), Ordering::Relaxed);
+        // SeqCst fence: pairs with the fence in `CondWait::publish`
+        // (notifier: change `notifies`; fence; read `waiting`. Waiter:
+        // count itself in `waiting`; fence; read `notifies`).
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fence above.
+        self.waiting.load(Ordering::Relaxed) != 0
     }
 
     /// Wake one waiter, if any (the one that has waited longest).
     pub fn notify_one(&self) {
-        // Relaxed: a notifier that must see a waiter is ordered after the
-        // waiter's enqueue by the mutex (the waiter queues before it
-        // releases the mutex; the notifier changed the state under it).
-        if self.waiting.load(Ordering::Relaxed) == 0 {
-            self.note_notify();
+        // Always counted, also when a waiter is queued: one that left the
+        // queue for a wake-up that brought no notify (a cancel inside
+        // `non_cancellable`, the end of an unwinding wait's slice) and is
+        // about to queue again would otherwise miss this notify when the
+        // queue is empty by the time the lock is taken. At worst two
+        // waiters wake for one notify (a spurious wake-up, which std allows).
+        if !self.note_notify() {
             return;
         }
         let wake = {
             let mut queue = self.queue.lock();
             let wake = queue.pop_front(Status::Granted);
             if wake.is_some() {
-                // Relaxed: changed under the queue lock; see above.
+                // Relaxed: changed under the queue lock.
                 self.waiting.fetch_sub(1, Ordering::Relaxed);
             }
             wake.flatten()
@@ -278,15 +289,13 @@ impl Condvar {
 
     /// Wake every waiter.
     pub fn notify_all(&self) {
-        self.note_notify();
-        // Relaxed: as in `notify_one`.
-        if self.waiting.load(Ordering::Relaxed) == 0 {
+        if !self.note_notify() {
             return;
         }
         let wakes = {
             let mut queue = self.queue.lock();
             let wakes = queue.drain(Status::Granted);
-            // Relaxed: as in `notify_one`.
+            // Relaxed: changed under the queue lock.
             self.waiting.store(0, Ordering::Relaxed);
             wakes
         };
@@ -328,6 +337,30 @@ impl Condvar {
         guard: MutexGuard<'a, T>,
         deadline: Option<Instant>,
     ) -> (LockResult<MutexGuard<'a, T>>, Woke) {
+        self.wait_with(guard, deadline, |wait, io, options, site| {
+            #[cfg(not(loom))]
+            return fiber_core::fiber_wait_at(&wait, io, options, site);
+            // Loom's build has no call sites to record.
+            #[cfg(loom)]
+            {
+                let _ = site;
+                fiber_core::fiber_wait(&wait, io, options)
+            }
+        })
+    }
+
+    /// [`Condvar::wait_inner`] with the queued wait made by `wait` (the
+    /// loom models wrap it to fire its records: `tests::Spy`).
+    #[track_caller]
+    pub(crate) fn wait_with<'a, 'c, T>(
+        &'c self,
+        guard: MutexGuard<'a, T>,
+        deadline: Option<Instant>,
+        wait: impl FnOnce(CondWait<'c>, &mut CondIo<'c>, WaitOptions, &'static std::panic::Location<'static>) -> WaitResult,
+    ) -> (LockResult<MutexGuard<'a, T>>, Woke)
+    where
+        'a: 'c,
+    {
         let mutex = guard.mutex();
         let raw = mutex.raw();
         self.enter_mutex(raw);
@@ -363,7 +396,14 @@ impl Condvar {
             let deadline = if passed { deadline } else { Some(Instant::now()) };
             fiber_core::wait_until(deadline, fiber_core::Interrupt::Cancellable)
         } else {
-            fiber_wait(&CondWait(self), &mut io, WaitOptions::new().deadline(deadline).now(now))
+            // The user's call site, for the dump (a closure has none).
+            let site = std::panic::Location::caller();
+            wait(
+                CondWait(self),
+                &mut io,
+                WaitOptions::new().deadline(deadline).now(now),
+                site,
+            )
         };
         debug_assert!(!io.node.queued, "a finished wait left its node queued");
         if io.unlocked {
@@ -396,7 +436,7 @@ impl fmt::Debug for Condvar {
 }
 
 /// The `Io` of one wait.
-struct CondIo<'a> {
+pub(crate) struct CondIo<'a> {
     node: Node,
     raw: &'a RawMutex,
     /// `publish` released the mutex.
@@ -435,7 +475,7 @@ impl Drop for CondIo<'_> {
 }
 
 /// A condvar wait as a fiber-core waitable.
-struct CondWait<'a>(&'a Condvar);
+pub(crate) struct CondWait<'a>(&'a Condvar);
 
 impl<'a> Waitable for CondWait<'a> {
     type Io = CondIo<'a>;
@@ -465,7 +505,8 @@ impl<'a> Waitable for CondWait<'a> {
         {
             let mut queue = self.0.queue.lock();
             queue.push(&mut io.node, waiter, false);
-            // Relaxed: as in `notify_one`.
+            // Relaxed: changed under the queue lock; a notifier reads it
+            // after its fence (`Condvar::note_notify`).
             self.0.waiting.fetch_add(1, Ordering::Relaxed);
         }
         // Only now, with the node discoverable, release the mutex: a
@@ -473,6 +514,30 @@ impl<'a> Waitable for CondWait<'a> {
         if !io.unlocked {
             io.unlocked = true;
             io.raw.unlock();
+            return Publish::Published;
+        }
+        // Queued again after a wake-up that brought no notify, with the
+        // mutex released all along: a notifier that read `waiting` before
+        // the count above found nobody. SeqCst fence: pairs with the one
+        // in `Condvar::note_notify` (count in `waiting`; fence; read
+        // `notifies`): either it sees this node, or this sees its change
+        // and the wait ends as a (possibly spurious) wake-up. Without it a
+        // notify was lost (`tests/loom_sync.rs::loom_condvar_requeue_after_a_stray_wake_vs_notify`).
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fence above.
+        if self.0.notifies.load(Ordering::Relaxed) != io.notifies {
+            let mut queue = self.0.queue.lock();
+            return match queue.unlink(&mut io.node) {
+                Status::Waiting => {
+                    // Relaxed: changed under the queue lock.
+                    self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+                    Publish::Ready(WaitResult::Ok)
+                }
+                // Granted by a notifier meanwhile (popped, so already
+                // uncounted): notified. Its wake of this record finds the
+                // wait over (the ticket is spent) and does nothing.
+                _ => Publish::Ready(WaitResult::Ok),
+            };
         }
         Publish::Published
     }

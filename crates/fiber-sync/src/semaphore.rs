@@ -370,6 +370,23 @@ impl<'a> Waitable for SemWait<'a> {
         let sem = self.0;
         let need = io.node.arg << SHIFT;
         let mut queue = sem.queue.lock();
+        if io.node.queued {
+            // Still in the queue after a wake that granted nothing (see
+            // `unpublish`): granted since, or parks again in its place.
+            match io.node.status() {
+                Status::Granted => {
+                    queue.unlink(&mut io.node);
+                    return Publish::Ready(WaitResult::Ok);
+                }
+                Status::Waiting => {
+                    queue.rewait(&io.node, waiter);
+                    return Publish::Published;
+                }
+                _ => {
+                    queue.unlink(&mut io.node);
+                }
+            }
+        }
         // Relaxed on the RMW: its place in the word's modification order
         // against `release`'s compare-exchange loop is what matters (module
         // docs); the CAS below acquires.
@@ -394,18 +411,19 @@ impl<'a> Waitable for SemWait<'a> {
     }
 
     fn unpublish(&self, _: &Waiter, io: &mut SemIo<'a>) -> Option<WaitResult> {
-        let (status, wakes) = {
-            let mut queue = self.0.queue.lock();
-            let status = queue.unlink(&mut io.node);
-            // Our node may have blocked the head: serve whoever fits now.
-            let wakes = if status == Status::Waiting {
-                self.0.grant(&mut queue)
-            } else {
-                Vec::new()
-            };
-            (status, wakes)
-        };
-        WaitQueue::wake_all(wakes);
-        (status == Status::Granted).then_some(WaitResult::Ok)
+        let mut queue = self.0.queue.lock();
+        if io.node.status() == Status::Waiting {
+            // Woken while still queued (a cancel's interrupt inside
+            // `non_cancellable`, the end of an unwinding wait's slice): the
+            // node keeps its place, as a lock waiter's does. Unlinked and
+            // queued again at the back, a large request was passed by a
+            // later, smaller one that the freed head let in (FIFO broken:
+            // `adversarial/sync_waiters.rs`). `publish` parks it again there (or
+            // finds it granted); if the wait ends otherwise (a timeout, a
+            // cancel), the `Io`'s drop unlinks it, serves whoever fits
+            // behind it, and gives back a grant made meanwhile.
+            return None;
+        }
+        (queue.unlink(&mut io.node) == Status::Granted).then_some(WaitResult::Ok)
     }
 }

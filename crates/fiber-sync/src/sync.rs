@@ -8,7 +8,7 @@
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
     pub(crate) use std::sync::Arc;
 
     /// Spins before yielding the OS thread while waiting for a queue lock.
@@ -136,7 +136,7 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
     pub(crate) use loom::sync::Arc;
 
     /// loom's `Mutex` behind the spin lock's API.

@@ -76,6 +76,53 @@ fn loom_condvar_wait_vs_notify() {
     });
 }
 
+/// A condvar waiter woken by a wake that brought no notify (on a fiber, a
+/// cancel's interrupt inside `non_cancellable`, or the end of an unwinding
+/// wait's slice; here a third thread fires its record) leaves the queue
+/// and queues again, with the mutex released all along. A notify in that
+/// gap must still end its wait. Mutations caught (loom: deadlock): the
+/// re-queue's fence and second look at `notifies` removed from
+/// `CondWait::publish`, or `notify_one` counting the notify only when it
+/// finds no waiter counted (its pop then finds the queue empty and the
+/// notify is lost).
+#[test]
+fn loom_condvar_requeue_after_a_stray_wake_vs_notify() {
+    loom::model(|| {
+        let pair = Arc::new((Mutex::new(false), Condvar::new()));
+        let last = Arc::new(loom::sync::Mutex::new(None::<fiber_core::Waiter>));
+        let waiter = {
+            let (pair, last) = (pair.clone(), last.clone());
+            thread::spawn(move || {
+                let (flag, cv) = &*pair;
+                let mut guard = flag.lock().unwrap();
+                while !*guard {
+                    guard = cv
+                        .wait_with(guard, None, |wait, io, options, site| {
+                            let spy = crate::tests::Spy {
+                                inner: wait,
+                                last: &last,
+                            };
+                            let options = options.interrupt(fiber_core::Interrupt::NotCancellable);
+                            let _ = site;
+                            fiber_core::fiber_wait(&spy, io, options)
+                        })
+                        .0
+                        .unwrap();
+                }
+            })
+        };
+        let stray = {
+            let last = last.clone();
+            thread::spawn(move || crate::tests::fire(&last))
+        };
+        let (flag, cv) = &*pair;
+        *flag.lock().unwrap() = true;
+        cv.notify_one();
+        stray.join().unwrap();
+        waiter.join().unwrap();
+    });
+}
+
 /// Two callers race `get_or_init`: the initializer runs once, and the
 /// loser waits for the value (never sees an empty cell, never sleeps
 /// forever).

@@ -56,5 +56,6 @@ mod thread_park_token;
 mod timeouts;
 mod timers;
 mod unwind_park;
+mod unwinding_polls;
 mod yield_loops;
 mod zero_waits;
