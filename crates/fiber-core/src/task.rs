@@ -438,6 +438,29 @@ impl fmt::Display for JoinError {
 
 impl std::error::Error for JoinError {}
 
+/// A join error as the error of std's `JoinHandle::join` (a
+/// `Box<dyn Any + Send>`), so `std::panic::resume_unwind(err.into())`
+/// re-raises a fiber's panic with its own payload, as std's idiom does
+/// with the error of a thread's join. An error that is not a panic (a
+/// cancelled or abandoned fiber) is boxed itself.
+///
+/// ```
+/// # mod fiber { pub(crate) use fiber_core as core; }
+/// let sched = fiber::core::testing::TestScheduler::new();
+/// let h = sched.spawn(|| -> u32 { std::panic::panic_any(7i32) });
+/// sched.run();
+/// let payload: Box<dyn std::any::Any + Send> = h.join().unwrap_err().into();
+/// assert_eq!(payload.downcast_ref::<i32>(), Some(&7));
+/// ```
+impl From<JoinError> for Box<dyn Any + Send + 'static> {
+    fn from(err: JoinError) -> Self {
+        match err.try_into_panic() {
+            Ok(payload) => payload,
+            Err(err) => Box::new(err),
+        }
+    }
+}
+
 /// As tokio's: a join error as an `io::Error` (kind `Other`, with the join
 /// error as its source), so `h.join()?` works in a function that returns
 /// `io::Result`.

@@ -422,6 +422,10 @@ impl Registration {
     /// although more data is queued, which the short-read shortcut must
     /// know; spec/net.md section 4a).
     pub(crate) fn new(source: &mut impl Source) -> io::Result<Registration> {
+        #[cfg(test)]
+        if tests_fail::take() {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
         let driver = driver()?;
         let readiness = Arc::new(Readiness::new());
         let token = lock(&driver.table).insert(readiness.clone());
@@ -445,5 +449,24 @@ impl Registration {
             lock(&driver.table).remove(self.token);
         }
         self.readiness.close();
+    }
+}
+
+/// Unit tests: make this thread's next registration fail, as `epoll_ctl`
+/// does past `fs.epoll.max_user_watches`.
+#[cfg(test)]
+pub(crate) mod tests_fail {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        static FAIL_NEXT: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub(crate) fn fail_next_registration() {
+        FAIL_NEXT.with(|f| f.set(true));
+    }
+
+    pub(crate) fn take() -> bool {
+        FAIL_NEXT.with(|f| f.replace(false))
     }
 }

@@ -343,7 +343,27 @@ impl Readiness {
             let mut io = WaitIo { snapshot, index: None };
             match fiber_wait(&wait, &mut io, WaitOptions::new().deadline(deadline)) {
                 WaitResult::Ok => {}
-                WaitResult::TimedOut => return Err(timeout_error(on_timeout)),
+                WaitResult::TimedOut => {
+                    // One real attempt before the timeout is reported: what
+                    // arrived during the wait wakes the waiter only once a
+                    // worker or the poller has applied its event (the
+                    // poller rests up to 8 ms while workers harvest, and a
+                    // busy worker harvests every 61 fibers), so a short
+                    // timeout expired with bytes already queued, and a
+                    // read after a short read did not even look (section
+                    // 4a's record). std's `recv` returns queued bytes
+                    // whatever its `SO_RCVTIMEO`. One system call per
+                    // expired timeout.
+                    if dir == READ {
+                        self.forget_drained();
+                    }
+                    return match op() {
+                        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {
+                            Err(timeout_error(on_timeout))
+                        }
+                        other => other,
+                    };
+                }
                 WaitResult::Cancelled => return Err(io::Error::other(Cancelled)),
                 WaitResult::Closed => return Err(closed_error()),
             }

@@ -113,8 +113,17 @@ struct Settings {
 }
 
 impl<S: Source + Describe> Io<S> {
-    pub(crate) fn new(mut source: S) -> io::Result<Io<S>> {
-        let registration = Registration::new(&mut source)?;
+    pub(crate) fn new(source: S) -> io::Result<Io<S>> {
+        Io::try_new(source).map_err(|(e, _)| e)
+    }
+
+    /// As [`Io::new`], giving the source back if its registration fails
+    /// (an accepted connection must not be lost to a failed `epoll_ctl`).
+    pub(crate) fn try_new(mut source: S) -> Result<Io<S>, (io::Error, S)> {
+        let registration = match Registration::new(&mut source) {
+            Ok(registration) => registration,
+            Err(e) => return Err((e, source)),
+        };
         Ok(Io {
             source: Some(source),
             registration,
@@ -479,4 +488,25 @@ fn get_timeout(cell: &AtomicU64) -> Option<Duration> {
 fn deadline(cell: &AtomicU64) -> Option<Instant> {
     // A timeout too long for `Instant` is no timeout.
     timeout_of(cell.load(Ordering::Relaxed)).and_then(|d| Instant::now().checked_add(d))
+}
+
+/// A listener's accepted connection whose registration failed (`ENOSPC`
+/// past `fs.epoll.max_user_watches`, `ENOMEM`): the kernel has already
+/// taken it off the accept queue, so dropping it would close a connection
+/// the caller never saw. The accept reports the error and keeps the
+/// connection here; the next accept tries it again first.
+pub(crate) struct Pending<T>(std::sync::Mutex<Option<T>>);
+
+impl<T> Pending<T> {
+    pub(crate) const fn new() -> Pending<T> {
+        Pending(std::sync::Mutex::new(None))
+    }
+
+    pub(crate) fn take(&self) -> Option<T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    pub(crate) fn put(&self, value: T) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(value);
+    }
 }

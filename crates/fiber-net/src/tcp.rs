@@ -1,7 +1,7 @@
 //! TCP: [`TcpListener`] and [`TcpStream`], with `std::net`'s API.
 
 use crate::readiness::{op, OnTimeout, WRITE};
-use crate::source::Io;
+use crate::source::{Io, Pending};
 use std::fmt;
 use std::io;
 use std::net::{self, Shutdown, SocketAddr, ToSocketAddrs};
@@ -49,6 +49,8 @@ pub(crate) fn each_addr<A: ToSocketAddrs, T>(addr: A, mut f: impl FnMut(SocketAd
 /// ```
 pub struct TcpListener {
     io: Io<mio::net::TcpListener>,
+    /// An accepted connection whose registration failed (see `Pending`).
+    pending: Pending<(mio::net::TcpStream, SocketAddr)>,
 }
 
 impl TcpListener {
@@ -56,7 +58,10 @@ impl TcpListener {
     /// `SO_REUSEADDR` as std sets it.
     pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<TcpListener> {
         let listener = each_addr(addr, mio::net::TcpListener::bind)?;
-        Ok(TcpListener { io: Io::new(listener)? })
+        Ok(TcpListener {
+            io: Io::new(listener)?,
+            pending: Pending::new(),
+        })
     }
 
     /// Accept a connection, parking until one arrives. A cancellation point:
@@ -64,8 +69,16 @@ impl TcpListener {
     /// [`fiber_core::Cancelled`].
     #[track_caller]
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        let (stream, addr) = self.io.read::<op::Accept, _>(|l| l.accept())?;
-        let io = Io::new(stream)?;
+        let (stream, addr) = match self.pending.take() {
+            Some(pending) => pending,
+            None => self.io.read::<op::Accept, _>(|l| l.accept())?,
+        };
+        // A failed registration keeps the connection for the next accept
+        // (the kernel already took it off the queue).
+        let io = Io::try_new(stream).map_err(|(e, stream)| {
+            self.pending.put((stream, addr));
+            e
+        })?;
         io.inherit_timeouts(&self.io);
         Ok((TcpStream { io }, addr))
     }
@@ -123,7 +136,10 @@ impl TcpListener {
         // `SO_RCVTIMEO` set on it bounds `accept` (as std's), and goes to
         // the sockets it accepts.
         io.adopt_kernel_timeouts()?;
-        Ok(TcpListener { io })
+        Ok(TcpListener {
+            io,
+            pending: Pending::new(),
+        })
     }
 
     /// Back to a std listener, in blocking mode.

@@ -4,7 +4,7 @@
 //! points, as for TCP.
 
 use crate::readiness::{op, OnTimeout, WRITE};
-use crate::source::Io;
+use crate::source::{Io, Pending};
 use std::fmt;
 use std::io;
 use std::net::Shutdown;
@@ -38,6 +38,8 @@ use std::time::Duration;
 /// ```
 pub struct UnixListener {
     io: Io<mio::net::UnixListener>,
+    /// An accepted connection whose registration failed (see `Pending`).
+    pending: Pending<(mio::net::UnixStream, SocketAddr)>,
 }
 
 impl UnixListener {
@@ -45,6 +47,7 @@ impl UnixListener {
     pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixListener> {
         Ok(UnixListener {
             io: Io::new(mio::net::UnixListener::bind(path)?)?,
+            pending: Pending::new(),
         })
     }
 
@@ -53,6 +56,7 @@ impl UnixListener {
     pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixListener> {
         Ok(UnixListener {
             io: Io::new(mio::net::UnixListener::bind_addr(addr)?)?,
+            pending: Pending::new(),
         })
     }
 
@@ -62,19 +66,30 @@ impl UnixListener {
     /// accept parked at that moment.
     #[track_caller]
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
-        let (stream, addr) = self.io.read::<op::Accept, _>(|l| match l.accept() {
-            // Shut down (`shutdown(2)` on its descriptor): std's blocking
-            // accept fails with `EINVAL`; the non-blocking one keeps saying
-            // `EAGAIN`, and no further event would wake this one.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => {
-                Err(io::Error::from_raw_os_error(libc::EINVAL))
-            }
-            other => other,
-        })?;
+        let pending = self.pending.take();
+        let (stream, addr) = match pending {
+            Some(pending) => pending,
+            None => self.io.read::<op::Accept, _>(|l| match l.accept() {
+                // Shut down (`shutdown(2)` on its descriptor): std's blocking
+                // accept fails with `EINVAL`; the non-blocking one keeps saying
+                // `EAGAIN`, and no further event would wake this one.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.io.read_shut_down() => {
+                    Err(io::Error::from_raw_os_error(libc::EINVAL))
+                }
+                other => other,
+            })?,
+        };
         // No timeouts inherited: Linux copies a listener's `SO_RCVTIMEO` and
         // `SO_SNDTIMEO` to the TCP sockets it accepts, not to unix ones
-        // (std's accepted unix stream has none).
-        let io = Io::new(stream)?;
+        // (std's accepted unix stream has none). A failed registration
+        // keeps the connection for the next accept (see `TcpListener`).
+        let io = match Io::try_new(stream) {
+            Ok(io) => io,
+            Err((e, stream)) => {
+                self.pending.put((stream, addr));
+                return Err(e);
+            }
+        };
         Ok((UnixStream { io }, addr))
     }
 
@@ -121,7 +136,10 @@ impl UnixListener {
         // `SO_RCVTIMEO` set on it bounds `accept` (as std's); unlike TCP's,
         // it does not go to the sockets it accepts.
         io.adopt_kernel_timeouts()?;
-        Ok(UnixListener { io })
+        Ok(UnixListener {
+            io,
+            pending: Pending::new(),
+        })
     }
 
     /// Back to a std listener, in blocking mode.

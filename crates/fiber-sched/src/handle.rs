@@ -242,16 +242,6 @@ where
              fiber (Handle::spawn) instead"
         );
     }
-    if crate::monitor::thread_of(shared.id) {
-        // On this runtime's monitor thread (a tracing layer called for one
-        // of its reports): while the root ran, no stuck worker would be
-        // rescued, no shared timer would fire and the pool could not grow.
-        panic!(
-            "fiber::{what} called on this runtime's own monitor thread (a tracing layer called for one of \
-             its reports): the monitor could not rescue workers, fire timers or grow the pool while the \
-             root fiber ran; call block_on from a plain thread, or spawn a fiber (Handle::spawn) instead"
-        );
-    }
     let mut value: Option<T> = None;
     let done = Arc::new(Done::default());
     let root = Root {

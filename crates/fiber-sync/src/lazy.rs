@@ -94,6 +94,57 @@ impl<T, F: FnOnce() -> T> LazyLock<T, F> {
         }
     }
 
+    /// The value, by unique reference, running the initializer if it has
+    /// not run yet (as `std::sync::LazyLock::force_mut`; no other caller
+    /// can be waiting, since this one holds `&mut`).
+    ///
+    /// # Panics
+    ///
+    /// If the initializer panics, or panicked before (the cell is
+    /// poisoned).
+    #[track_caller]
+    pub fn force_mut(this: &mut LazyLock<T, F>) -> &mut T {
+        LazyLock::force(this);
+        match this.data.get_mut() {
+            Data::Value(value) => value,
+            _ => unreachable!("a completed LazyLock holds its value"),
+        }
+    }
+
+    /// The value if it has been made, else `None` (as
+    /// `std::sync::LazyLock::get`): never runs the initializer nor waits
+    /// for one that is running. `None` for a poisoned cell too.
+    ///
+    /// ```
+    /// # mod fiber { pub(crate) use fiber_sync as sync; }
+    /// use fiber::sync::LazyLock;
+    ///
+    /// let lazy = LazyLock::new(|| 7);
+    /// assert_eq!(LazyLock::get(&lazy), None);
+    /// assert_eq!(*lazy, 7);
+    /// assert_eq!(LazyLock::get(&lazy), Some(&7));
+    /// ```
+    pub fn get(this: &LazyLock<T, F>) -> Option<&T> {
+        if !this.once.is_completed() {
+            return None;
+        }
+        // SAFETY: the `Once` completed (observed with Acquire): `data` is
+        // `Value` and never written again while shared.
+        match unsafe { &*this.data.get() } {
+            Data::Value(value) => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The value by unique reference if it has been made, else `None` (as
+    /// `std::sync::LazyLock::get_mut`); never runs the initializer.
+    pub fn get_mut(this: &mut LazyLock<T, F>) -> Option<&mut T> {
+        match this.data.get_mut() {
+            Data::Value(value) => Some(value),
+            _ => None,
+        }
+    }
+
     /// The value if made, else the initializer (as
     /// `std::sync::LazyLock::into_inner`).
     ///

@@ -4,4 +4,6 @@ mod loom_readiness;
 mod loom_rest;
 
 #[cfg(not(loom))]
+mod accept_pending;
+#[cfg(not(loom))]
 mod readiness;

@@ -309,3 +309,82 @@ fn a_cancelled_connect_does_not_go_on_to_the_next_address() {
         assert_eq!(r, Err((ErrorKind::Other, true)), "the connect after its cancel");
     });
 }
+
+/// A read with a short timeout must not time out while bytes sit in the
+/// socket's receive queue at the time of the call (std's `recv` returns
+/// them whatever its `SO_RCVTIMEO`). After a short read, the next read
+/// parks without a system call until a readiness event moves the socket's
+/// sequence; that event is applied only when a worker or the poller
+/// harvests it, which can come after a 2 ms deadline on a busy worker.
+/// The timed-out read now makes one real attempt before it reports the
+/// timeout.
+#[test]
+fn a_read_timeout_never_expires_with_bytes_already_queued() {
+    within(60, || {
+        let rt = rt_n(1);
+        rt.block_on(|| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let a = l.local_addr().unwrap();
+            let peer = std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(a).unwrap();
+                s.set_nodelay(true).unwrap();
+                for _ in 0..600 {
+                    if s.write_all(b"x").is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(1500));
+                }
+            });
+            let (r, _) = l.accept().unwrap();
+            r.set_read_timeout(Some(ms(2))).unwrap();
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let mut busy = Vec::new();
+            for _ in 0..40 {
+                let stop = stop.clone();
+                busy.push(fiber::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let until = Instant::now() + Duration::from_micros(200);
+                        while Instant::now() < until {
+                            std::hint::spin_loop();
+                        }
+                        if fiber::yield_now().is_err() {
+                            break;
+                        }
+                    }
+                }));
+            }
+            let mut buf = [0u8; 64];
+            let mut spurious = 0;
+            let mut got = 0;
+            while got < 600 {
+                // Let the busy fibers run (and bytes arrive) between reads.
+                let _ = fiber::yield_now();
+                // Bytes queued now? (`MSG_PEEK | MSG_DONTWAIT` leaves the
+                // socket's readiness alone.)
+                // SAFETY: recv on a valid socket into a valid buffer.
+                let queued = unsafe {
+                    libc::recv(
+                        r.as_raw_fd(),
+                        buf.as_mut_ptr().cast(),
+                        1,
+                        libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                    )
+                } > 0;
+                match (&r).read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock && queued => spurious += 1,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for b in busy {
+                let _ = b.join();
+            }
+            drop(r);
+            peer.join().unwrap();
+            assert_eq!(spurious, 0, "{spurious} reads timed out with bytes already queued");
+        });
+    });
+}

@@ -786,3 +786,22 @@ fn once_lock_another_fiber_during_the_initializer_still_waits() {
         });
     });
 }
+
+/// `LazyLock::get`, `get_mut` and `force_mut` (stable in std since 1.94):
+/// `get` never runs the initializer, `force_mut` does.
+#[test]
+fn lazy_lock_get_get_mut_and_force_mut_as_std() {
+    use fiber::sync::LazyLock;
+    let mut lazy = LazyLock::new(|| 7);
+    assert_eq!(LazyLock::get(&lazy), None);
+    assert_eq!(LazyLock::get_mut(&mut lazy), None);
+    *LazyLock::force_mut(&mut lazy) += 1;
+    assert_eq!(LazyLock::get(&lazy), Some(&8));
+    *LazyLock::get_mut(&mut lazy).unwrap() += 1;
+    assert_eq!(*lazy, 9);
+
+    let mut std_lazy = std::sync::LazyLock::new(|| 7);
+    assert_eq!(std::sync::LazyLock::get(&std_lazy), None);
+    *std::sync::LazyLock::force_mut(&mut std_lazy) += 1;
+    assert_eq!(std::sync::LazyLock::get(&std_lazy), Some(&8));
+}

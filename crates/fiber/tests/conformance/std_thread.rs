@@ -510,3 +510,20 @@ fn join_error_downcast_ref_reads_the_panic_payload_as_std_does() {
         assert!(err.downcast_ref::<&str>().is_none() && err.panic_payload().is_none());
     });
 }
+
+/// std's idiom for handing a thread's panic on: `resume_unwind` with the
+/// error of its join. Here `err.into()` gives that box (the payload
+/// itself), and `downcast_ref` reads a payload that is not a string.
+#[test]
+fn a_join_error_converts_into_std_s_panic_box_for_resume_unwind() {
+    crate::common::on_runtime(|| {
+        let err = fiber::spawn(|| -> u32 { std::panic::panic_any(42i32) })
+            .join()
+            .unwrap_err();
+        assert_eq!(err.downcast_ref::<i32>(), Some(&42));
+        let payload: Box<dyn std::any::Any + Send> = err.into();
+        let caught =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| std::panic::resume_unwind(payload))).unwrap_err();
+        assert_eq!(caught.downcast_ref::<i32>(), Some(&42));
+    });
+}

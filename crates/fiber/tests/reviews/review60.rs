@@ -441,63 +441,6 @@ fn block_on_on_the_runtimes_own_worker_thread_outside_a_fiber_does_not_hang() {
     }
 }
 
-/// A layer whose next event on a runtime's monitor thread (its deadlock
-/// report here) calls `block_on` on that runtime.
-struct BlockOnInMonitorEvent;
-impl<S: Subscriber> Layer<S> for BlockOnInMonitorEvent {
-    fn on_event(&self, _: &tracing::Event<'_>, _: Context<'_, S>) {
-        let on_monitor = std::thread::current().name().is_some_and(|n| n.ends_with("-monitor"));
-        if !on_monitor || !ARMED.swap(false, SeqCst) {
-            return;
-        }
-        let h = HANDLE.get().unwrap().clone();
-        let r = std::panic::catch_unwind(move || h.block_on(|| 5u32))
-            .map_err(|p| p.downcast_ref::<String>().cloned().unwrap_or_default());
-        *OUTCOME.lock().unwrap() = Some(r);
-    }
-}
-
-/// `block_on` on the runtime's own monitor thread (a tracing layer called
-/// for one of its reports) is refused like on a worker thread: while the
-/// root runs, no stuck worker is rescued, no shared timer fires and the
-/// pool does not grow, so a root that needs any of these never finishes.
-// Failed before the fix: the monitor thread was not refused; the inner root ran and returned 5
-#[test]
-fn block_on_on_the_runtimes_monitor_thread_is_refused() {
-    let name = "block_on_on_the_runtimes_monitor_thread_is_refused";
-    if let Some((status, stderr)) = child_outcome(name, 20, &[], || {
-        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(BlockOnInMonitorEvent)).unwrap();
-        let rt = fiber::Runtime::builder()
-            .workers(1)
-            .max_workers(1)
-            .shutdown_timeout(ms(100))
-            .build()
-            .unwrap();
-        HANDLE.set(rt.handle()).ok().unwrap();
-        ARMED.store(true, SeqCst);
-        let (tx, rx) = fiber::chan::bounded::<()>(0);
-        let waker = std::thread::spawn(move || {
-            // The root parks alone: the monitor's deadlock report comes
-            // after a second and calls the layer; then wake the root.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while OUTCOME.lock().unwrap().is_none() && Instant::now() < deadline {
-                std::thread::sleep(ms(10));
-            }
-            tx.send(()).unwrap();
-        });
-        rt.block_on(move || rx.recv().unwrap());
-        waker.join().unwrap();
-        match OUTCOME.lock().unwrap().clone() {
-            Some(Ok(v)) => panic!("block_on on the runtime's monitor thread returned {v} instead of refusing"),
-            Some(Err(msg)) => assert!(msg.contains("block_on") && msg.contains("monitor"), "{msg}"),
-            None => panic!("the monitor reported no deadlock"),
-        }
-        std::process::exit(0);
-    }) {
-        assert!(status.success(), "child failed ({status:?}):\n{stderr}");
-    }
-}
-
 // ---------------------------------------------------------------------------
 // (d) Spinning fibers, timers and `yield_now`.
 
