@@ -265,6 +265,31 @@ impl WaitQueue {
         node.waiter.with_mut(|w| unsafe { *w = Some(waiter.clone()) });
     }
 
+    /// `publish` of a wait whose node may still be queued after a wake
+    /// that granted nothing (see `rewait`): granted since (unlinked; the
+    /// wait ends `Ok`), still waiting (parks again in its place), or
+    /// neither (unlinked; `None`: the caller queues it as new). `None` too
+    /// for a node that is not queued. Under the lock.
+    pub(crate) fn take_up_kept(&mut self, node: &mut Node, waiter: &Waiter) -> Option<fiber_core::Publish> {
+        if !node.queued {
+            return None;
+        }
+        match node.status() {
+            Status::Granted => {
+                self.unlink(node);
+                Some(fiber_core::Publish::Ready(fiber_core::WaitResult::Ok))
+            }
+            Status::Waiting => {
+                self.rewait(node, waiter);
+                Some(fiber_core::Publish::Published)
+            }
+            _ => {
+                self.unlink(node);
+                None
+            }
+        }
+    }
+
     /// Take `node` (queued) out of the list. Under the lock.
     fn detach(&mut self, node: &Node) {
         let (prev, next) = (node.prev(), node.next());

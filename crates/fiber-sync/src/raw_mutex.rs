@@ -270,24 +270,12 @@ impl<'a> Waitable for LockWait<'a> {
     fn publish(&self, waiter: &Waiter, io: &mut LockIo<'a>) -> Publish {
         let raw = self.0;
         let mut queue = raw.queue.lock();
-        if io.node.queued {
-            // Still in the queue after a wake that handed nothing over (see
-            // `unpublish`): handed over since, still waiting (parks again
-            // in its place), or woken to retry and beaten to it (queues
-            // again at the front below, as any woken waiter that lost).
-            match io.node.status() {
-                Status::Granted => {
-                    queue.unlink(&mut io.node);
-                    return Publish::Ready(WaitResult::Ok);
-                }
-                Status::Waiting => {
-                    queue.rewait(&io.node, waiter);
-                    return Publish::Published;
-                }
-                _ => {
-                    queue.unlink(&mut io.node);
-                }
-            }
+        // Still in the queue after a wake that handed nothing over (see
+        // `unpublish`): handed over since, still waiting (parks again in its
+        // place), or woken to retry and beaten to it (queues again at the
+        // front below, as any woken waiter that lost).
+        if let Some(publish) = queue.take_up_kept(&mut io.node, waiter) {
+            return publish;
         }
         // Relaxed on the RMW itself: what matters is its place in the
         // word's modification order against the unlock CAS (module docs);

@@ -370,22 +370,10 @@ impl<'a> Waitable for SemWait<'a> {
         let sem = self.0;
         let need = io.node.arg << SHIFT;
         let mut queue = sem.queue.lock();
-        if io.node.queued {
-            // Still in the queue after a wake that granted nothing (see
-            // `unpublish`): granted since, or parks again in its place.
-            match io.node.status() {
-                Status::Granted => {
-                    queue.unlink(&mut io.node);
-                    return Publish::Ready(WaitResult::Ok);
-                }
-                Status::Waiting => {
-                    queue.rewait(&io.node, waiter);
-                    return Publish::Published;
-                }
-                _ => {
-                    queue.unlink(&mut io.node);
-                }
-            }
+        // Still in the queue after a wake that granted nothing (see
+        // `unpublish`): granted since, or parks again in its place.
+        if let Some(publish) = queue.take_up_kept(&mut io.node, waiter) {
+            return publish;
         }
         // Relaxed on the RMW: its place in the word's modification order
         // against `release`'s compare-exchange loop is what matters (module

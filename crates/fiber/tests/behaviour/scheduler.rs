@@ -402,17 +402,6 @@ fn a_burst_of_outside_wakes_for_one_worker_is_shared_with_the_idle_one() {
     );
 }
 
-/// CPU time (user + system) this process has used.
-fn cpu_time() -> Duration {
-    // SAFETY: `rusage` is plain data, valid when zeroed.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage with a valid out pointer.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    assert_eq!(rc, 0);
-    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
 /// A fiber spins without a yield point and spawns a short child every
 /// 100 us, each into its worker's runnext slot. Once the monitor marks that
 /// worker stalled, the idle worker sees the slot (`has_work`) and must be
@@ -433,7 +422,7 @@ fn an_idle_worker_sleeps_beside_a_stalled_worker_that_keeps_filling_its_runnext_
             let spawned = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let (r, s) = (ran.clone(), spawned.clone());
             let sleeps_before = rt.stats().worker_sleeps;
-            let cpu_before = cpu_time();
+            let cpu_before = crate::common::cpu_time();
             let started = Instant::now();
             rt.block_on(move || {
                 fiber::spawn(move || {
@@ -453,7 +442,7 @@ fn an_idle_worker_sleeps_beside_a_stalled_worker_that_keeps_filling_its_runnext_
                 .unwrap();
             });
             let wall = started.elapsed();
-            let cpu = cpu_time() - cpu_before;
+            let cpu = crate::common::cpu_time() - cpu_before;
             let sleeps = rt.stats().worker_sleeps - sleeps_before;
             let ratio = cpu.as_secs_f64() / wall.as_secs_f64();
             let deadline = Instant::now() + Duration::from_secs(5);

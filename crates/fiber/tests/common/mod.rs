@@ -425,3 +425,14 @@ pub fn wait_fiber_parked(id: fiber::FiberId) {
             .any(|f| f.id == id && f.state == fiber::core::state::FiberState::Parked)
     });
 }
+
+/// CPU time (user + system) this process has used.
+pub fn cpu_time() -> Duration {
+    // SAFETY: `rusage` is plain data, valid when zeroed.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage with a valid out pointer.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    assert_eq!(rc, 0);
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}

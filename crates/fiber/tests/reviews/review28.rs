@@ -581,17 +581,6 @@ fn shutdown_finishes_a_receiver_whose_hand_off_a_thread_holds_long() {
     );
 }
 
-/// CPU time (user + system) this process has used.
-fn cpu_time() -> Duration {
-    // SAFETY: `rusage` is plain data, valid when zeroed.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage with a valid out pointer.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    assert_eq!(rc, 0);
-    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
 /// The project's `reap_later`: the reaper waits for what only other
 /// threads can end by sleeping (backing off to 100 ms), not spinning; the
 /// runtime's drop returns at once. A holder whose value expression does
@@ -640,9 +629,9 @@ fn the_reaper_waits_idle_for_a_hand_off_that_takes_long_to_end() {
             assert!(!std::thread::panicking(), "the dropping thread is left panicking");
             // Let the reaper settle into its wait, then measure.
             std::thread::sleep(ms(300));
-            let (cpu0, wall0) = (cpu_time(), Instant::now());
+            let (cpu0, wall0) = (crate::common::cpu_time(), Instant::now());
             std::thread::sleep(ms(1000));
-            let (cpu, wall) = (cpu_time() - cpu0, wall0.elapsed());
+            let (cpu, wall) = (crate::common::cpu_time() - cpu0, wall0.elapsed());
             assert!(
                 cpu < wall / 4,
                 "the process burnt {cpu:?} of CPU in {wall:?} of waiting"
