@@ -590,8 +590,14 @@ pub(crate) struct WorkerCtx {
     chain_since_ms: Cell<u64>,
     /// Looks of the current chain (`CHAIN_CLOCK_EVERY`).
     chain_looks: Cell<u32>,
-    /// Did this look take the runnext slot's fiber (a chain goes on)?
+    /// Does the current chain go on after this look (it took the runnext
+    /// slot's fiber, or the chain's fiber that a wake displaced from that
+    /// slot, or a late fairness look interrupted the chain)?
     picked_runnext: Cell<bool>,
+    /// The chain's next fiber, pushed down onto the local deque when a
+    /// wake or spawn took its runnext slot during the chain: popped from
+    /// there, it goes on with the chain's slice.
+    chain_displaced: Cell<Option<fiber_core::FiberId>>,
     /// The coarse clock at the last fairness look (`FAIR_LOOK_MS`).
     fair_look_ms: Cell<u64>,
     /// The coarse clock at the last look that aged out the local deque
@@ -690,6 +696,9 @@ impl WorkerCtx {
             // global queue (and wakes a sleeper) within its stuck threshold.
             return;
         };
+        if self.in_chain.get() {
+            self.chain_displaced.set(Some(previous.id()));
+        }
         self.local.push(previous);
         // The notifier's half of the idle handshake: `Idle::notify_one`
         // fences (publish work; fence; read sleepers) against a sleeper's
@@ -919,6 +928,7 @@ fn worker_main(shared: Arc<Shared>, index: usize, deques: (Deque<Runnable>, Dequ
         chain_since_ms: Cell::new(0),
         chain_looks: Cell::new(0),
         picked_runnext: Cell::new(false),
+        chain_displaced: Cell::new(None),
         fair_look_ms: Cell::new(fiber_core::coarse_clock_ms()),
         age_look_ms: Cell::new(fiber_core::coarse_clock_ms()),
         late_looks: Cell::new(0),
@@ -1436,12 +1446,16 @@ fn wait_notified(slot: &Slot, deadline: Option<Instant>) -> bool {
 
 /// The next fiber to run. One taken from anywhere but the runnext slot
 /// ends the current runnext chain: the next hand-off starts a new one,
-/// with a new time slice (`RUNNEXT_SLICE_MS`).
+/// with a new time slice (`RUNNEXT_SLICE_MS`). Two takes do not end it: a
+/// late fairness look in the middle of the chain, and the chain's own
+/// fiber popped from the local deque after a wake displaced it from
+/// runnext (`WorkerCtx::chain_displaced`); the chain keeps its slice.
 fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     ctx.picked_runnext.set(false);
     let found = look_for_work(shared, ctx);
     if !ctx.picked_runnext.get() {
         ctx.in_chain.set(false);
+        ctx.chain_displaced.set(None);
     }
     found
 }
@@ -1491,7 +1505,11 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
             // fibers compute 5 ms and spawn into runnext kept the oldest
             // fiber of the deque waiting 1.4 s:
             // `adversarial/starvation.rs::the_oldest_fiber_of_a_refilled_lifo_deque_runs_within_a_time_bound`.)
+            // The chain keeps its slice across the interruption: it ends
+            // at `chain_since_ms + RUNNEXT_SLICE_MS` as before (restarted
+            // at each interruption, a chain could keep its worker for good).
             late_in_chain = true;
+            ctx.picked_runnext.set(true);
         }
     }
     let tick = ctx.tick.get().wrapping_add(1);
@@ -1577,14 +1595,29 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     }
     if let Some(fiber) = shared.slots[ctx.index].runnext.take() {
         // A chain of hand-offs starts here (the clock is read only where
-        // runnext is in use: a yield loop never reads it).
-        ctx.chain_since_ms.set(fiber_core::coarse_clock_ms());
-        ctx.chain_looks.set(0);
+        // runnext is in use: a yield loop never reads it), unless this is
+        // the chain a late fairness look found nothing to interrupt with.
+        if !late_in_chain {
+            ctx.chain_since_ms.set(fiber_core::coarse_clock_ms());
+            ctx.chain_looks.set(0);
+        }
         ctx.in_chain.set(true);
         ctx.picked_runnext.set(true);
         return Some(fiber);
     }
     if let Some(fiber) = ctx.local.pop() {
+        if ctx.in_chain.get() && ctx.chain_displaced.get() == Some(fiber.id()) {
+            // The chain's own fiber, displaced from runnext by a wake that
+            // this worker ran first: the chain goes on, in the same slice.
+            // (Restarted here, a sleeper woken every 5 ms beside a chain of
+            // 200 us links gave that chain a new slice at each wake: it
+            // kept its worker for seconds while 19 other chains and 1,200
+            // fibers spawned beside them ran one per fairness look, and
+            // the last of them waited 7 s:
+            // `reviews/review69.rs::the_bottom_of_a_deque_just_over_the_threshold_runs_soon`.)
+            ctx.chain_displaced.set(None);
+            ctx.picked_runnext.set(true);
+        }
         return Some(fiber);
     }
     // A fiber that yielded goes behind the fibers woken or spawned for

@@ -466,3 +466,62 @@ fn an_idle_worker_sleeps_beside_a_stalled_worker_that_keeps_filling_its_runnext_
         },
     );
 }
+
+/// One link of a chain: spins 200 us, counts itself, then spawns the next
+/// link (into this worker's runnext slot) and ends, until `stop`.
+fn chain_link(links: Arc<std::sync::atomic::AtomicUsize>, stop: Arc<AtomicBool>) {
+    let until = Instant::now() + Duration::from_micros(200);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+    links.fetch_add(1, Ordering::Relaxed);
+    if !stop.load(Ordering::Relaxed) {
+        drop(fiber::spawn(move || chain_link(links, stop)));
+    }
+}
+
+/// A chain of hand-offs through the runnext slot gets a 10 ms slice
+/// (`RUNNEXT_SLICE_MS`), and a timer wake that takes the slot in the middle
+/// of it does not give it a new one: 60 fibers queued on one worker below
+/// a chain, beside a fiber sleeping 2 ms in a loop, all run within a few
+/// slices. (Before, the chain started a new slice at each wake, once its
+/// displaced fiber ran again: it kept the worker, and the queued fibers
+/// ran one per 10 ms fairness look, the last after about 600 ms.)
+#[test]
+fn a_timer_wake_in_the_middle_of_a_runnext_chain_does_not_renew_its_slice() {
+    crate::common::in_child(
+        "a_timer_wake_in_the_middle_of_a_runnext_chain_does_not_renew_its_slice",
+        60,
+        || {
+            let rt = fiber::Runtime::builder().workers(1).max_workers(1).build().unwrap();
+            let last = rt.block_on(|| {
+                let stop = Arc::new(AtomicBool::new(false));
+                let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+                let started = Instant::now();
+                let queued: Vec<_> = (0..60)
+                    .map(|_| {
+                        let ran = ran.clone();
+                        fiber::spawn(move || {
+                            ran.fetch_add(1, Ordering::Relaxed);
+                        })
+                    })
+                    .collect();
+                let (links, chain_stop) = (Arc::new(std::sync::atomic::AtomicUsize::new(0)), stop.clone());
+                drop(fiber::spawn(move || chain_link(links, chain_stop)));
+                while ran.load(Ordering::Relaxed) < 60 && started.elapsed() < Duration::from_secs(10) {
+                    fiber::sleep(Duration::from_millis(2)).unwrap();
+                }
+                let last = started.elapsed();
+                stop.store(true, Ordering::Relaxed);
+                for q in queued {
+                    q.join().unwrap();
+                }
+                last
+            });
+            assert!(
+                last < Duration::from_millis(300),
+                "60 fibers queued below a runnext chain took {last:?} to run: the chain kept the worker"
+            );
+        },
+    );
+}
