@@ -177,10 +177,14 @@ impl RawMutex {
         let wake = {
             let mut queue = self.queue.lock();
             match queue.front() {
-                // The queue emptied since our CAS failed (a waiter left).
+                // The queue emptied since our CAS failed: a waiter left, or
+                // `front` just took the nodes of waiters given up by a
+                // teardown. QUEUED goes too: in the second case nobody
+                // else clears it, and every later unlock would take this
+                // slow path.
                 None => {
                     // Release: as in `unlock`.
-                    self.state.fetch_and(!LOCKED, Ordering::Release);
+                    self.state.fetch_and(!(LOCKED | QUEUED), Ordering::Release);
                     None
                 }
                 Some(first) if first.is_starving() => {
