@@ -27,7 +27,7 @@ fn join_handle_outcome_and_root_job_state_agree_when_cancelled_from_a_thread() {
         let rt = crate::common::rt();
         let mut mismatches = Vec::new();
         let mut outcomes = [0usize; 2];
-        for i in 0..20000u64 {
+        for i in 0..10000u64 {
             let (tx, rx) = std::sync::mpsc::channel::<fiber::Job>();
             let go = Arc::new(AtomicBool::new(false));
             let go2 = go.clone();
@@ -74,7 +74,7 @@ fn join_handle_outcome_and_root_job_state_agree_when_the_job_is_cancelled_from_a
         let rt = crate::common::rt();
         let mut mismatches = Vec::new();
         let mut outcomes = [0usize; 2];
-        for i in 0..20000u64 {
+        for i in 0..10000u64 {
             let (tx, rx) = std::sync::mpsc::channel::<fiber::Job>();
             let go = Arc::new(AtomicBool::new(false));
             let go2 = go.clone();

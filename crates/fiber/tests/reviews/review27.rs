@@ -1266,24 +1266,24 @@ fn is_planned(p: &(dyn std::any::Any + Send)) -> bool {
 
 #[test]
 fn fuzz_one_worker() {
-    fuzz(0..400, RtKind::One, false, 120);
+    fuzz(0..200, RtKind::One, false, 120);
 }
 
 #[test]
 fn fuzz_two_workers() {
-    fuzz(1000..1400, RtKind::Two, false, 120);
+    fuzz(1000..1200, RtKind::Two, false, 120);
 }
 
 #[test]
 fn fuzz_elastic() {
-    fuzz(2000..2400, RtKind::Elastic, false, 120);
+    fuzz(2000..2200, RtKind::Elastic, false, 120);
 }
 
 #[test]
 fn fuzz_shutdown_with_parked_actors() {
-    fuzz(3000..3100, RtKind::Two, true, 120);
-    fuzz(4000..4100, RtKind::One, true, 120);
-    fuzz(5000..5100, RtKind::Elastic, true, 120);
+    fuzz(3000..3050, RtKind::Two, true, 120);
+    fuzz(4000..4050, RtKind::One, true, 120);
+    fuzz(5000..5050, RtKind::Elastic, true, 120);
 }
 
 #[test]

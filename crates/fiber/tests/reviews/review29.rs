@@ -1550,24 +1550,24 @@ fn fuzz(seeds: std::ops::Range<u64>, kind: RtKind, shutdown: bool, secs: u64) {
 
 #[test]
 fn fuzz_one_worker() {
-    fuzz(0..150, RtKind::One, false, 120);
+    fuzz(0..75, RtKind::One, false, 120);
 }
 
 #[test]
 fn fuzz_two_workers() {
-    fuzz(1000..1150, RtKind::Two, false, 120);
+    fuzz(1000..1075, RtKind::Two, false, 120);
 }
 
 #[test]
 fn fuzz_elastic() {
-    fuzz(2000..2150, RtKind::Elastic, false, 120);
+    fuzz(2000..2075, RtKind::Elastic, false, 120);
 }
 
 #[test]
 fn fuzz_shutdown_with_parked_actors() {
-    fuzz(3000..3050, RtKind::Two, true, 120);
-    fuzz(4000..4050, RtKind::One, true, 120);
-    fuzz(5000..5050, RtKind::Elastic, true, 120);
+    fuzz(3000..3025, RtKind::Two, true, 120);
+    fuzz(4000..4025, RtKind::One, true, 120);
+    fuzz(5000..5025, RtKind::Elastic, true, 120);
 }
 
 #[test]

@@ -1145,7 +1145,7 @@ fn two_readers_on_cloned_socket_lose_no_readiness() {
                             })
                         })
                         .collect();
-                    let total = 4 << 20;
+                    let total = 1 << 20;
                     let data = vec![1u8; 3001];
                     let mut sent = 0;
                     while sent < total {

@@ -405,9 +405,9 @@ fn pinned_yielders_stay_home_beside_a_filled_global_queue() {
 /// counters are back at zero: nothing runnable, no negative streak.
 #[test]
 fn pressure_returns_to_zero_after_yields_to_the_global_queue() {
-    // About 10 s alone on the 2-core VM (each of 1,800 yields waits behind
+    // About 3.5 s alone on the 2-core VM (each of 600 yields waits behind
     // the 12 ms crunchers); the bound only catches a hang, and a loaded
-    // full run took it past 30 s once.
+    // full run took the 1,800-yield form past 30 s once.
     within(120, || {
         let rt = rt2();
         let h = rt.handle();
@@ -432,7 +432,7 @@ fn pressure_returns_to_zero_after_yields_to_the_global_queue() {
             let loops: Vec<_> = (0..6)
                 .map(|_| {
                     fiber::spawn(|| {
-                        for _ in 0..300 {
+                        for _ in 0..100 {
                             fiber::yield_now().unwrap();
                         }
                     })
