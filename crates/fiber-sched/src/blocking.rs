@@ -9,7 +9,8 @@
 //! a pool whose threads all retired is freed and made again on the next
 //! call). At most `Config::max_blocking_threads` threads; a call that finds
 //! none idle and the cap reached queues, and the next thread to finish
-//! takes it. A thread idle for [`KEEP_ALIVE`] retires.
+//! takes it. A thread idle for `Config::thread_keep_alive` (10 s unless
+//! set) retires.
 //!
 //! # Borrowing
 //!
@@ -30,9 +31,6 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Weak};
 use std::time::{Duration, Instant};
 
-/// How long a blocking-pool thread waits for work before it retires.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
-
 /// A queued call: `job(true)` runs it; `job(false)` hands its closure
 /// back to its caller unrun (the runtime shut down before a thread took
 /// it).
@@ -44,7 +42,7 @@ struct PoolState {
     threads: usize,
     idle: usize,
     /// The runtime has shut down: a thread exits as soon as the queue is
-    /// empty instead of waiting out `KEEP_ALIVE`.
+    /// empty instead of waiting out its keep-alive.
     closed: bool,
 }
 
@@ -58,6 +56,8 @@ struct Pool {
     state: Mutex<PoolState>,
     work: Condvar,
     cap: usize,
+    /// How long an idle thread waits for a call before it retires.
+    keep_alive: Duration,
     name: String,
 }
 
@@ -129,6 +129,7 @@ fn pool_for(shared: &Shared) -> Arc<Pool> {
         state: Mutex::new(PoolState::default()),
         work: Condvar::new(),
         cap: shared.config.max_blocking_threads,
+        keep_alive: shared.config.thread_keep_alive,
         name: format!("{}-blocking", shared.config.thread_name),
     });
     pools.push((shared.id, Arc::downgrade(&pool)));
@@ -242,17 +243,21 @@ impl Pool {
                 continue;
             }
             state.idle += 1;
-            let deadline = Instant::now() + KEEP_ALIVE;
+            // `None`: no deadline (`Duration::MAX`).
+            let deadline = Instant::now().checked_add(self.keep_alive);
             let mut timed_out = false;
             while state.queue.is_empty() {
                 let now = Instant::now();
-                if now >= deadline || state.closed {
+                if deadline.is_some_and(|d| now >= d) || state.closed {
                     timed_out = true;
                     break;
                 }
-                state = match self.work.wait_timeout(state, deadline - now) {
-                    Ok((guard, _)) => guard,
-                    Err(poisoned) => poisoned.into_inner().0,
+                state = match deadline {
+                    Some(d) => match self.work.wait_timeout(state, d - now) {
+                        Ok((guard, _)) => guard,
+                        Err(poisoned) => poisoned.into_inner().0,
+                    },
+                    None => self.work.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner()),
                 };
             }
             state.idle -= 1;
@@ -465,6 +470,7 @@ mod tests {
             state: Mutex::new(PoolState::default()),
             work: Condvar::new(),
             cap: 8,
+            keep_alive: crate::config::DEFAULT_THREAD_KEEP_ALIVE,
             name: "test-blocking".to_string(),
         });
         assert!(pool.submit(Box::new(|_| ())).is_ok());

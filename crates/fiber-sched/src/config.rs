@@ -20,6 +20,7 @@
 //! | `FIBER_IO_PARK` | `1`: one idle worker at a time waits for socket readiness in the I/O driver itself (needs `FIBER_IO_HARVEST` on) | `0` |
 //! | `FIBER_TRACE_SPANS` | `1`: a `tracing` span per fiber (id, name), entered while it runs | `0` |
 //! | `FIBER_MAX_BLOCKING` | cap on blocking-pool threads (1..=`MAX_BLOCKING_THREADS`) | 512 |
+//! | `FIBER_BLOCKING_KEEP_ALIVE_MS` | idle time after which a blocking-pool thread exits (0: at once) | 10000 |
 
 use fiber_core::stack::{MAX_STACK_SIZE, MIN_STACK_SIZE};
 use fiber_core::StackConfig;
@@ -114,6 +115,10 @@ pub struct Config {
     /// Cap on the blocking pool's threads (not workers; they do not count
     /// against `max_workers`).
     pub max_blocking_threads: usize,
+    /// How long a blocking-pool thread waits idle for another call before
+    /// it exits (`Duration::ZERO`: at once; `Duration::MAX`: never, until
+    /// the runtime shuts down).
+    pub thread_keep_alive: Duration,
     /// Capture a backtrace at every park for the fiber dump
     /// (`FIBER_BACKTRACE=1`; process-wide once any runtime turns it on).
     pub park_backtraces: bool,
@@ -134,6 +139,10 @@ pub const DEFAULT_IO_PARK: bool = false;
 
 /// Default grace time of a shutdown.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default idle time after which a blocking-pool thread exits (tokio's
+/// default too).
+pub const DEFAULT_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 /// Number of cores available to this process.
 pub fn cores() -> usize {
@@ -158,6 +167,7 @@ impl Default for Config {
             pinned: false,
             dump_signal: None,
             max_blocking_threads: DEFAULT_MAX_BLOCKING_THREADS,
+            thread_keep_alive: DEFAULT_THREAD_KEEP_ALIVE,
             park_backtraces: false,
             fiber_spans: false,
             io_harvest: true,
@@ -264,6 +274,8 @@ pub struct Overrides {
     pub on_thread_stop: Option<ThreadHook>,
     /// `max_blocking_threads`
     pub max_blocking_threads: Option<usize>,
+    /// `thread_keep_alive`
+    pub thread_keep_alive: Option<Duration>,
     /// `park_backtraces`
     pub park_backtraces: Option<bool>,
     /// `fiber_spans`
@@ -275,7 +287,7 @@ pub struct Overrides {
 }
 
 /// Every environment variable [`Config::resolve`] reads.
-pub const VARIABLES: [&str; 15] = [
+pub const VARIABLES: [&str; 16] = [
     "FIBER_WORKERS",
     "FIBER_MAX_WORKERS",
     "FIBER_STACK_SIZE",
@@ -291,6 +303,7 @@ pub const VARIABLES: [&str; 15] = [
     "FIBER_TRACE_SPANS",
     "FIBER_UNGUARDED",
     "FIBER_MAX_BLOCKING",
+    "FIBER_BLOCKING_KEEP_ALIVE_MS",
 ];
 
 impl Config {
@@ -420,6 +433,12 @@ impl Config {
         }
         if let Some(n) = overrides.max_blocking_threads {
             config.max_blocking_threads = n;
+        }
+        if let Some(v) = var("FIBER_BLOCKING_KEEP_ALIVE_MS") {
+            config.thread_keep_alive = parse_millis("FIBER_BLOCKING_KEEP_ALIVE_MS", &v)?;
+        }
+        if let Some(d) = overrides.thread_keep_alive {
+            config.thread_keep_alive = d;
         }
         let workers_from_builder = overrides.workers.is_some();
         let max_from_builder = overrides.max_workers.is_some();

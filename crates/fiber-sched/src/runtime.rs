@@ -160,6 +160,25 @@ impl Builder {
         self
     }
 
+    /// How long a thread of the blocking pool waits idle for another
+    /// [`blocking`](crate::blocking) call before it exits (default 10 s, as
+    /// tokio's `thread_keep_alive`; `Duration::ZERO`: right after its call;
+    /// `Duration::MAX`: not until the runtime shuts down). Overrides
+    /// `FIBER_BLOCKING_KEEP_ALIVE_MS`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = fiber_sched::Runtime::builder()
+    ///     .thread_keep_alive(Duration::from_millis(100))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(rt.block_on(|| fiber_sched::blocking(|| 6 * 7)), 42);
+    /// ```
+    pub fn thread_keep_alive(&mut self, keep_alive: Duration) -> &mut Self {
+        self.overrides.thread_keep_alive = Some(keep_alive);
+        self
+    }
+
     /// Cap on guard-paged stacks for this runtime (testing the unguarded
     /// regime); the process-wide `vm.max_map_count` budget always applies.
     #[doc(hidden)]

@@ -263,6 +263,33 @@ fn fiber_unguarded_takes_refuse_or_allow() {
 }
 
 #[test]
+fn fiber_blocking_keep_alive_ms_is_parsed_and_the_builder_wins() {
+    assert_eq!(resolve(&[]).unwrap().thread_keep_alive, DEFAULT_THREAD_KEEP_ALIVE);
+    assert_eq!(
+        resolve(&[("FIBER_BLOCKING_KEEP_ALIVE_MS", "250")])
+            .unwrap()
+            .thread_keep_alive,
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        resolve(&[("FIBER_BLOCKING_KEEP_ALIVE_MS", "0")])
+            .unwrap()
+            .thread_keep_alive,
+        Duration::ZERO
+    );
+    let e = error_of(&[("FIBER_BLOCKING_KEEP_ALIVE_MS", "soon")]);
+    assert_eq!(e.setting, "FIBER_BLOCKING_KEEP_ALIVE_MS");
+    let overrides = Overrides {
+        thread_keep_alive: Some(Duration::MAX),
+        ..Overrides::default()
+    };
+    let config = Config::resolve_with(&overrides, |name| {
+        (name == "FIBER_BLOCKING_KEEP_ALIVE_MS").then(|| "5".to_string())
+    });
+    assert_eq!(config.unwrap().thread_keep_alive, Duration::MAX);
+}
+
+#[test]
 fn fiber_max_blocking_is_validated_and_the_builder_wins() {
     assert_eq!(resolve(&[]).unwrap().max_blocking_threads, DEFAULT_MAX_BLOCKING_THREADS);
     assert_eq!(resolve(&[("FIBER_MAX_BLOCKING", "8")]).unwrap().max_blocking_threads, 8);

@@ -230,7 +230,7 @@ thread_local! {
 
 /// A `fiber::blocking` closure leaves a Sender in a thread_local of the
 /// pool thread (a per-thread cache); when the idle pool thread retires
-/// (KEEP_ALIVE, 10 s), its thread-locals are dropped and the Sender's drop
+/// (after its keep-alive, here 100 ms), its thread-locals are dropped and the Sender's drop
 /// wakes the fiber waiting on the channel.
 #[test]
 fn a_blocking_pool_thread_retiring_with_a_sender_in_a_thread_local_is_clean() {
@@ -238,7 +238,12 @@ fn a_blocking_pool_thread_retiring_with_a_sender_in_a_thread_local_is_clean() {
         "a_blocking_pool_thread_retiring_with_a_sender_in_a_thread_local_is_clean",
         40,
         || {
-            let rt = rt();
+            // The sender goes when the pool thread retires, after its
+            // keep-alive.
+            let rt = fiber::Runtime::builder()
+                .thread_keep_alive(std::time::Duration::from_millis(100))
+                .build()
+                .unwrap();
             let got = rt.block_on(|| {
                 let (tx, rx) = chan::unbounded::<u32>();
                 let consumer = fiber::spawn(move || rx.iter().sum::<u32>());

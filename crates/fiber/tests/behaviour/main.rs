@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod blocking_pool;
 mod cancellation;
 mod coop_budget;
 mod facade_api;

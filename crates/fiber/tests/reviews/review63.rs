@@ -1151,7 +1151,13 @@ fn a_runtime_dropped_by_a_blocking_pool_threads_tls_destructor_at_retirement() {
             thread_local! {
                 static KEEP: std::cell::RefCell<Option<fiber::Runtime>> = const { std::cell::RefCell::new(None) };
             }
-            let rt = rt_fixed_grace(2, ms(100));
+            let rt = fiber::Runtime::builder()
+                .workers(2)
+                .max_workers(2)
+                .shutdown_timeout(ms(100))
+                .thread_keep_alive(ms(200))
+                .build()
+                .unwrap();
             let h = rt.handle();
             let drops = counter();
             let t = drops.clone();
@@ -1166,7 +1172,7 @@ fn a_runtime_dropped_by_a_blocking_pool_threads_tls_destructor_at_retirement() {
                 let h = h.clone();
                 move || h.block_on(move || fiber::blocking(move || KEEP.with(|k| *k.borrow_mut() = Some(rt))))
             });
-            // The pool thread retires after its keep-alive (10 s).
+            // The pool thread retires after its keep-alive (200 ms).
             let deadline = Instant::now() + Duration::from_secs(30);
             while drops.load(SeqCst) == 0 && Instant::now() < deadline {
                 std::thread::sleep(ms(10));
