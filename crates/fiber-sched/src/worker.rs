@@ -595,8 +595,11 @@ pub(crate) struct WorkerCtx {
     /// slot, or a late fairness look interrupted the chain)?
     picked_runnext: Cell<bool>,
     /// The chain's next fiber, pushed down onto the local deque when a
-    /// wake or spawn took its runnext slot during the chain: popped from
-    /// there, it goes on with the chain's slice.
+    /// wake or spawn took its runnext slot during the chain (the first one
+    /// pushed down, if several were). Until it is popped again, every pop
+    /// from the deque goes on with the chain's slice: the fibers above it
+    /// (later wakes of the same timer pass, a batch from the global queue)
+    /// come out first.
     chain_displaced: Cell<Option<fiber_core::FiberId>>,
     /// The coarse clock at the last fairness look (`FAIR_LOOK_MS`).
     fair_look_ms: Cell<u64>,
@@ -696,7 +699,7 @@ impl WorkerCtx {
             // global queue (and wakes a sleeper) within its stuck threshold.
             return;
         };
-        if self.in_chain.get() {
+        if self.in_chain.get() && self.chain_displaced.get().is_none() {
             self.chain_displaced.set(Some(previous.id()));
         }
         self.local.push(previous);
@@ -1484,6 +1487,9 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
             if let Some(fiber) = runnext.take() {
                 ctx.yielded.push(fiber);
             }
+            // The chain ended: a fiber of it pushed down onto the deque
+            // starts a new one when it runs.
+            ctx.chain_displaced.set(None);
         } else if now_ms < ctx.fair_look_ms.get() + FAIR_LOOK_MS {
             // A chain of hand-offs goes on within its slice, however many
             // hand-offs it makes, and its looks are not counted (only the
@@ -1606,16 +1612,21 @@ fn look_for_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
         return Some(fiber);
     }
     if let Some(fiber) = ctx.local.pop() {
-        if ctx.in_chain.get() && ctx.chain_displaced.get() == Some(fiber.id()) {
-            // The chain's own fiber, displaced from runnext by a wake that
-            // this worker ran first: the chain goes on, in the same slice.
+        if let Some(displaced) = ctx.chain_displaced.get().filter(|_| ctx.in_chain.get()) {
+            // The chain's own fiber, displaced from runnext by wakes that
+            // this worker runs first, or one of those wakes above it: the
+            // chain goes on, in the same slice, until its fiber is popped.
             // (Restarted here, a sleeper woken every 5 ms beside a chain of
             // 200 us links gave that chain a new slice at each wake: it
             // kept its worker for seconds while 19 other chains and 1,200
             // fibers spawned beside them ran one per fairness look, and
             // the last of them waited 7 s:
-            // `reviews/review69.rs::the_bottom_of_a_deque_just_over_the_threshold_runs_soon`.)
-            ctx.chain_displaced.set(None);
+            // `reviews/review69.rs::the_bottom_of_a_deque_just_over_the_threshold_runs_soon`.
+            // Matching the chain's fiber alone, two sleepers woken in one
+            // timer pass hid it under the second one.)
+            if fiber.id() == displaced {
+                ctx.chain_displaced.set(None);
+            }
             ctx.picked_runnext.set(true);
         }
         return Some(fiber);

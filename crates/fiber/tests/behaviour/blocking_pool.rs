@@ -32,9 +32,10 @@ const POOL: &str = "ka-test-block";
 fn an_idle_pool_thread_exits_after_its_keep_alive() {
     crate::common::in_child("an_idle_pool_thread_exits_after_its_keep_alive", 60, || {
         let rt = runtime(Duration::from_millis(200));
-        assert_eq!(rt.block_on(|| fiber::blocking(|| 7)), 7);
-        let done = Instant::now();
-        assert_eq!(threads_named(POOL), 1, "one pool thread after the call");
+        // The keep-alive starts after the call returned on the pool thread.
+        let done = rt.block_on(|| fiber::blocking(Instant::now));
+        // (It may have gone already on a loaded machine.)
+        assert!(threads_named(POOL) <= 1, "one pool thread for one call");
         while threads_named(POOL) > 0 {
             assert!(
                 done.elapsed() < Duration::from_secs(20),
@@ -43,7 +44,7 @@ fn an_idle_pool_thread_exits_after_its_keep_alive() {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(
-            done.elapsed() >= Duration::from_millis(150),
+            done.elapsed() >= Duration::from_millis(200),
             "the pool thread left {:?} after its call, before its 200 ms keep-alive",
             done.elapsed()
         );

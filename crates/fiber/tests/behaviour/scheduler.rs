@@ -483,10 +483,12 @@ fn chain_link(links: Arc<std::sync::atomic::AtomicUsize>, stop: Arc<AtomicBool>)
 /// A chain of hand-offs through the runnext slot gets a 10 ms slice
 /// (`RUNNEXT_SLICE_MS`), and a timer wake that takes the slot in the middle
 /// of it does not give it a new one: 60 fibers queued on one worker below
-/// a chain, beside a fiber sleeping 2 ms in a loop, all run within a few
-/// slices. (Before, the chain started a new slice at each wake, once its
-/// displaced fiber ran again: it kept the worker, and the queued fibers
-/// ran one per 10 ms fairness look, the last after about 600 ms.)
+/// a chain, beside two fibers sleeping 2 ms in a loop, all run within a
+/// few slices. (Before, the chain started a new slice at each wake, once
+/// its displaced fiber ran again: it kept the worker, and the queued
+/// fibers ran one per 10 ms fairness look, the last after about 600 ms.
+/// Two sleepers, because two wakes of one timer pass push the chain's
+/// fiber down under the second one.)
 #[test]
 fn a_timer_wake_in_the_middle_of_a_runnext_chain_does_not_renew_its_slice() {
     crate::common::in_child(
@@ -508,6 +510,12 @@ fn a_timer_wake_in_the_middle_of_a_runnext_chain_does_not_renew_its_slice() {
                     .collect();
                 let (links, chain_stop) = (Arc::new(std::sync::atomic::AtomicUsize::new(0)), stop.clone());
                 drop(fiber::spawn(move || chain_link(links, chain_stop)));
+                let sleeper_stop = stop.clone();
+                let sleeper = fiber::spawn(move || {
+                    while !sleeper_stop.load(Ordering::Relaxed) {
+                        fiber::sleep(Duration::from_millis(2)).unwrap();
+                    }
+                });
                 while ran.load(Ordering::Relaxed) < 60 && started.elapsed() < Duration::from_secs(10) {
                     fiber::sleep(Duration::from_millis(2)).unwrap();
                 }
@@ -516,6 +524,7 @@ fn a_timer_wake_in_the_middle_of_a_runnext_chain_does_not_renew_its_slice() {
                 for q in queued {
                     q.join().unwrap();
                 }
+                sleeper.join().unwrap();
                 last
             });
             assert!(
