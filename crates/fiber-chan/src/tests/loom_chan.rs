@@ -95,6 +95,57 @@ fn loom_two_senders_race_to_complete_one_select() {
     });
 }
 
+/// A receiver on a rendezvous channel claims and wakes one parked select
+/// send arm; the select it woke may complete another of its arms instead
+/// (here a receive that a third thread made ready), and must then offer
+/// the receiver on to the next parked send arm (`reoffer_send`). Without
+/// the re-offer the second select waits for ever beside the waiting
+/// receiver.
+#[test]
+fn loom_a_woken_send_arm_that_takes_another_arm_reoffers_the_receiver() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(0);
+        let (other1_tx, other1_rx) = bounded::<u32>(1);
+        let (other2_tx, other2_rx) = bounded::<u32>(1);
+        let select = |tx: crate::Sender<u32>, other: crate::Receiver<u32>, v: u32| {
+            thread::spawn(move || {
+                // Biased, the receive first: woken through its send arm
+                // with both ready, it takes the receive.
+                let mut sel = Select::new_biased();
+                let recv = sel.recv(&other);
+                let send = sel.send(&tx);
+                let oper = sel.select();
+                if oper.index() == send {
+                    oper.send(&tx, v).unwrap();
+                    true
+                } else {
+                    assert_eq!(oper.index(), recv);
+                    oper.recv(&other).unwrap();
+                    false
+                }
+            })
+        };
+        let s1 = select(tx.clone(), other1_rx, 1);
+        let s2 = select(tx, other2_rx, 2);
+        // (A select that already sent has dropped its other receiver: the
+        // send then fails, which is fine.)
+        let maker = thread::spawn(move || {
+            let _ = other1_tx.send(0);
+        });
+        let got = rx.recv().unwrap();
+        // Release the select that did not send (its other arm).
+        let _ = other2_tx.send(0);
+        maker.join().unwrap();
+        let sent = [s1.join().unwrap(), s2.join().unwrap()];
+        assert_eq!(
+            sent.iter().filter(|&&s| s).count(),
+            1,
+            "exactly one select sent: {sent:?}"
+        );
+        assert_eq!(got, if sent[0] { 1 } else { 2 }, "the value of the select that sent");
+    });
+}
+
 /// The last receiver leaving while a sender is parked: the sender wakes
 /// with its value back. Not waking parked senders there deadlocks.
 #[test]
