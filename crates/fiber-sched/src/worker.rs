@@ -1449,10 +1449,11 @@ fn wait_notified(slot: &Slot, deadline: Option<Instant>) -> bool {
 
 /// The next fiber to run. One taken from anywhere but the runnext slot
 /// ends the current runnext chain: the next hand-off starts a new one,
-/// with a new time slice (`RUNNEXT_SLICE_MS`). Two takes do not end it: a
-/// late fairness look in the middle of the chain, and the chain's own
-/// fiber popped from the local deque after a wake displaced it from
-/// runnext (`WorkerCtx::chain_displaced`); the chain keeps its slice.
+/// with a new time slice (`RUNNEXT_SLICE_MS`). Two kinds of take do not end
+/// it: a late fairness look in the middle of the chain, and pops from the
+/// local deque after a wake displaced the chain's fiber from runnext, up to
+/// and including that fiber (`WorkerCtx::chain_displaced`); the chain keeps
+/// its slice.
 fn find_work(shared: &Shared, ctx: &WorkerCtx) -> Option<Runnable> {
     ctx.picked_runnext.set(false);
     let found = look_for_work(shared, ctx);
