@@ -729,14 +729,7 @@ fn long_timed_waits_ended_at_once_leave_no_heap_behind() {
 // Threads: the elastic pool and the blocking pool
 // ---------------------------------------------------------------------------
 
-/// The threads of this process whose name starts with `prefix`.
-fn threads_named(prefix: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .flatten()
-        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|n| n.trim_end().starts_with(prefix)))
-        .count()
-}
+use common::threads_named;
 
 /// Five cycles of growth (two fibers computing without a yield point on a
 /// pool of one worker, ceiling three) and idleness: after each the pool is

@@ -5,15 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-/// Threads of this process whose name starts with `prefix` (names are cut
-/// to 15 bytes).
-fn threads_named(prefix: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .flatten()
-        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim().starts_with(prefix)))
-        .count()
-}
+use crate::common::threads_named;
 
 fn runtime(keep_alive: Duration) -> fiber::Runtime {
     fiber::Runtime::builder()
@@ -28,6 +20,14 @@ fn runtime(keep_alive: Duration) -> fiber::Runtime {
 /// cut to `ka-test-blockin`.
 const POOL: &str = "ka-test-block";
 
+/// Wait until no pool thread is left; fail with `what` 20 s after `since`.
+fn wait_for_no_pool_thread(since: Instant, what: &str) {
+    while threads_named(POOL) > 0 {
+        assert!(since.elapsed() < Duration::from_secs(20), "{what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn an_idle_pool_thread_exits_after_its_keep_alive() {
     crate::common::in_child("an_idle_pool_thread_exits_after_its_keep_alive", 60, || {
@@ -36,13 +36,7 @@ fn an_idle_pool_thread_exits_after_its_keep_alive() {
         let done = rt.block_on(|| fiber::blocking(Instant::now));
         // (It may have gone already on a loaded machine.)
         assert!(threads_named(POOL) <= 1, "one pool thread for one call");
-        while threads_named(POOL) > 0 {
-            assert!(
-                done.elapsed() < Duration::from_secs(20),
-                "the pool thread outlived a 200 ms keep-alive by 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_for_no_pool_thread(done, "the pool thread outlived a 200 ms keep-alive by 20 s");
         assert!(
             done.elapsed() >= Duration::from_millis(200),
             "the pool thread left {:?} after its call, before its 200 ms keep-alive",
@@ -63,10 +57,7 @@ fn a_zero_keep_alive_ends_the_thread_after_its_call_and_the_pool_still_serves() 
             let sum: u64 = rt.block_on(|| (0..50u64).map(|i| fiber::blocking(move || i)).sum());
             assert_eq!(sum, 49 * 50 / 2);
             let done = Instant::now();
-            while threads_named(POOL) > 0 {
-                assert!(done.elapsed() < Duration::from_secs(20), "a pool thread stayed");
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            wait_for_no_pool_thread(done, "a pool thread stayed");
         },
     );
 }
@@ -85,13 +76,7 @@ fn a_keep_alive_of_duration_max_keeps_the_thread_until_the_runtime_drops() {
             assert_eq!(threads_named(POOL), 1, "the idle pool thread left");
             drop(rt);
             let dropped = Instant::now();
-            while threads_named(POOL) > 0 {
-                assert!(
-                    dropped.elapsed() < Duration::from_secs(20),
-                    "the pool thread outlived its runtime"
-                );
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            wait_for_no_pool_thread(dropped, "the pool thread outlived its runtime");
         },
     );
 }

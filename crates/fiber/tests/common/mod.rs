@@ -36,6 +36,16 @@ pub fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'stat
     }
 }
 
+/// The threads of this process whose name starts with `prefix` (the
+/// kernel cuts names to 15 bytes).
+pub fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|n| n.trim_end().starts_with(prefix)))
+        .count()
+}
+
 /// The process's threads as the kernel sees them, for a hang's failure
 /// message: name, state, what it sleeps in (`wchan`) and the CPU time it
 /// used during a 200 ms window (a spinning worker against one asleep in a
